@@ -1,0 +1,145 @@
+/* ast.h - the syntax tree of a spec module, produced by the parser (parse.c)
+ * and annotated by the checker (check.c). All nodes live in a tk_arena owned
+ * by the context; nothing here is freed on its own. */
+#ifndef TK_AST_H
+#define TK_AST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tk_loc {
+    int line, col;                  /* 1-based */
+} tk_loc;
+
+/* Bump allocator: every allocation lives until tk_arena_free. */
+typedef struct tk_arena_block tk_arena_block;
+typedef struct tk_arena {
+    tk_arena_block *head;
+} tk_arena;
+
+void *tk_arena_alloc(tk_arena *a, size_t n);        /* zeroed; NULL on OOM */
+char *tk_arena_strndup(tk_arena *a, const char *s, size_t n);
+void tk_arena_free(tk_arena *a);
+
+/* Operators of unary, binary and augmented-assignment nodes. ORDER OPC:
+ * tk_opc_text in ast.c lists their spellings in this order. */
+typedef enum tk_opc {
+    TK_OPC_NONE,
+    TK_OPC_ADD, TK_OPC_SUB, TK_OPC_MUL, TK_OPC_DIV, TK_OPC_FLOORDIV,
+    TK_OPC_MOD, TK_OPC_POW,
+    TK_OPC_EQ, TK_OPC_NE, TK_OPC_LT, TK_OPC_LE, TK_OPC_GT, TK_OPC_GE,
+    TK_OPC_AND, TK_OPC_OR,
+    TK_OPC_NEG, TK_OPC_POS, TK_OPC_NOT,
+    TK_OPC_COUNT
+} tk_opc;
+
+const char *tk_opc_text(tk_opc op);                 /* "+", "//", "not"... */
+
+typedef enum tk_expr_kind {
+    TK_E_INT,       /* ival */
+    TK_E_FLOAT,     /* fval */
+    TK_E_BOOL,      /* ival: 0 or 1 */
+    TK_E_NAME,      /* name */
+    TK_E_ELLIPSIS,  /* '...' in a shape */
+    TK_E_UNARY,     /* op, args[0] */
+    TK_E_BINARY,    /* op, args[0], args[1] */
+    TK_E_COND,      /* args[0] if args[1] else args[2] */
+    TK_E_CALL,      /* name(args...) */
+    TK_E_INDEX      /* name[args...] : tensor element read */
+} tk_expr_kind;
+
+/* Value types assigned by the checker. */
+typedef enum tk_vtype {
+    TK_V_NONE, TK_V_BOOL, TK_V_INT, TK_V_F32, TK_V_F64
+} tk_vtype;
+
+typedef struct tk_expr {
+    tk_expr_kind kind;
+    tk_loc loc;
+    tk_opc op;
+    int64_t ival;
+    double fval;
+    const char *name;
+    struct tk_expr **args;
+    int nargs;
+    /* checker annotations */
+    tk_vtype vtype;     /* value type in the instantiation being checked */
+    int ref;            /* NAME/INDEX: index of the symbol it resolves to */
+} tk_expr;
+
+typedef enum tk_stmt_kind {
+    TK_S_PASS,
+    TK_S_ASSIGN,    /* name op= value  (op == TK_OPC_NONE for plain '=') */
+    TK_S_STORE,     /* name[index...] op= value */
+    TK_S_IF,        /* if value: body else orelse (elif: one TK_S_IF in orelse) */
+    TK_S_FOR        /* for name in range(lo, hi): body  (lo NULL means 0) */
+} tk_stmt_kind;
+
+typedef struct tk_stmt {
+    tk_stmt_kind kind;
+    tk_loc loc;
+    const char *name;
+    tk_opc op;
+    tk_expr *value;
+    tk_expr **index;
+    int nindex;
+    tk_expr *lo, *hi;
+    struct tk_stmt **body;
+    int nbody;
+    struct tk_stmt **orelse;
+    int norelse;
+    /* checker annotations */
+    int ref;            /* ASSIGN/FOR: local slot; STORE: output index */
+    int declares;       /* ASSIGN: 1 if this assignment declares the local */
+} tk_stmt;
+
+typedef enum tk_param_kind {
+    TK_P_TENSOR, TK_P_INT, TK_P_FLOAT, TK_P_BOOL
+} tk_param_kind;
+
+typedef struct tk_param {
+    const char *name;
+    tk_loc loc;
+    tk_param_kind kind;
+    /* tensors and outputs */
+    unsigned dtype_mask;        /* bit (1u << tk_dtype) per allowed dtype; 0 if dtype_of */
+    const char *dtype_of;       /* "x" for x.dtype, else NULL */
+    tk_loc dtype_loc;
+    tk_expr **dims;             /* TK_E_NAME, TK_E_INT or TK_E_ELLIPSIS (inputs); any expr (outputs) */
+    int ndims;
+    /* scalars */
+    int optional;               /* 'int?' */
+    tk_expr *default_value;     /* NULL if none */
+} tk_param;
+
+typedef struct tk_opdecl {
+    const char *name;
+    tk_loc loc;
+    const char *file;           /* as given to tk_load_spec */
+    const char *text;           /* the whole spec file's text (arena copy) */
+    tk_param *params;
+    int nparams;
+    tk_param *outputs;
+    int noutputs;
+    const char *backward;       /* NULL if none */
+    tk_loc backward_loc;
+    const char **loop_vars;     /* top-level parallel loop */
+    tk_loc *loop_locs;
+    int nloop;
+    const char *loop_over;      /* the output it iterates over */
+    tk_loc loop_loc;
+    tk_stmt **body;
+    int nbody;
+} tk_opdecl;
+
+typedef struct tk_module {
+    tk_opdecl **ops;
+    int nops;
+} tk_module;
+
+/* Parses a whole spec file. On error returns NULL and writes
+ * "file:line:col: error: message" into err (size errlen). */
+tk_module *tk_parse(tk_arena *a, const char *file, const char *text,
+                    size_t len, char *err, size_t errlen);
+
+#endif
