@@ -98,6 +98,16 @@ TK_FN tk_i64 tk_f2i(double x) {
     if (x <= -9223372036854775808.0) return (tk_i64)(-0x7fffffffffffffffLL - 1);
     return (tk_i64)x;
 }
+/* min/max like Python's: min(a, b) is b only when b < a (NaN-safe order). */
+TK_FN tk_i64 tk_mini(tk_i64 a, tk_i64 b) { return b < a ? b : a; }
+TK_FN tk_i64 tk_maxi(tk_i64 a, tk_i64 b) { return b > a ? b : a; }
+TK_FN float tk_minf(float a, float b) { return b < a ? b : a; }
+TK_FN float tk_maxf(float a, float b) { return b > a ? b : a; }
+TK_FN double tk_mind(double a, double b) { return b < a ? b : a; }
+TK_FN double tk_maxd(double a, double b) { return b > a ? b : a; }
+TK_FN tk_i64 tk_absi(tk_i64 a) { return a < 0 ? (tk_i64)(0 - (tk_u64)a) : a; }
+TK_FN float tk_absf(float a) { return fabsf(a); }
+TK_FN double tk_absd(double a) { return fabs(a); }
 TK_FN float tk_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 TK_FN double tk_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 

@@ -1,0 +1,270 @@
+/* api.c - contexts, op accessors, dtypes and the growable buffer: the parts
+ * of the public API (tk.h) that are not binding (bind.c) or emitting. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+/* ORDER DTYPE */
+static const struct {
+    const char *name, *code;
+    size_t size;
+} k_dtypes[TK_DTYPE_COUNT] = {
+    {"bool", "b8", 1},      {"uint8", "u8", 1},   {"int8", "i8", 1},
+    {"int16", "i16", 2},    {"int32", "i32", 4},  {"int64", "i64", 8},
+    {"float16", "f16", 2},  {"bfloat16", "bf16", 2},
+    {"float32", "f32", 4},  {"float64", "f64", 8},
+};
+
+const char *tk_dtype_name(tk_dtype d) {
+    return (unsigned)d < TK_DTYPE_COUNT ? k_dtypes[d].name : "?";
+}
+
+const char *tk_dtype_code(tk_dtype d) {
+    return (unsigned)d < TK_DTYPE_COUNT ? k_dtypes[d].code : "?";
+}
+
+size_t tk_dtype_size(tk_dtype d) {
+    return (unsigned)d < TK_DTYPE_COUNT ? k_dtypes[d].size : 0;
+}
+
+int tk_dtype_from_name(const char *name, tk_dtype *out) {
+    for (int i = 0; i < TK_DTYPE_COUNT; i++)
+        if (strcmp(k_dtypes[i].name, name) == 0) {
+            *out = (tk_dtype)i;
+            return 1;
+        }
+    return 0;
+}
+
+/* ---- buffers ------------------------------------------------------------- */
+
+static int buf_reserve(tk_buf *b, size_t extra) {
+    if (b->oom) return 0;
+    if (b->len + extra + 1 <= b->cap) return 1;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = 1;
+        return 0;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+void tk_buf_puts(tk_buf *b, const char *s) {
+    size_t n = strlen(s);
+    if (!buf_reserve(b, n)) return;
+    memcpy(b->p + b->len, s, n + 1);
+    b->len += n;
+}
+
+void tk_buf_printf(tk_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !buf_reserve(b, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void tk_free(void *p) { free(p); }
+
+/* ---- views and arguments ------------------------------------------------- */
+
+tk_tensor_view tk_view(void *data, tk_dtype dtype, int ndim, const int64_t *sizes,
+                       const int64_t *strides) {
+    tk_tensor_view v;
+    memset(&v, 0, sizeof v);
+    v.data = data;
+    v.dtype = dtype;
+    v.ndim = ndim;
+    for (int i = 0; i < ndim && i < TK_MAX_DIMS; i++) {
+        v.sizes[i] = sizes[i];
+        v.strides[i] = strides[i];
+    }
+    v.device = TK_CPU;
+    return v;
+}
+
+static tk_arg arg_of_kind(int kind) {
+    tk_arg a;
+    memset(&a, 0, sizeof a);
+    a.kind = kind;
+    return a;
+}
+
+tk_arg tk_arg_tensor(tk_tensor_view v) {
+    tk_arg a = arg_of_kind(TK_P_TENSOR);
+    a.t = v;
+    return a;
+}
+
+tk_arg tk_arg_int(int64_t i) {
+    tk_arg a = arg_of_kind(TK_P_INT);
+    a.i = i;
+    return a;
+}
+
+tk_arg tk_arg_none(void) {
+    tk_arg a = arg_of_kind(TK_P_INT);
+    a.is_none = 1;
+    return a;
+}
+
+tk_arg tk_arg_float(double f) {
+    tk_arg a = arg_of_kind(TK_P_FLOAT);
+    a.f = f;
+    return a;
+}
+
+tk_arg tk_arg_bool(int b) {
+    tk_arg a = arg_of_kind(TK_P_BOOL);
+    a.i = b != 0;
+    return a;
+}
+
+/* ---- contexts ------------------------------------------------------------ */
+
+tk_ctx *tk_ctx_new(void) {
+    tk_ctx *ctx = calloc(1, sizeof *ctx);
+    return ctx;
+}
+
+void tk_ctx_free(tk_ctx *ctx) {
+    if (!ctx) return;
+    tk_arena_free(&ctx->arena);
+    free(ctx->ops);
+    free(ctx);
+}
+
+const char *tk_ctx_error(const tk_ctx *ctx) { return ctx ? ctx->err : "no context"; }
+
+static tk_status ctx_fail(tk_ctx *ctx, tk_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static int find_op(const tk_ctx *ctx, const char *name) {
+    for (int i = 0; i < ctx->nops; i++)
+        if (strcmp(ctx->ops[i]->decl->name, name) == 0) return i;
+    return -1;
+}
+
+/* Checks every op of m; adds them all, or none on the first error. */
+static tk_status add_module(tk_ctx *ctx, tk_module *m) {
+    tk_op *ops[64];
+    if (m->nops > 64) return ctx_fail(ctx, TK_ERR_CHECK, "too many ops in one file (limit 64)");
+    for (int i = 0; i < m->nops; i++) {
+        tk_opdecl *d = m->ops[i];
+        int dup = find_op(ctx, d->name) >= 0;
+        for (int j = 0; j < i; j++) dup |= strcmp(m->ops[j]->name, d->name) == 0;
+        if (dup)
+            return ctx_fail(ctx, TK_ERR_CHECK, "%s:%d:%d: error: op '%s' is already defined",
+                            d->file, d->loc.line, d->loc.col, d->name);
+        tk_status st = tk_check_op(ctx, d, &ops[i], ctx->err, sizeof ctx->err);
+        if (st != TK_OK) return st;
+    }
+    if (ctx->nops + m->nops > ctx->cap) {
+        int cap = (ctx->cap ? ctx->cap * 2 : 8) + m->nops;
+        tk_op **p = realloc(ctx->ops, sizeof *p * (size_t)cap);
+        if (!p) return ctx_fail(ctx, TK_ERR_NOMEM, "out of memory");
+        ctx->ops = p;
+        ctx->cap = cap;
+    }
+    for (int i = 0; i < m->nops; i++) ctx->ops[ctx->nops++] = ops[i];
+    return TK_OK;
+}
+
+tk_status tk_load_spec(tk_ctx *ctx, const char *file, const char *text, size_t len) {
+    if (!ctx || !file || (!text && len)) return TK_ERR_INVALID;
+    ctx->err[0] = 0;
+    tk_module *m = tk_parse(&ctx->arena, file, text ? text : "", len, ctx->err, sizeof ctx->err);
+    if (!m) return strstr(ctx->err, "out of memory") ? TK_ERR_NOMEM : TK_ERR_SYNTAX;
+    return add_module(ctx, m);
+}
+
+int tk_op_count(const tk_ctx *ctx) { return ctx ? ctx->nops : 0; }
+
+const tk_op *tk_op_at(const tk_ctx *ctx, int i) {
+    return ctx && i >= 0 && i < ctx->nops ? ctx->ops[i] : NULL;
+}
+
+const tk_op *tk_op_find(const tk_ctx *ctx, const char *name) {
+    int i = ctx && name ? find_op(ctx, name) : -1;
+    return i >= 0 ? ctx->ops[i] : NULL;
+}
+
+tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name) {
+    int i = ctx && name ? find_op(ctx, name) : -1;
+    return i >= 0 ? ctx->ops[i] : NULL;
+}
+
+const char *tk_op_name(const tk_op *op) { return op->decl->name; }
+const char *tk_op_file(const tk_op *op) { return op->decl->file; }
+const char *tk_op_schema(const tk_op *op) { return op->schema; }
+const char *tk_op_backward(const tk_op *op) { return op->decl->backward; }
+int tk_op_nparams(const tk_op *op) { return op->decl->nparams; }
+int tk_op_noutputs(const tk_op *op) { return op->decl->noutputs; }
+int tk_op_nvariants(const tk_op *op) { return op->nvariants; }
+
+int tk_op_param_kind(const tk_op *op, int i) {
+    return i >= 0 && i < op->decl->nparams ? (int)op->decl->params[i].kind : -1;
+}
+
+const char *tk_op_param_name(const tk_op *op, int i) {
+    return i >= 0 && i < op->decl->nparams ? op->decl->params[i].name : NULL;
+}
+
+int tk_op_param_optional(const tk_op *op, int i) {
+    return i >= 0 && i < op->decl->nparams ? op->decl->params[i].optional : 0;
+}
+
+const char *tk_op_output_name(const tk_op *op, int i) {
+    return i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].name : NULL;
+}
+
+const char *tk_op_kernel_name(const tk_op *op, int variant) {
+    return variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
+}
+
+tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn) {
+    if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
+    op->cpu_fns[variant] = fn;
+    return TK_OK;
+}
+
+/* Attaches fn to the variant of some op whose kernel is named name. */
+static int attach_kernel(tk_ctx *ctx, const char *name, tk_cpu_fn fn) {
+    for (int i = 0; i < ctx->nops; i++)
+        for (int v = 0; v < ctx->ops[i]->nvariants; v++)
+            if (strcmp(ctx->ops[i]->kernel_names[v], name) == 0) {
+                ctx->ops[i]->cpu_fns[v] = fn;
+                return 1;
+            }
+    return 0;
+}
+
+tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nspecs,
+                              const tk_builtin_kernel *kernels, int nkernels) {
+    if (!ctx) return TK_ERR_INVALID;
+    for (int i = 0; i < nspecs; i++) {
+        tk_status st = tk_load_spec(ctx, specs[i].file, specs[i].text, strlen(specs[i].text));
+        if (st != TK_OK) return st;
+    }
+    for (int k = 0; k < nkernels; k++)
+        if (!attach_kernel(ctx, kernels[k].name, kernels[k].fn))
+            return ctx_fail(ctx, TK_ERR_NOTFOUND, "built-in kernel %s matches no op variant "
+                                                  "(stale generated code?)", kernels[k].name);
+    return TK_OK;
+}

@@ -1,0 +1,434 @@
+/* bind.c - binding a call: validates arguments against an op, evaluates
+ * defaults and output shapes with checked 64-bit arithmetic, fills the
+ * kernel arguments, and runs a range of the index space on the CPU. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+static tk_status call_fail(tk_call *call, const char *fmt, ...) {
+    va_list ap;
+    int n = snprintf(call->msg, sizeof call->msg, "tk.%s: ", call->op->decl->name);
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof call->msg)
+        vsnprintf(call->msg + n, sizeof call->msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    return TK_ERR_ARG;
+}
+
+/* ---- int expressions ----------------------------------------------------- */
+
+static int floordiv_ok(int64_t a, int64_t b, int64_t *q) {
+    if (b == 0) return 0;
+    if (b == -1 && a == INT64_MIN) return 0;
+    *q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) *q -= 1;
+    return 1;
+}
+
+static tk_status eval_fail(char *err, size_t errlen, const char *what) {
+    snprintf(err, errlen, "%s", what);
+    return TK_ERR_ARG;
+}
+
+static tk_status eval_binary(tk_opc op, int64_t a, int64_t b, int64_t *r, char *err, size_t errlen) {
+    int bad = 0;
+    switch (op) {
+    case TK_OPC_ADD: bad = __builtin_add_overflow(a, b, r); break;
+    case TK_OPC_SUB: bad = __builtin_sub_overflow(a, b, r); break;
+    case TK_OPC_MUL: bad = __builtin_mul_overflow(a, b, r); break;
+    case TK_OPC_FLOORDIV:
+        if (!floordiv_ok(a, b, r)) return eval_fail(err, errlen, "division by zero or overflow");
+        break;
+    case TK_OPC_MOD: {
+        int64_t q;
+        if (!floordiv_ok(a, b, &q)) return eval_fail(err, errlen, "modulo by zero or overflow");
+        *r = a - q * b;
+        break;
+    }
+    case TK_OPC_EQ: *r = a == b; break;
+    case TK_OPC_NE: *r = a != b; break;
+    case TK_OPC_LT: *r = a < b; break;
+    case TK_OPC_LE: *r = a <= b; break;
+    case TK_OPC_GT: *r = a > b; break;
+    case TK_OPC_GE: *r = a >= b; break;
+    case TK_OPC_AND: *r = a && b; break;
+    case TK_OPC_OR: *r = a || b; break;
+    default: return eval_fail(err, errlen, "unsupported operator");
+    }
+    return bad ? eval_fail(err, errlen, "integer overflow") : TK_OK;
+}
+
+tk_status tk_eval_int(const tk_op *op, const tk_expr *e, const int64_t *islots,
+                      const int *ibound, int64_t *out, char *err, size_t errlen) {
+    int64_t a, b, c;
+    tk_status st;
+    switch (e->kind) {
+    case TK_E_INT: case TK_E_BOOL: *out = e->ival; return TK_OK;
+    case TK_E_NAME: {
+        int idx, slot;
+        tk_sym_kind k = tk_resolve_header(op, e->name, &idx);
+        if (k == TK_SYM_DIM) slot = op->dims[idx].slot;
+        else if (k == TK_SYM_INT) slot = op->slot[idx];
+        else return eval_fail(err, errlen, "not an int");
+        if (!ibound[slot]) {
+            snprintf(err, errlen, "'%s' is not known yet", e->name);
+            return TK_ERR_ARG;
+        }
+        *out = islots[slot];
+        return TK_OK;
+    }
+    case TK_E_UNARY:
+        if ((st = tk_eval_int(op, e->args[0], islots, ibound, &a, err, errlen))) return st;
+        if (e->op == TK_OPC_NOT) *out = !a;
+        else if (e->op == TK_OPC_NEG) {
+            if (a == INT64_MIN) return eval_fail(err, errlen, "integer overflow");
+            *out = -a;
+        } else *out = a;
+        return TK_OK;
+    case TK_E_BINARY:
+        if ((st = tk_eval_int(op, e->args[0], islots, ibound, &a, err, errlen))) return st;
+        if ((st = tk_eval_int(op, e->args[1], islots, ibound, &b, err, errlen))) return st;
+        return eval_binary(e->op, a, b, out, err, errlen);
+    case TK_E_COND:
+        if ((st = tk_eval_int(op, e->args[1], islots, ibound, &c, err, errlen))) return st;
+        return tk_eval_int(op, e->args[c ? 0 : 2], islots, ibound, out, err, errlen);
+    case TK_E_CALL:
+        if ((st = tk_eval_int(op, e->args[0], islots, ibound, &a, err, errlen))) return st;
+        if (e->name[0] == 'a') {    /* abs */
+            if (a == INT64_MIN) return eval_fail(err, errlen, "integer overflow");
+            *out = a < 0 ? -a : a;
+            return TK_OK;
+        }
+        if ((st = tk_eval_int(op, e->args[1], islots, ibound, &b, err, errlen))) return st;
+        *out = strcmp(e->name, "min") == 0 ? (b < a ? b : a) : (b > a ? b : a);
+        return TK_OK;
+    default:
+        return eval_fail(err, errlen, "not an int expression");
+    }
+}
+
+/* ---- binding ------------------------------------------------------------- */
+
+typedef struct binder {
+    tk_call *call;
+    const tk_op *op;
+    const tk_arg *args;
+    int ibound[TK_MAX_INTS];
+    int batch_param;        /* first input with '...', -1 if none */
+    int device_param;       /* first tensor argument, -1 if none */
+} binder;
+
+static void dims_text(const tk_param *p, char *out, size_t n) {
+    size_t len = 0;
+    out[0] = 0;
+    for (int j = 0; j < p->ndims && len < n; j++) {
+        const tk_expr *e = p->dims[j];
+        int w = snprintf(out + len, n - len, "%s", j ? ", " : "");
+        if (w > 0) len += (size_t)w;
+        if (len >= n) break;
+        if (e->kind == TK_E_ELLIPSIS) w = snprintf(out + len, n - len, "...");
+        else if (e->kind == TK_E_INT) w = snprintf(out + len, n - len, "%lld", (long long)e->ival);
+        else if (e->kind == TK_E_NAME) w = snprintf(out + len, n - len, "%s", e->name);
+        else w = snprintf(out + len, n - len, "expr");
+        if (w > 0) len += (size_t)w;
+    }
+}
+
+static const char *device_text(tk_device d, int index, char *buf, size_t n) {
+    static const char *const names[] = {"cpu", "cuda", "meta"};
+    if (d == TK_CUDA) snprintf(buf, n, "cuda:%d", index);
+    else snprintf(buf, n, "%s", (unsigned)d < 3 ? names[d] : "?");
+    return buf;
+}
+
+static tk_status bind_dtype(binder *b, int i) {
+    const tk_op *op = b->op;
+    const tk_param *p = &op->decl->params[i];
+    tk_dtype dt = b->args[i].t.dtype;
+    if ((unsigned)dt >= TK_DTYPE_COUNT) return call_fail(b->call, "argument '%s': unknown dtype", p->name);
+    if (p->dtype_of) {
+        int src = -1;
+        for (int j = 0; j < i; j++)
+            if (strcmp(op->decl->params[j].name, p->dtype_of) == 0) src = j;
+        tk_dtype want = b->args[src].t.dtype;
+        if (dt != want)
+            return call_fail(b->call, "argument '%s': dtype %s must match %s's dtype %s", p->name,
+                             tk_dtype_name(dt), p->dtype_of, tk_dtype_name(want));
+        return TK_OK;
+    }
+    if (!(p->dtype_mask & (1u << dt))) {
+        char allowed[256] = "";
+        size_t len = 0;
+        for (int t = 0; t < TK_DTYPE_COUNT; t++)
+            if (p->dtype_mask & (1u << t)) {
+                int w = snprintf(allowed + len, sizeof allowed - len, "%s%s", len ? ", " : "",
+                                 tk_dtype_name((tk_dtype)t));
+                if (w > 0 && (size_t)w < sizeof allowed - len) len += (size_t)w;
+            }
+        return call_fail(b->call, "argument '%s': dtype %s is not supported (expected %s)", p->name,
+                         tk_dtype_name(dt), allowed);
+    }
+    return TK_OK;
+}
+
+static tk_status bind_device(binder *b, int i) {
+    const tk_tensor_view *v = &b->args[i].t;
+    if (b->device_param < 0) {
+        b->device_param = i;
+        b->call->device = v->device;
+        b->call->device_index = v->device_index;
+        return TK_OK;
+    }
+    if (v->device != b->call->device || (v->device == TK_CUDA && v->device_index != b->call->device_index)) {
+        char d1[32], d2[32];
+        return call_fail(b->call, "argument '%s' is on %s but '%s' is on %s", b->op->decl->params[i].name,
+                         device_text(v->device, v->device_index, d1, sizeof d1),
+                         b->op->decl->params[b->device_param].name,
+                         device_text(b->call->device, b->call->device_index, d2, sizeof d2));
+    }
+    return TK_OK;
+}
+
+/* Checks rank, batch shape and explicit dims of tensor argument i. */
+static tk_status bind_shape(binder *b, int i) {
+    const tk_op *op = b->op;
+    const tk_param *p = &op->decl->params[i];
+    const tk_tensor_view *v = &b->args[i].t;
+    int ell = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
+    int nexp = tk_explicit_dims(p);
+    char dt[160];
+    dims_text(p, dt, sizeof dt);
+    if (v->ndim < 0 || v->ndim > TK_MAX_DIMS)
+        return call_fail(b->call, "argument '%s': %d dims is more than the %d supported", p->name, v->ndim, TK_MAX_DIMS);
+    if (ell ? v->ndim < nexp : v->ndim != nexp)
+        return call_fail(b->call, "argument '%s': expected %s%d dims (%s), got %d", p->name,
+                         ell ? "at least " : "", nexp, dt, v->ndim);
+    for (int d = 0; d < v->ndim; d++)
+        if (v->sizes[d] < 0) return call_fail(b->call, "argument '%s': negative size in dim %d", p->name, d);
+    int nb = v->ndim - nexp;
+    if (ell) {
+        if (b->batch_param < 0) b->batch_param = i;
+        const tk_tensor_view *ref = &b->args[b->batch_param].t;
+        int rnb = ref->ndim - tk_explicit_dims(&op->decl->params[b->batch_param]);
+        int same = rnb == nb;
+        for (int d = 0; same && d < nb; d++) same = ref->sizes[d] == v->sizes[d];
+        if (!same)
+            return call_fail(b->call, "argument '%s': its batch dims (...) differ from those of '%s'",
+                             p->name, op->decl->params[b->batch_param].name);
+    }
+    int axis = 0;
+    for (int j = 0; j < p->ndims; j++) {
+        const tk_expr *e = p->dims[j];
+        if (e->kind == TK_E_ELLIPSIS) continue;
+        int64_t size = v->sizes[nb + axis];
+        if (e->kind == TK_E_INT && size != e->ival)
+            return call_fail(b->call, "argument '%s': dim %d must be %lld, got %lld", p->name, nb + axis,
+                             (long long)e->ival, (long long)size);
+        if (e->kind == TK_E_NAME) {
+            int idx;
+            tk_resolve_header(op, e->name, &idx);
+            const tk_dimsym *ds = &op->dims[idx];
+            if (!b->ibound[ds->slot]) {
+                b->call->kargs.i[ds->slot] = size;
+                b->ibound[ds->slot] = 1;
+            } else if (b->call->kargs.i[ds->slot] != size) {
+                return call_fail(b->call, "argument '%s': dim %d (%s) is %lld but %s gives %s = %lld",
+                                 p->name, nb + axis, e->name, (long long)size,
+                                 op->decl->params[ds->param].name, e->name,
+                                 (long long)b->call->kargs.i[ds->slot]);
+            }
+        }
+        axis++;
+    }
+    return TK_OK;
+}
+
+static tk_status bind_scalar(binder *b, int i) {
+    const tk_param *p = &b->op->decl->params[i];
+    const tk_arg *a = &b->args[i];
+    int slot = b->op->slot[i];
+    if (p->kind == TK_P_FLOAT) {
+        if (a->kind != TK_P_FLOAT && a->kind != TK_P_INT)
+            return call_fail(b->call, "argument '%s': expected a float", p->name);
+        b->call->kargs.f[slot] = a->kind == TK_P_INT ? (double)a->i : a->f;
+        return TK_OK;
+    }
+    if (a->kind != TK_P_INT && a->kind != TK_P_BOOL)
+        return call_fail(b->call, "argument '%s': expected %s", p->name, p->kind == TK_P_BOOL ? "a bool" : "an int");
+    if (a->is_none) {
+        if (!p->optional) return call_fail(b->call, "argument '%s': None is not allowed", p->name);
+        return TK_OK;   /* default evaluated once all dims are bound */
+    }
+    b->call->kargs.i[slot] = p->kind == TK_P_BOOL ? (a->i != 0) : a->i;
+    b->ibound[slot] = 1;
+    return TK_OK;
+}
+
+static tk_status bind_defaults(binder *b) {
+    const tk_opdecl *d = b->op->decl;
+    for (int i = 0; i < d->nparams; i++) {
+        const tk_param *p = &d->params[i];
+        int slot = b->op->slot[i];
+        if (p->kind != TK_P_INT || !b->args[i].is_none) continue;
+        if (!p->default_value)
+            return call_fail(b->call, "argument '%s': None is not allowed (it has no default)", p->name);
+        char err[128];
+        int64_t v;
+        if (tk_eval_int(b->op, p->default_value, b->call->kargs.i, b->ibound, &v, err, sizeof err))
+            return call_fail(b->call, "argument '%s': its default cannot be computed: %s", p->name, err);
+        b->call->kargs.i[slot] = v;
+        b->ibound[slot] = 1;
+    }
+    return TK_OK;
+}
+
+/* Computes each output's shape; all outputs share the loop output's shape. */
+static tk_status bind_outputs(binder *b) {
+    const tk_op *op = b->op;
+    tk_call *call = b->call;
+    const tk_opdecl *d = op->decl;
+    int nb = 0;
+    const tk_tensor_view *bref = NULL;
+    if (b->batch_param >= 0) {
+        bref = &b->args[b->batch_param].t;
+        nb = bref->ndim - tk_explicit_dims(&d->params[b->batch_param]);
+    }
+    call->noutputs = d->noutputs;
+    for (int o = 0; o < d->noutputs; o++) {
+        const tk_param *p = &d->outputs[o];
+        int nd = 0;
+        for (int j = 0; j < p->ndims; j++) {
+            const tk_expr *e = p->dims[j];
+            if (e->kind == TK_E_ELLIPSIS) {
+                if (nb + tk_explicit_dims(p) > TK_MAX_DIMS)
+                    return call_fail(call, "output '%s' would have more than %d dims", p->name, TK_MAX_DIMS);
+                for (int k = 0; k < nb; k++) call->out_sizes[o][nd++] = bref->sizes[k];
+                continue;
+            }
+            char err[128];
+            int64_t v;
+            if (tk_eval_int(op, e, call->kargs.i, b->ibound, &v, err, sizeof err))
+                return call_fail(call, "output '%s': dim %d cannot be computed: %s", p->name, nd, err);
+            if (v < 0)
+                return call_fail(call, "output '%s': dim %d would be %lld; it must be >= 0", p->name, nd,
+                                 (long long)v);
+            call->out_sizes[o][nd++] = v;
+        }
+        call->out_ndim[o] = nd;
+        call->out_dtype[o] = tk_variant_out_dtype(op, call->variant, o);
+    }
+    const int lo = op->loop_out;
+    int64_t numel = 1;
+    for (int j = 0; j < call->out_ndim[lo]; j++)
+        if (__builtin_mul_overflow(numel, call->out_sizes[lo][j], &numel) ||
+            numel > INT64_MAX / 16)
+            return call_fail(call, "output '%s' is too large (its element count overflows)", d->outputs[lo].name);
+    for (int o = 0; o < d->noutputs; o++) {
+        int same = call->out_ndim[o] == call->out_ndim[lo];
+        for (int j = 0; same && j < call->out_ndim[o]; j++) same = call->out_sizes[o][j] == call->out_sizes[lo][j];
+        if (!same)
+            return call_fail(call, "output '%s' has a different shape from the loop output '%s'",
+                             d->outputs[o].name, d->outputs[lo].name);
+    }
+    call->kargs.numel = numel;
+    call->kargs.nbatch = nb;
+    return TK_OK;
+}
+
+/* An input with no elements cannot be read by a non-empty index space. */
+static tk_status check_empty_inputs(binder *b) {
+    if (b->call->kargs.numel == 0) return TK_OK;
+    const tk_opdecl *d = b->op->decl;
+    for (int i = 0; i < d->nparams; i++) {
+        if (d->params[i].kind != TK_P_TENSOR) continue;
+        const tk_tensor_view *v = &b->args[i].t;
+        for (int k = 0; k < v->ndim; k++)
+            if (v->sizes[k] == 0)
+                return call_fail(b->call, "argument '%s' has no elements (dim %d is 0) but the output is not "
+                                          "empty", d->params[i].name, k);
+    }
+    return TK_OK;
+}
+
+static void fill_tensor(tk_ktensor *kt, const tk_tensor_view *v) {
+    memset(kt, 0, sizeof *kt);
+    kt->data = v->data;
+    kt->ndim = v->ndim;
+    for (int d = 0; d < v->ndim; d++) {
+        kt->size[d] = v->sizes[d];
+        kt->stride[d] = v->strides[d];
+    }
+}
+
+static tk_status pick_variant(binder *b) {
+    const tk_op *op = b->op;
+    tk_dtype dv[TK_MAX_TENSORS];
+    for (int v = 0; v < op->ndvars; v++) dv[v] = b->args[op->dvars[v]].t.dtype;
+    b->call->variant = tk_variant_index(op, dv);
+    if (b->call->variant < 0) return call_fail(b->call, "no kernel for these dtypes");
+    b->call->float_type = tk_variant_float_type(op, b->call->variant);
+    return TK_OK;
+}
+
+tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call) {
+    if (!call) return TK_ERR_INVALID;
+    memset(call, 0, sizeof *call);
+    call->op = op;
+    if (!op || (nargs && !args)) {
+        snprintf(call->msg, sizeof call->msg, "tk: invalid tk_bind call");
+        call->op = NULL;
+        return TK_ERR_INVALID;
+    }
+    binder b;
+    memset(&b, 0, sizeof b);
+    b.call = call;
+    b.op = op;
+    b.args = args;
+    b.batch_param = -1;
+    b.device_param = -1;
+    const tk_opdecl *d = op->decl;
+    if (nargs != d->nparams)
+        return call_fail(call, "expected %d arguments, got %d", d->nparams, nargs);
+    for (int i = 0; i < d->nparams; i++) {
+        tk_status st;
+        if (d->params[i].kind == TK_P_TENSOR) {
+            if (args[i].kind != TK_P_TENSOR) return call_fail(call, "argument '%s': expected a tensor", d->params[i].name);
+            if ((st = bind_dtype(&b, i)) || (st = bind_device(&b, i)) || (st = bind_shape(&b, i))) return st;
+            fill_tensor(&call->kargs.t[op->slot[i]], &args[i].t);
+        } else if ((st = bind_scalar(&b, i))) {
+            return st;
+        }
+    }
+    tk_status st;
+    if ((st = pick_variant(&b)) || (st = bind_defaults(&b)) || (st = bind_outputs(&b)) ||
+        (st = check_empty_inputs(&b)))
+        return st;
+    return TK_OK;
+}
+
+tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v) {
+    if (!call || !call->op) return TK_ERR_INVALID;
+    if (i < 0 || i >= call->noutputs) return call_fail(call, "no output %d", i);
+    const char *name = call->op->decl->outputs[i].name;
+    int same = v.ndim == call->out_ndim[i] && v.dtype == call->out_dtype[i];
+    for (int d = 0; same && d < v.ndim; d++) same = v.sizes[d] == call->out_sizes[i][d];
+    if (!same) return call_fail(call, "output '%s': the given tensor's shape or dtype is not the bound one", name);
+    fill_tensor(&call->kargs.t[call->op->out_slot[i]], &v);
+    return TK_OK;
+}
+
+tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
+    if (!call || !call->op) return TK_ERR_INVALID;
+    tk_cpu_fn fn = call->op->cpu_fns[call->variant];
+    if (!fn) return call_fail(call, "no CPU kernel is loaded for %s", call->op->kernel_names[call->variant]);
+    if (begin < 0 || end > call->kargs.numel || begin > end)
+        return call_fail(call, "range [%lld, %lld) is outside the index space [0, %lld)", (long long)begin,
+                         (long long)end, (long long)call->kargs.numel);
+    for (int o = 0; o < call->noutputs; o++)
+        if (!call->kargs.t[call->op->out_slot[o]].data && call->kargs.numel > 0)
+            return call_fail(call, "output '%s' is not set", call->op->decl->outputs[o].name);
+    if (begin < end) fn(&call->kargs, begin, end);
+    return TK_OK;
+}

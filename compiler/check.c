@@ -1,0 +1,834 @@
+/* check.c - the checker: resolves names, binds slots, checks shapes and
+ * types of an op declaration, and annotates its body for one variant at a
+ * time (tk_check_body) so the emitters can read value types off the AST. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define MAX_PARAMS ((int)(sizeof(((tk_op *)0)->slot) / sizeof(int)))
+
+static const char *const k_functions[] = {
+    "min", "max", "abs", "floor", "ceil", "exp", "log", "sqrt", "tanh",
+    "sigmoid", "int", "float", "float32", "float64", "bool", "range", NULL};
+
+typedef struct checker {
+    tk_op *op;
+    char *err;
+    size_t errlen;
+    int variant;
+    tk_vtype ftype;             /* the op's float type in this variant */
+    int scope[TK_MAX_LOCALS];   /* stack of visible locals (indices into op->locals) */
+    int nscope;
+    int loop_depth;
+} checker;
+
+/* Formats "file:line:col: error: msg" into the checker's buffer; returns
+ * TK_ERR_CHECK so callers can `return fail(...)`. */
+static tk_status failv(char *err, size_t errlen, const tk_opdecl *d, tk_loc loc,
+                       const char *fmt, va_list ap) {
+    int n = snprintf(err, errlen, "%s:%d:%d: error: ", d->file, loc.line, loc.col);
+    if (n >= 0 && (size_t)n < errlen) vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    return TK_ERR_CHECK;
+}
+
+static tk_status fail(checker *c, tk_loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    tk_status s = failv(c->err, c->errlen, c->op->decl, loc, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+#define TRY(x) do { tk_status s_ = (x); if (s_ != TK_OK) return s_; } while (0)
+
+static int is_function(const char *name) {
+    for (int i = 0; k_functions[i]; i++)
+        if (strcmp(k_functions[i], name) == 0) return 1;
+    return 0;
+}
+
+int tk_explicit_dims(const tk_param *p) {
+    int n = 0;
+    for (int i = 0; i < p->ndims; i++)
+        if (p->dims[i]->kind != TK_E_ELLIPSIS) n++;
+    return n;
+}
+
+static int has_ellipsis(const tk_param *p) {
+    return p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
+}
+
+tk_sym_kind tk_resolve_header(const tk_op *op, const char *name, int *index) {
+    const tk_opdecl *d = op->decl;
+    for (int i = 0; i < d->nparams; i++) {
+        if (strcmp(d->params[i].name, name) != 0) continue;
+        *index = i;
+        switch (d->params[i].kind) {
+        case TK_P_TENSOR: return TK_SYM_TENSOR;
+        case TK_P_FLOAT: return TK_SYM_FLOAT;
+        default: return TK_SYM_INT;
+        }
+    }
+    for (int i = 0; i < d->noutputs; i++)
+        if (strcmp(d->outputs[i].name, name) == 0) { *index = i; return TK_SYM_OUTPUT; }
+    for (int i = 0; i < op->ndims; i++)
+        if (strcmp(op->dims[i].name, name) == 0) { *index = i; return TK_SYM_DIM; }
+    return TK_SYM_NONE;
+}
+
+/* ---- header: parameters, dims, outputs --------------------------------- */
+
+/* Resolves `x.dtype` chains of input tensor p to the dtype variable. */
+static tk_status resolve_dtype_of(checker *c, const tk_param *p, int limit, int *root) {
+    const tk_opdecl *d = c->op->decl;
+    for (int i = 0; i < limit; i++) {
+        if (strcmp(d->params[i].name, p->dtype_of) != 0) continue;
+        if (d->params[i].kind != TK_P_TENSOR)
+            return fail(c, p->dtype_loc, "'%s' is not a tensor, so '%s.dtype' has no meaning",
+                        p->dtype_of, p->dtype_of);
+        *root = c->op->dtype_root[i];
+        return TK_OK;
+    }
+    return fail(c, p->dtype_loc, "'%s.dtype' must name a tensor parameter declared before '%s'",
+                p->dtype_of, p->name);
+}
+
+/* Binds the symbolic dims of input tensor i; checks the dim forms. */
+static tk_status bind_tensor_dims(checker *c, int i) {
+    tk_op *op = c->op;
+    const tk_param *p = &op->decl->params[i];
+    int axis = 0;
+    if (p->ndims - (has_ellipsis(p) ? 1 : 0) > TK_MAX_DIMS)
+        return fail(c, p->loc, "tensor '%s' has more than %d dims", p->name, TK_MAX_DIMS);
+    for (int j = 0; j < p->ndims; j++) {
+        const tk_expr *e = p->dims[j];
+        if (e->kind == TK_E_ELLIPSIS) {
+            if (j != 0) return fail(c, e->loc, "'...' may only be the first dim of '%s'", p->name);
+            op->has_ellipsis = 1;
+            continue;
+        }
+        if (e->kind == TK_E_INT) {
+            if (e->ival < 0) return fail(c, e->loc, "a dim size cannot be negative");
+            axis++;
+            continue;
+        }
+        if (e->kind != TK_E_NAME)
+            return fail(c, e->loc, "an input dim must be a name, an integer or '...' "
+                                   "(shape expressions belong to outputs)");
+        int idx;
+        tk_sym_kind k = tk_resolve_header(op, e->name, &idx);
+        if (k == TK_SYM_NONE) {
+            if (op->ndims + op->nints >= TK_MAX_INTS)
+                return fail(c, e->loc, "too many scalar parameters and dims (limit %d)", TK_MAX_INTS);
+            if (is_function(e->name))
+                return fail(c, e->loc, "'%s' is a built-in function and cannot name a dim", e->name);
+            tk_dimsym *ds = &op->dims[op->ndims++];
+            ds->name = e->name;
+            ds->param = i;
+            ds->axis = axis;
+        } else if (k != TK_SYM_DIM) {
+            return fail(c, e->loc, "dim '%s' has the name of a parameter", e->name);
+        }
+        axis++;
+    }
+    return TK_OK;
+}
+
+/* Checks names are unique across parameters and outputs. */
+static tk_status check_unique(checker *c) {
+    const tk_opdecl *d = c->op->decl;
+    int n = d->nparams + d->noutputs;
+    for (int i = 0; i < n; i++) {
+        const tk_param *a = i < d->nparams ? &d->params[i] : &d->outputs[i - d->nparams];
+        if (is_function(a->name))
+            return fail(c, a->loc, "'%s' is a built-in function and cannot name a parameter", a->name);
+        for (int j = 0; j < i; j++) {
+            const tk_param *b = j < d->nparams ? &d->params[j] : &d->outputs[j - d->nparams];
+            if (strcmp(a->name, b->name) == 0)
+                return fail(c, a->loc, "'%s' is declared twice (first at line %d)", a->name, b->loc.line);
+        }
+    }
+    return TK_OK;
+}
+
+static int count_bits(unsigned m) {
+    int n = 0;
+    for (; m; m &= m - 1) n++;
+    return n;
+}
+
+/* Assigns kargs slots and dtype roots to the input parameters. */
+static tk_status check_params(checker *c) {
+    tk_op *op = c->op;
+    tk_opdecl *d = op->decl;
+    if (d->nparams > MAX_PARAMS)
+        return fail(c, d->loc, "too many parameters (limit %d)", MAX_PARAMS);
+    for (int i = 0; i < d->nparams; i++) {
+        tk_param *p = &d->params[i];
+        if (p->kind == TK_P_TENSOR) {
+            if (op->ntensors >= TK_MAX_TENSORS - d->noutputs)
+                return fail(c, p->loc, "too many tensors (limit %d with outputs)", TK_MAX_TENSORS);
+            op->slot[i] = op->ntensors++;
+            if (p->dtype_of) {
+                TRY(resolve_dtype_of(c, p, i, &op->dtype_root[i]));
+            } else {
+                if (p->dtype_mask == 0) return fail(c, p->dtype_loc, "empty dtype set");
+                op->dtype_root[i] = i;
+                op->dvars[op->ndvars++] = i;
+            }
+            TRY(bind_tensor_dims(c, i));
+        } else if (p->kind == TK_P_FLOAT) {
+            if (op->nfloats >= TK_MAX_FLOATS)
+                return fail(c, p->loc, "too many float parameters (limit %d)", TK_MAX_FLOATS);
+            op->slot[i] = op->nfloats++;
+        } else {
+            if (op->nints >= TK_MAX_INTS)
+                return fail(c, p->loc, "too many int parameters (limit %d)", TK_MAX_INTS);
+            op->slot[i] = op->nints++;
+        }
+        if (p->optional && p->kind != TK_P_INT)
+            return fail(c, p->loc, "only int parameters can be optional ('int?')");
+    }
+    for (int j = 0; j < op->ndims; j++) op->dims[j].slot = op->nints + j;
+    if (op->nints + op->ndims > TK_MAX_INTS)
+        return fail(c, d->loc, "too many scalar parameters and dims (limit %d)", TK_MAX_INTS);
+    return TK_OK;
+}
+
+/* Types an int-valued header expression (defaults, output dims): names may
+ * be dims and int/bool parameters (before `limit` when limit >= 0). */
+static tk_status check_int_expr(checker *c, const tk_expr *e, int limit, const char *what) {
+    int idx;
+    switch (e->kind) {
+    case TK_E_INT: return TK_OK;
+    case TK_E_BOOL: return TK_OK;
+    case TK_E_NAME: {
+        tk_sym_kind k = tk_resolve_header(c->op, e->name, &idx);
+        if (k == TK_SYM_DIM) return TK_OK;
+        if (k == TK_SYM_INT) {
+            if (limit >= 0 && idx >= limit)
+                return fail(c, e->loc, "%s may only use parameters declared before it, not '%s'",
+                            what, e->name);
+            return TK_OK;
+        }
+        if (k == TK_SYM_NONE) return fail(c, e->loc, "unknown name '%s' in %s", e->name, what);
+        return fail(c, e->loc, "%s must be an int expression of dims and int parameters; "
+                               "'%s' is not one", what, e->name);
+    }
+    case TK_E_UNARY:
+        if (e->op == TK_OPC_NOT) return check_int_expr(c, e->args[0], limit, what);
+        return check_int_expr(c, e->args[0], limit, what);
+    case TK_E_BINARY:
+    case TK_E_COND:
+        if (e->kind == TK_E_BINARY && (e->op == TK_OPC_DIV || e->op == TK_OPC_POW))
+            return fail(c, e->loc, "%s must be an int expression: use '//' instead of '%s'",
+                        what, tk_opc_text(e->op));
+        for (int i = 0; i < e->nargs; i++) TRY(check_int_expr(c, e->args[i], limit, what));
+        return TK_OK;
+    case TK_E_CALL:
+        if (strcmp(e->name, "min") == 0 || strcmp(e->name, "max") == 0) {
+            if (e->nargs != 2) return fail(c, e->loc, "%s() takes 2 arguments", e->name);
+        } else if (strcmp(e->name, "abs") == 0) {
+            if (e->nargs != 1) return fail(c, e->loc, "abs() takes 1 argument");
+        } else {
+            return fail(c, e->loc, "%s may only call min, max and abs, not '%s'", what, e->name);
+        }
+        for (int i = 0; i < e->nargs; i++) TRY(check_int_expr(c, e->args[i], limit, what));
+        return TK_OK;
+    default:
+        return fail(c, e->loc, "%s must be an int expression of dims and int parameters", what);
+    }
+}
+
+/* Checks defaults: optional ints take int expressions; others literals. */
+static tk_status check_defaults(checker *c) {
+    const tk_opdecl *d = c->op->decl;
+    for (int i = 0; i < d->nparams; i++) {
+        const tk_param *p = &d->params[i];
+        const tk_expr *e = p->default_value;
+        if (!e) continue;
+        if (p->kind == TK_P_TENSOR) return fail(c, e->loc, "a tensor parameter cannot have a default");
+        if (p->optional) {
+            TRY(check_int_expr(c, e, i, "a default"));
+            continue;
+        }
+        int neg = e->kind == TK_E_UNARY && e->op == TK_OPC_NEG;
+        const tk_expr *lit = neg ? e->args[0] : e;
+        int ok = (p->kind == TK_P_INT && lit->kind == TK_E_INT) ||
+                 (p->kind == TK_P_FLOAT && (lit->kind == TK_E_FLOAT || lit->kind == TK_E_INT)) ||
+                 (p->kind == TK_P_BOOL && lit->kind == TK_E_BOOL && !neg);
+        if (!ok)
+            return fail(c, e->loc, "the default of '%s' must be a literal of its type "
+                                   "(use 'int? = expr' for a computed default)", p->name);
+    }
+    return TK_OK;
+}
+
+static tk_status check_outputs(checker *c) {
+    tk_op *op = c->op;
+    const tk_opdecl *d = op->decl;
+    if (d->noutputs < 1) return fail(c, d->loc, "an op needs at least one output");
+    for (int i = 0; i < d->noutputs; i++) {
+        const tk_param *p = &d->outputs[i];
+        op->out_slot[i] = op->ntensors + i;
+        op->out_dtype_root[i] = -1;
+        if (p->dtype_of) {
+            TRY(resolve_dtype_of(c, p, d->nparams, &op->out_dtype_root[i]));
+        } else {
+            if (count_bits(p->dtype_mask) != 1)
+                return fail(c, p->dtype_loc, "an output's dtype must be one dtype or 'x.dtype'");
+            for (int t = 0; t < TK_DTYPE_COUNT; t++)
+                if (p->dtype_mask == (1u << t)) op->out_dtype_fixed[i] = (tk_dtype)t;
+        }
+        if (p->ndims - (has_ellipsis(p) ? 1 : 0) > TK_MAX_DIMS)
+            return fail(c, p->loc, "output '%s' has more than %d dims", p->name, TK_MAX_DIMS);
+        for (int j = 0; j < p->ndims; j++) {
+            const tk_expr *e = p->dims[j];
+            if (e->kind == TK_E_ELLIPSIS) {
+                if (j != 0) return fail(c, e->loc, "'...' may only be the first dim of '%s'", p->name);
+                if (!op->has_ellipsis)
+                    return fail(c, e->loc, "output '%s' uses '...' but no input does", p->name);
+                continue;
+            }
+            TRY(check_int_expr(c, e, -1, "an output dim"));
+        }
+    }
+    return TK_OK;
+}
+
+/* The top-level loop: over an output, one variable per explicit dim. */
+static tk_status check_loop(checker *c) {
+    tk_op *op = c->op;
+    const tk_opdecl *d = op->decl;
+    int idx;
+    tk_sym_kind k = tk_resolve_header(op, d->loop_over, &idx);
+    if (k != TK_SYM_OUTPUT)
+        return fail(c, d->loop_loc, "the top-level loop must run over an output, and '%s' is not one",
+                    d->loop_over);
+    op->loop_out = idx;
+    const tk_param *o = &d->outputs[idx];
+    int n = tk_explicit_dims(o);
+    if (d->nloop != n)
+        return fail(c, d->loop_loc, "'%s' has %d explicit dims, so the loop needs %d variables, not %d",
+                    o->name, n, n, d->nloop);
+    for (int i = 0; i < d->nloop; i++) {
+        if (tk_resolve_header(op, d->loop_vars[i], &idx) != TK_SYM_NONE || is_function(d->loop_vars[i]))
+            return fail(c, d->loop_locs[i], "loop variable '%s' hides a parameter, dim or function",
+                        d->loop_vars[i]);
+        for (int j = 0; j < i; j++)
+            if (strcmp(d->loop_vars[i], d->loop_vars[j]) == 0)
+                return fail(c, d->loop_locs[i], "loop variable '%s' appears twice", d->loop_vars[i]);
+    }
+    for (int i = 0; i < d->noutputs; i++)
+        if (has_ellipsis(&d->outputs[i]) != has_ellipsis(o) ||
+            tk_explicit_dims(&d->outputs[i]) != n)
+            return fail(c, d->outputs[i].loc, "every output must have the loop output's rank");
+    return TK_OK;
+}
+
+/* ---- variants ----------------------------------------------------------- */
+
+static int mask_nth(unsigned mask, int n) {
+    for (int t = 0; t < TK_DTYPE_COUNT; t++)
+        if (mask & (1u << t)) {
+            if (n == 0) return t;
+            n--;
+        }
+    return -1;
+}
+
+static int mask_pos(unsigned mask, int dtype) {
+    int n = 0;
+    for (int t = 0; t < dtype; t++)
+        if (mask & (1u << t)) n++;
+    return n;
+}
+
+tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param) {
+    int root = op->dtype_root[param];
+    int rest = variant;
+    for (int v = op->ndvars - 1; v >= 0; v--) {
+        unsigned m = op->decl->params[op->dvars[v]].dtype_mask;
+        int radix = count_bits(m);
+        if (op->dvars[v] == root) return (tk_dtype)mask_nth(m, rest % radix);
+        rest /= radix;
+    }
+    return TK_F32;
+}
+
+tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out) {
+    if (op->out_dtype_root[out] < 0) return op->out_dtype_fixed[out];
+    return tk_variant_dtype(op, variant, op->out_dtype_root[out]);
+}
+
+tk_dtype tk_variant_float_type(const tk_op *op, int variant) {
+    for (int i = 0; i < op->decl->nparams; i++)
+        if (op->decl->params[i].kind == TK_P_TENSOR && tk_variant_dtype(op, variant, i) == TK_F64)
+            return TK_F64;
+    return TK_F32;
+}
+
+int tk_variant_index(const tk_op *op, const tk_dtype *dv) {
+    int idx = 0;
+    for (int v = 0; v < op->ndvars; v++) {
+        unsigned m = op->decl->params[op->dvars[v]].dtype_mask;
+        if (!(m & (1u << dv[v]))) return -1;
+        idx = idx * count_bits(m) + mask_pos(m, (int)dv[v]);
+    }
+    return idx;
+}
+
+/* Allocates per-variant names: tk_<op>__<code>_<code>... */
+static tk_status make_variants(checker *c, tk_arena *a) {
+    tk_op *op = c->op;
+    long n = 1;
+    for (int v = 0; v < op->ndvars; v++) {
+        n *= count_bits(op->decl->params[op->dvars[v]].dtype_mask);
+        if (n > TK_MAX_VARIANTS)
+            return fail(c, op->decl->loc, "more than %d dtype combinations; tie dtypes together "
+                                          "with 'x.dtype'", TK_MAX_VARIANTS);
+    }
+    op->nvariants = (int)n;
+    op->kernel_names = tk_arena_alloc(a, sizeof(char *) * (size_t)n);
+    op->cpu_fns = tk_arena_alloc(a, sizeof(tk_cpu_fn) * (size_t)n);
+    op->variant_codes = tk_arena_alloc(a, sizeof(*op->variant_codes) * (size_t)n);
+    if (!op->kernel_names || !op->cpu_fns || !op->variant_codes) return TK_ERR_NOMEM;
+    for (int i = 0; i < op->nvariants; i++) {
+        char code[64] = "";
+        size_t len = 0;
+        for (int v = 0; v < op->ndvars; v++) {
+            const char *dc = tk_dtype_code(tk_variant_dtype(op, i, op->dvars[v]));
+            int w = snprintf(code + len, sizeof code - len, "%s%s", v ? "_" : "", dc);
+            if (w > 0) len += (size_t)w;
+        }
+        if (op->ndvars == 0) snprintf(code, sizeof code, "k");
+        memcpy(op->variant_codes[i], code, sizeof code);
+        size_t nl = strlen(op->decl->name) + strlen(code) + 8;
+        op->kernel_names[i] = tk_arena_alloc(a, nl);
+        if (!op->kernel_names[i]) return TK_ERR_NOMEM;
+        snprintf(op->kernel_names[i], nl, "tk_%s__%s", op->decl->name, code);
+    }
+    return TK_OK;
+}
+
+/* ---- schema -------------------------------------------------------------- */
+
+static void schema_default(tk_buf *b, const tk_expr *e) {
+    if (e->kind == TK_E_UNARY) {
+        tk_buf_puts(b, "-");
+        e = e->args[0];
+    }
+    if (e->kind == TK_E_INT) tk_buf_printf(b, "%lld", (long long)e->ival);
+    else if (e->kind == TK_E_FLOAT) tk_buf_printf(b, "%.17g", e->fval);
+    else if (e->kind == TK_E_BOOL) tk_buf_puts(b, e->ival ? "True" : "False");
+}
+
+static char *make_schema(const tk_opdecl *d, tk_arena *a) {
+    static const char *const types[] = {"Tensor", "int", "float", "bool"}; /* ORDER tk_param_kind */
+    tk_buf b = {0};
+    tk_buf_printf(&b, "%s(", d->name);
+    for (int i = 0; i < d->nparams; i++) {
+        const tk_param *p = &d->params[i];
+        tk_buf_printf(&b, "%s%s%s %s", i ? ", " : "", types[p->kind], p->optional ? "?" : "", p->name);
+        if (p->optional) tk_buf_puts(&b, "=None");
+        else if (p->default_value) {
+            tk_buf_puts(&b, "=");
+            schema_default(&b, p->default_value);
+        }
+    }
+    tk_buf_puts(&b, ") -> ");
+    if (d->noutputs == 1) tk_buf_puts(&b, "Tensor");
+    else {
+        tk_buf_puts(&b, "(");
+        for (int i = 0; i < d->noutputs; i++) tk_buf_printf(&b, "%sTensor", i ? ", " : "");
+        tk_buf_puts(&b, ")");
+    }
+    char *s = b.oom ? NULL : tk_arena_strndup(a, b.p, b.len);
+    free(b.p);
+    return s;
+}
+
+/* ---- body --------------------------------------------------------------- */
+
+static tk_vtype elem_vtype(tk_dtype d) {
+    switch (d) {
+    case TK_BOOL: return TK_V_BOOL;
+    case TK_F64: return TK_V_F64;
+    case TK_F16: case TK_BF16: case TK_F32: return TK_V_F32;
+    default: return TK_V_INT;
+    }
+}
+
+static const char *vtype_name(tk_vtype t) {
+    static const char *const names[] = {"none", "bool", "int", "float32", "float64"}; /* ORDER tk_vtype */
+    return names[t];
+}
+
+static int is_num(tk_vtype t) { return t == TK_V_INT || t == TK_V_F32 || t == TK_V_F64; }
+static int is_float(tk_vtype t) { return t == TK_V_F32 || t == TK_V_F64; }
+static tk_vtype promote(tk_vtype a, tk_vtype b) { return a > b ? a : b; }
+
+static int find_local(const checker *c, const char *name) {
+    for (int i = c->nscope - 1; i >= 0; i--)
+        if (strcmp(c->op->locals[c->scope[i]].name, name) == 0) return c->scope[i];
+    return -1;
+}
+
+static int find_loop_var(const tk_opdecl *d, const char *name) {
+    for (int i = 0; i < d->nloop; i++)
+        if (strcmp(d->loop_vars[i], name) == 0) return i;
+    return -1;
+}
+
+static tk_status check_expr(checker *c, tk_expr *e);
+
+static tk_status check_name(checker *c, tk_expr *e) {
+    int idx = find_local(c, e->name);
+    if (idx >= 0) {
+        e->ref = idx;
+        e->vtype = c->op->locals[idx].type;
+        return TK_OK;
+    }
+    idx = find_loop_var(c->op->decl, e->name);
+    if (idx >= 0) {
+        e->ref = idx;
+        e->vtype = TK_V_INT;
+        return TK_OK;
+    }
+    switch (tk_resolve_header(c->op, e->name, &idx)) {
+    case TK_SYM_INT:
+        e->ref = idx;
+        e->vtype = c->op->decl->params[idx].kind == TK_P_BOOL ? TK_V_BOOL : TK_V_INT;
+        return TK_OK;
+    case TK_SYM_FLOAT: e->ref = idx; e->vtype = c->ftype; return TK_OK;
+    case TK_SYM_DIM: e->ref = idx; e->vtype = TK_V_INT; return TK_OK;
+    case TK_SYM_TENSOR:
+    case TK_SYM_OUTPUT:
+        return fail(c, e->loc, "tensor '%s' must be indexed, e.g. %s[...]", e->name, e->name);
+    default:
+        if (is_function(e->name)) return fail(c, e->loc, "'%s' is a function; call it", e->name);
+        return fail(c, e->loc, "unknown name '%s'", e->name);
+    }
+}
+
+static tk_status check_index(checker *c, tk_expr *e) {
+    int idx;
+    tk_sym_kind k = tk_resolve_header(c->op, e->name, &idx);
+    if (k == TK_SYM_OUTPUT)
+        return fail(c, e->loc, "output '%s' is write-only; keep values in a local", e->name);
+    if (k != TK_SYM_TENSOR) {
+        if (k == TK_SYM_NONE && find_local(c, e->name) < 0 && find_loop_var(c->op->decl, e->name) < 0)
+            return fail(c, e->loc, "unknown tensor '%s'", e->name);
+        return fail(c, e->loc, "'%s' is not a tensor and cannot be indexed", e->name);
+    }
+    const tk_param *p = &c->op->decl->params[idx];
+    int n = tk_explicit_dims(p);
+    if (e->nargs != n)
+        return fail(c, e->loc, "'%s' takes %d indices (one per explicit dim), got %d", e->name, n, e->nargs);
+    for (int i = 0; i < e->nargs; i++) {
+        TRY(check_expr(c, e->args[i]));
+        if (e->args[i]->vtype != TK_V_INT)
+            return fail(c, e->args[i]->loc, "an index must be an int, not %s", vtype_name(e->args[i]->vtype));
+    }
+    e->ref = idx;
+    e->vtype = elem_vtype(tk_variant_dtype(c->op, c->variant, idx));
+    return TK_OK;
+}
+
+static tk_status check_unary(checker *c, tk_expr *e) {
+    tk_vtype t = e->args[0]->vtype;
+    if (e->op == TK_OPC_NOT) {
+        if (t != TK_V_BOOL) return fail(c, e->loc, "'not' needs a bool, got %s", vtype_name(t));
+        e->vtype = TK_V_BOOL;
+        return TK_OK;
+    }
+    if (!is_num(t)) return fail(c, e->loc, "unary '%s' needs a number, got %s", tk_opc_text(e->op), vtype_name(t));
+    e->vtype = t;
+    return TK_OK;
+}
+
+static tk_status check_binary(checker *c, tk_expr *e) {
+    tk_vtype a = e->args[0]->vtype, b = e->args[1]->vtype;
+    switch (e->op) {
+    case TK_OPC_AND: case TK_OPC_OR:
+        if (a != TK_V_BOOL || b != TK_V_BOOL)
+            return fail(c, e->loc, "'%s' needs bools, got %s and %s", tk_opc_text(e->op), vtype_name(a), vtype_name(b));
+        e->vtype = TK_V_BOOL;
+        return TK_OK;
+    case TK_OPC_EQ: case TK_OPC_NE:
+        if (a == TK_V_BOOL && b == TK_V_BOOL) { e->vtype = TK_V_BOOL; return TK_OK; }
+        /* fall through */
+    case TK_OPC_LT: case TK_OPC_LE: case TK_OPC_GT: case TK_OPC_GE:
+        if (!is_num(a) || !is_num(b))
+            return fail(c, e->loc, "'%s' compares numbers, got %s and %s", tk_opc_text(e->op), vtype_name(a), vtype_name(b));
+        e->vtype = TK_V_BOOL;
+        return TK_OK;
+    default:
+        break;
+    }
+    if (!is_num(a) || !is_num(b))
+        return fail(c, e->loc, "'%s' needs numbers, got %s and %s", tk_opc_text(e->op), vtype_name(a), vtype_name(b));
+    tk_vtype t = promote(a, b);
+    if ((e->op == TK_OPC_DIV || e->op == TK_OPC_POW) && !is_float(t)) t = c->ftype;
+    e->vtype = t;
+    return TK_OK;
+}
+
+static tk_status check_cond(checker *c, tk_expr *e) {
+    tk_vtype a = e->args[0]->vtype, cond = e->args[1]->vtype, b = e->args[2]->vtype;
+    if (cond != TK_V_BOOL) return fail(c, e->args[1]->loc, "a condition must be a bool, got %s", vtype_name(cond));
+    if (a == TK_V_BOOL && b == TK_V_BOOL) e->vtype = TK_V_BOOL;
+    else if (is_num(a) && is_num(b)) e->vtype = promote(a, b);
+    else return fail(c, e->loc, "the two arms of 'if/else' have types %s and %s", vtype_name(a), vtype_name(b));
+    return TK_OK;
+}
+
+static tk_status check_call(checker *c, tk_expr *e) {
+    const char *f = e->name;
+    int two = strcmp(f, "min") == 0 || strcmp(f, "max") == 0;
+    if (!is_function(f) || strcmp(f, "range") == 0)
+        return fail(c, e->loc, strcmp(f, "range") == 0 ? "range() is only allowed in a 'for' loop"
+                                                       : "unknown function '%s'", f);
+    if (e->nargs != (two ? 2 : 1))
+        return fail(c, e->loc, "%s() takes %d argument%s, got %d", f, two ? 2 : 1, two ? "s" : "", e->nargs);
+    for (int i = 0; i < e->nargs; i++) TRY(check_expr(c, e->args[i]));
+    tk_vtype a = e->args[0]->vtype;
+    if (strcmp(f, "bool") == 0) { e->vtype = TK_V_BOOL; return TK_OK; }
+    if (strcmp(f, "int") == 0) { e->vtype = TK_V_INT; return TK_OK; }
+    if (strcmp(f, "float") == 0) { e->vtype = c->ftype; return TK_OK; }
+    if (strcmp(f, "float32") == 0) { e->vtype = TK_V_F32; return TK_OK; }
+    if (strcmp(f, "float64") == 0) { e->vtype = TK_V_F64; return TK_OK; }
+    for (int i = 0; i < e->nargs; i++)
+        if (!is_num(e->args[i]->vtype))
+            return fail(c, e->args[i]->loc, "%s() needs numbers, got %s", f, vtype_name(e->args[i]->vtype));
+    if (two) e->vtype = promote(a, e->args[1]->vtype);
+    else if (strcmp(f, "abs") == 0) e->vtype = a;
+    else if (strcmp(f, "floor") == 0 || strcmp(f, "ceil") == 0) e->vtype = TK_V_INT;
+    else e->vtype = is_float(a) ? a : c->ftype;     /* exp log sqrt tanh sigmoid */
+    return TK_OK;
+}
+
+/* Types e and its children for the current variant; records name refs. */
+static tk_status check_expr(checker *c, tk_expr *e) {
+    switch (e->kind) {
+    case TK_E_INT: e->vtype = TK_V_INT; return TK_OK;
+    case TK_E_FLOAT: e->vtype = c->ftype; return TK_OK;
+    case TK_E_BOOL: e->vtype = TK_V_BOOL; return TK_OK;
+    case TK_E_NAME: return check_name(c, e);
+    case TK_E_ELLIPSIS: return fail(c, e->loc, "'...' is only allowed in a shape");
+    case TK_E_INDEX: return check_index(c, e);
+    case TK_E_CALL: return check_call(c, e);
+    default: break;
+    }
+    for (int i = 0; i < e->nargs; i++) TRY(check_expr(c, e->args[i]));
+    if (e->kind == TK_E_UNARY) return check_unary(c, e);
+    if (e->kind == TK_E_COND) return check_cond(c, e);
+    return check_binary(c, e);
+}
+
+/* Whether a value of type from may be stored in a slot of type to. */
+static tk_status check_convert(checker *c, tk_loc loc, tk_vtype from, tk_vtype to, const char *what) {
+    if (from == to || (is_num(from) && is_float(to)) || (from == TK_V_BOOL && is_num(to))) return TK_OK;
+    if (is_float(from) && to == TK_V_INT)
+        return fail(c, loc, "%s is an int; converting a %s needs int(...)", what, vtype_name(from));
+    return fail(c, loc, "%s is %s and cannot take a %s", what, vtype_name(to), vtype_name(from));
+}
+
+static tk_status check_block(checker *c, tk_stmt **body, int n);
+
+static tk_status declare_local(checker *c, tk_stmt *s, tk_vtype t) {
+    if (c->op->nlocals >= TK_MAX_LOCALS || c->nscope >= TK_MAX_LOCALS)
+        return fail(c, s->loc, "too many local variables (limit %d)", TK_MAX_LOCALS);
+    int idx;
+    if (tk_resolve_header(c->op, s->name, &idx) != TK_SYM_NONE || find_loop_var(c->op->decl, s->name) >= 0)
+        return fail(c, s->loc, "cannot assign to '%s': it is a parameter, dim, tensor or loop variable", s->name);
+    if (is_function(s->name))
+        return fail(c, s->loc, "'%s' is a built-in function and cannot name a variable", s->name);
+    tk_local *l = &c->op->locals[c->op->nlocals];
+    l->name = s->name;
+    l->type = t;
+    s->ref = c->op->nlocals++;
+    s->declares = 1;
+    c->scope[c->nscope++] = s->ref;
+    return TK_OK;
+}
+
+static tk_status check_assign(checker *c, tk_stmt *s) {
+    TRY(check_expr(c, s->value));
+    tk_vtype v = s->value->vtype;
+    int idx = find_local(c, s->name);
+    s->declares = 0;
+    if (idx < 0) {
+        if (s->op != TK_OPC_NONE) {
+            int p;
+            if (tk_resolve_header(c->op, s->name, &p) != TK_SYM_NONE || find_loop_var(c->op->decl, s->name) >= 0)
+                return fail(c, s->loc, "cannot assign to '%s': it is a parameter, dim, tensor or loop variable", s->name);
+            return fail(c, s->loc, "'%s' is used before it is assigned", s->name);
+        }
+        return declare_local(c, s, v);
+    }
+    s->ref = idx;
+    tk_vtype lt = c->op->locals[idx].type;
+    if (s->op != TK_OPC_NONE) {
+        if (!is_num(lt) || !is_num(v))
+            return fail(c, s->loc, "'%s=' needs numbers", tk_opc_text(s->op));
+        tk_vtype r = promote(lt, v);
+        if (s->op == TK_OPC_DIV && !is_float(r)) r = c->ftype;
+        v = r;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "'%s'", s->name);
+    return check_convert(c, s->loc, v, lt, what);
+}
+
+static tk_status check_store(checker *c, tk_stmt *s) {
+    const tk_opdecl *d = c->op->decl;
+    int idx;
+    tk_sym_kind k = tk_resolve_header(c->op, s->name, &idx);
+    if (k == TK_SYM_TENSOR) return fail(c, s->loc, "input '%s' is read-only", s->name);
+    if (k != TK_SYM_OUTPUT) return fail(c, s->loc, "'%s' is not an output", s->name);
+    if (s->op != TK_OPC_NONE)
+        return fail(c, s->loc, "outputs are write-only: accumulate in a local, then store with '='");
+    int ok = s->nindex == d->nloop;
+    for (int i = 0; ok && i < s->nindex; i++)
+        ok = s->index[i]->kind == TK_E_NAME && strcmp(s->index[i]->name, d->loop_vars[i]) == 0 &&
+             find_local(c, s->index[i]->name) < 0;
+    if (!ok) {
+        tk_buf b = {0};
+        for (int i = 0; i < d->nloop; i++) tk_buf_printf(&b, "%s%s", i ? ", " : "", d->loop_vars[i]);
+        tk_status st = fail(c, s->loc, "an output can only be written at the loop index: %s[%s]",
+                            s->name, b.p ? b.p : "");
+        free(b.p);
+        return st;
+    }
+    s->ref = idx;
+    TRY(check_expr(c, s->value));
+    tk_dtype od = tk_variant_out_dtype(c->op, c->variant, idx);
+    tk_vtype ot = elem_vtype(od);
+    char what[128];
+    snprintf(what, sizeof what, "output '%s' (%s)", s->name, tk_dtype_name(od));
+    if (ot == TK_V_F32 && s->value->vtype == TK_V_F64) return TK_OK;   /* narrowing store */
+    return check_convert(c, s->value->loc, s->value->vtype, ot, what);
+}
+
+static tk_status check_for(checker *c, tk_stmt *s) {
+    if (s->lo) {
+        TRY(check_expr(c, s->lo));
+        if (s->lo->vtype != TK_V_INT) return fail(c, s->lo->loc, "range() bounds must be ints");
+    }
+    TRY(check_expr(c, s->hi));
+    if (s->hi->vtype != TK_V_INT) return fail(c, s->hi->loc, "range() bounds must be ints");
+    if (find_local(c, s->name) >= 0)
+        return fail(c, s->loc, "loop variable '%s' hides a local variable", s->name);
+    int mark = c->nscope;
+    TRY(declare_local(c, s, TK_V_INT));
+    c->loop_depth++;
+    tk_status st = check_block(c, s->body, s->nbody);
+    c->loop_depth--;
+    c->nscope = mark;
+    return st;
+}
+
+static tk_status check_stmt(checker *c, tk_stmt *s) {
+    switch (s->kind) {
+    case TK_S_PASS: return TK_OK;
+    case TK_S_ASSIGN: return check_assign(c, s);
+    case TK_S_STORE: return check_store(c, s);
+    case TK_S_FOR: return check_for(c, s);
+    case TK_S_IF: {
+        TRY(check_expr(c, s->value));
+        if (s->value->vtype != TK_V_BOOL)
+            return fail(c, s->value->loc, "an 'if' condition must be a bool, got %s (compare explicitly)",
+                        vtype_name(s->value->vtype));
+        TRY(check_block(c, s->body, s->nbody));
+        return check_block(c, s->orelse, s->norelse);
+    }
+    }
+    return TK_OK;
+}
+
+/* Checks a block; locals declared in it are dropped at its end. */
+static tk_status check_block(checker *c, tk_stmt **body, int n) {
+    int mark = c->nscope;
+    for (int i = 0; i < n; i++) TRY(check_stmt(c, body[i]));
+    c->nscope = mark;
+    return TK_OK;
+}
+
+tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen) {
+    checker c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.err = err;
+    c.errlen = errlen;
+    c.variant = variant;
+    c.ftype = tk_variant_float_type(op, variant) == TK_F64 ? TK_V_F64 : TK_V_F32;
+    op->nlocals = 0;
+    op->cur_variant = variant;
+    return check_block(&c, op->decl->body, op->decl->nbody);
+}
+
+/* Loop variables of inner loops must not be assigned: enforce by scanning. */
+static tk_status check_loop_vars_readonly(checker *c, tk_stmt **body, int n, const char **vars, int nv) {
+    for (int i = 0; i < n; i++) {
+        tk_stmt *s = body[i];
+        if (s->kind == TK_S_ASSIGN)
+            for (int j = 0; j < nv; j++)
+                if (strcmp(vars[j], s->name) == 0)
+                    return fail(c, s->loc, "cannot assign to loop variable '%s'", s->name);
+        if (s->kind == TK_S_FOR) {
+            const char *inner[TK_MAX_LOCALS];
+            int ni = 0;
+            for (int j = 0; j < nv && ni < TK_MAX_LOCALS - 1; j++) inner[ni++] = vars[j];
+            inner[ni++] = s->name;
+            TRY(check_loop_vars_readonly(c, s->body, s->nbody, inner, ni));
+        } else if (s->kind == TK_S_IF) {
+            TRY(check_loop_vars_readonly(c, s->body, s->nbody, vars, nv));
+            TRY(check_loop_vars_readonly(c, s->orelse, s->norelse, vars, nv));
+        }
+    }
+    return TK_OK;
+}
+
+tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size_t errlen) {
+    tk_op *op = tk_arena_alloc(&ctx->arena, sizeof *op);
+    if (!op) {
+        snprintf(err, errlen, "%s: error: out of memory", decl->file);
+        return TK_ERR_NOMEM;
+    }
+    op->decl = decl;
+    checker c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.err = err;
+    c.errlen = errlen;
+    TRY(check_unique(&c));
+    TRY(check_params(&c));
+    TRY(check_defaults(&c));
+    TRY(check_outputs(&c));
+    TRY(check_loop(&c));
+    TRY(check_loop_vars_readonly(&c, decl->body, decl->nbody, NULL, 0));
+    tk_status st = make_variants(&c, &ctx->arena);
+    if (st == TK_ERR_NOMEM) snprintf(err, errlen, "%s: error: out of memory", decl->file);
+    if (st != TK_OK) return st;
+    for (int v = 0; v < op->nvariants; v++) {
+        st = tk_check_body(op, v, err, errlen);
+        if (st != TK_OK) {
+            if (op->nvariants > 1) {
+                size_t n = strlen(err);
+                snprintf(err + n, errlen - n, " (in the %s variant)", op->variant_codes[v]);
+            }
+            return st;
+        }
+    }
+    op->schema = make_schema(decl, &ctx->arena);
+    if (!op->schema) {
+        snprintf(err, errlen, "%s: error: out of memory", decl->file);
+        return TK_ERR_NOMEM;
+    }
+    *out = op;
+    return TK_OK;
+}

@@ -1,0 +1,111 @@
+/* core.h - internal definitions shared by the checker, the binder and the
+ * emitters. Not part of the public API (tk.h). */
+#ifndef TK_CORE_H
+#define TK_CORE_H
+
+#include "ast.h"
+#include "tk.h"
+
+#define TK_MAX_VARIANTS 256
+#define TK_MAX_LOCALS 256
+
+/* What a name in an op resolves to. */
+typedef enum tk_sym_kind {
+    TK_SYM_NONE,
+    TK_SYM_TENSOR,      /* input tensor parameter */
+    TK_SYM_OUTPUT,      /* output tensor */
+    TK_SYM_INT,         /* int or bool scalar parameter: kargs.i[slot] */
+    TK_SYM_FLOAT,       /* float scalar parameter: kargs.f[slot] */
+    TK_SYM_DIM,         /* symbolic dim: kargs.i[slot] */
+    TK_SYM_LOOP,        /* top-level loop variable: slot = loop position */
+    TK_SYM_LOCAL        /* local variable or inner loop variable: slot */
+} tk_sym_kind;
+
+/* A symbolic dim and the first (tensor, dim) that binds it. */
+typedef struct tk_local {
+    const char *name;
+    tk_vtype type;
+} tk_local;
+
+typedef struct tk_dimsym {
+    const char *name;
+    int slot;           /* kargs.i[] */
+    int param;          /* binding tensor parameter */
+    int axis;           /* its explicit-dim position */
+} tk_dimsym;
+
+struct tk_op {
+    tk_opdecl *decl;
+    char *schema;
+    /* per parameter (decl->params): kargs slot, tensor dtype root */
+    int slot[TK_MAX_TENSORS * 4];
+    int dtype_root[TK_MAX_TENSORS * 4];  /* tensor param whose dtype it shares (itself if a class) */
+    int out_slot[TK_MAX_TENSORS];
+    int out_dtype_root[TK_MAX_TENSORS];  /* -1 if a concrete dtype */
+    tk_dtype out_dtype_fixed[TK_MAX_TENSORS];
+    int ntensors, nints, nfloats;        /* input tensor params, int slots used by scalars */
+    tk_dimsym dims[TK_MAX_INTS];
+    int ndims;
+    int has_ellipsis;                    /* some input uses '...' */
+    int loop_out;                        /* index of the output the loop runs over */
+    int dvars[TK_MAX_TENSORS];           /* tensor params that are dtype variables */
+    int ndvars;
+    int nvariants;
+    char **kernel_names;                 /* per variant */
+    tk_cpu_fn *cpu_fns;                  /* per variant, NULL if none */
+    char (*variant_codes)[64];           /* per variant: "f32", "f16_i64"... */
+    /* scratch of the last tk_check_body: locals and their types */
+    tk_local locals[TK_MAX_LOCALS];
+    int nlocals;
+    int cur_variant;
+};
+
+struct tk_ctx {
+    tk_arena arena;
+    tk_op **ops;
+    int nops, cap;
+    char err[1024];
+};
+
+/* Variant v's dtype for tensor parameter p (an input). */
+tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param);
+/* Output i's dtype in variant v. */
+tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out);
+/* The op's float type in variant v: TK_F64 if a float tensor input is float64. */
+tk_dtype tk_variant_float_type(const tk_op *op, int variant);
+/* Variant index of a tuple of dvar dtypes; -1 if not allowed. */
+int tk_variant_index(const tk_op *op, const tk_dtype *dvar_dtypes);
+
+/* Checks decl and builds op (allocated in ctx's arena). Type-checks every
+ * variant. Returns TK_OK or an error with "file:line:col: error: ..." in err. */
+tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size_t errlen);
+
+/* Annotates decl's body for one variant (value types, symbol refs, local
+ * slots). Used by tk_check_op for every variant and by the emitters. */
+tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen);
+
+
+/* Resolves a header-level name (param, output, dim); TK_SYM_NONE if none. */
+tk_sym_kind tk_resolve_header(const tk_op *op, const char *name, int *index);
+
+/* Evaluates an int shape/default expression with dims and int params bound
+ * in ints_by_slot; err gets a message on overflow. */
+tk_status tk_eval_int(const tk_op *op, const tk_expr *e, const int64_t *islots,
+                      const int *ibound, int64_t *out, char *err, size_t errlen);
+
+/* Growable string used by the emitters. */
+typedef struct tk_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} tk_buf;
+void tk_buf_puts(tk_buf *b, const char *s);
+void tk_buf_printf(tk_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+int tk_explicit_dims(const tk_param *p);   /* dims other than '...' */
+
+#endif

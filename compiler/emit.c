@@ -1,0 +1,544 @@
+/* emit.c - renders a checked op as C (CPU) or CUDA C source. The body is
+ * the same text for both targets; what differs (function head, how the
+ * kernel arguments are reached, the index-space loop) is data in k_targets. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+typedef struct tk_target_desc {
+    const char *head;       /* before the kernel name */
+    const char *params;     /* the parameter list */
+    const char *args;       /* how fields of tk_kargs are reached */
+    const char *restrict_kw;
+    int gpu;
+} target_desc;
+
+static const target_desc k_targets[] = {   /* ORDER tk_target */
+    {"void ", "(const tk_kargs *a, tk_i64 begin, tk_i64 end)", "a->", "restrict", 0},
+    {"extern \"C\" __global__ void ", "(const tk_kargs a)", "a.", "__restrict__", 1},
+};
+
+typedef struct emitter {
+    tk_buf *b;
+    const tk_op *op;
+    const target_desc *tg;
+    int variant;
+    tk_vtype ftype;
+    int indent;
+} emitter;
+
+/* ORDER DTYPE: the C type that stores one element. */
+static const char *const k_ctype[TK_DTYPE_COUNT] = {
+    "tk_u8", "tk_u8", "tk_i8", "tk_i16", "tk_i32", "tk_i64", "tk_u16", "tk_u16", "float", "double"};
+
+/* ORDER tk_vtype */
+static const char *const k_vctype[] = {"void", "int", "tk_i64", "float", "double"};
+
+static void line(emitter *E, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void line(emitter *E, const char *fmt, ...) {
+    for (int i = 0; i < E->indent; i++) tk_buf_puts(E->b, "    ");
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[1024];
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof tmp) {
+        tk_buf_puts(E->b, tmp);
+    } else if (n >= 0) {
+        char *big = malloc((size_t)n + 1);
+        if (!big) {
+            E->b->oom = 1;
+            return;
+        }
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        tk_buf_puts(E->b, big);
+        free(big);
+    }
+    tk_buf_puts(E->b, "\n");
+}
+
+static const tk_param *param(const emitter *E, int i) { return &E->op->decl->params[i]; }
+static const tk_param *output(const emitter *E, int i) { return &E->op->decl->outputs[i]; }
+static int is_float_vt(tk_vtype t) { return t == TK_V_F32 || t == TK_V_F64; }
+
+static int has_ell(const tk_param *p) { return p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS; }
+
+/* ---- expressions ---------------------------------------------------------- */
+
+static void expr(emitter *E, const tk_expr *e, tk_vtype want);
+
+/* Emits text converting a value of type from (already in the buffer via
+ * the callback) to type to. */
+static void open_conv(emitter *E, tk_vtype from, tk_vtype to) {
+    if (from == to || to == TK_V_NONE) return;
+    if (to == TK_V_BOOL) tk_buf_puts(E->b, "((");
+    else tk_buf_printf(E->b, "((%s)(", k_vctype[to]);
+}
+
+static void close_conv(emitter *E, tk_vtype from, tk_vtype to) {
+    if (from == to || to == TK_V_NONE) return;
+    tk_buf_puts(E->b, to == TK_V_BOOL ? ") != 0)" : "))");
+}
+
+static void float_lit(emitter *E, double v, tk_vtype t) {
+    char s[64];
+    snprintf(s, sizeof s, t == TK_V_F32 ? "%.9g" : "%.17g", v);
+    if (!strpbrk(s, ".eEni")) strcat(s, ".0");
+    tk_buf_puts(E->b, s);
+    if (t == TK_V_F32) tk_buf_puts(E->b, "f");
+}
+
+static void name_ref(emitter *E, const tk_expr *e) {
+    int idx;
+    for (int i = 0; i < E->op->decl->nloop; i++)
+        if (strcmp(E->op->decl->loop_vars[i], e->name) == 0) {
+            tk_buf_printf(E->b, "v_%s", e->name);
+            return;
+        }
+    tk_sym_kind k = tk_resolve_header(E->op, e->name, &idx);
+    if (k == TK_SYM_DIM) tk_buf_printf(E->b, "d_%s", e->name);
+    else if (k == TK_SYM_INT || k == TK_SYM_FLOAT) tk_buf_printf(E->b, "p_%s", e->name);
+    else tk_buf_printf(E->b, "v_%s", e->name);
+}
+
+static void tensor_read(emitter *E, const tk_expr *e) {
+    const tk_param *p = param(E, e->ref);
+    tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
+    static const char *const pre[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
+        "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
+    static const char *const post[TK_DTYPE_COUNT] = {
+        " != 0)", "", "", "", "", "", ")", ")", "", ""};
+    tk_buf_printf(E->b, "%st_%s[", pre[dt], p->name);
+    if (has_ell(p)) tk_buf_printf(E->b, "o_%s + ", p->name);
+    for (int i = 0; i < e->nargs; i++) {
+        tk_buf_puts(E->b, i ? " + " : "");
+        expr(E, e->args[i], TK_V_INT);
+        tk_buf_printf(E->b, " * s_%s_%d", p->name, i);
+    }
+    if (e->nargs == 0) tk_buf_puts(E->b, "0");
+    tk_buf_printf(E->b, "]%s", post[dt]);
+}
+
+static void call_f(emitter *E, const char *f32name, const char *f64name, const tk_expr *e, tk_vtype t) {
+    tk_buf_printf(E->b, "%s(", t == TK_V_F32 ? f32name : f64name);
+    for (int i = 0; i < e->nargs; i++) {
+        tk_buf_puts(E->b, i ? ", " : "");
+        expr(E, e->args[i], t);
+    }
+    tk_buf_puts(E->b, ")");
+}
+
+static void call(emitter *E, const tk_expr *e) {
+    const char *f = e->name;
+    tk_vtype a = e->args[0]->vtype, t = e->vtype;
+    static const char *const sfx[] = {"", "i", "i", "f", "d"};     /* ORDER tk_vtype */
+    if (!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "float32") || !strcmp(f, "float64") ||
+        !strcmp(f, "bool")) {
+        if (t == TK_V_INT && is_float_vt(a)) {
+            tk_buf_puts(E->b, "tk_f2i(");
+            expr(E, e->args[0], TK_V_F64);
+            tk_buf_puts(E->b, ")");
+        } else {
+            expr(E, e->args[0], t);
+        }
+        return;
+    }
+    if (!strcmp(f, "min") || !strcmp(f, "max") || !strcmp(f, "abs")) {
+        tk_buf_printf(E->b, "tk_%s%s(", f, sfx[t]);
+        for (int i = 0; i < e->nargs; i++) {
+            tk_buf_puts(E->b, i ? ", " : "");
+            expr(E, e->args[i], t);
+        }
+        tk_buf_puts(E->b, ")");
+        return;
+    }
+    if (!strcmp(f, "floor") || !strcmp(f, "ceil")) {
+        if (!is_float_vt(a)) {
+            expr(E, e->args[0], TK_V_INT);
+            return;
+        }
+        tk_buf_puts(E->b, "tk_f2i(");
+        char f32[16];
+        snprintf(f32, sizeof f32, "%sf", f);
+        call_f(E, f32, f, e, a);
+        tk_buf_puts(E->b, ")");
+        return;
+    }
+    if (!strcmp(f, "sigmoid")) {
+        call_f(E, "tk_sigmoidf", "tk_sigmoid", e, t);
+        return;
+    }
+    char f32[16];
+    snprintf(f32, sizeof f32, "%sf", f);
+    call_f(E, f32, f, e, t);
+}
+
+static void binary(emitter *E, const tk_expr *e) {
+    tk_vtype a = e->args[0]->vtype, b = e->args[1]->vtype;
+    tk_vtype t = a > b ? a : b;     /* operand type */
+    if (e->op == TK_OPC_AND || e->op == TK_OPC_OR) t = TK_V_BOOL;
+    if ((e->op == TK_OPC_DIV || e->op == TK_OPC_POW) && !is_float_vt(t)) t = E->ftype;
+    const char *fn = NULL;
+    if (e->op == TK_OPC_FLOORDIV) fn = t == TK_V_INT ? "tk_floordiv" : NULL;
+    if (e->op == TK_OPC_MOD) fn = t == TK_V_INT ? "tk_mod" : t == TK_V_F32 ? "tk_fmodf_py" : "tk_fmod_py";
+    if (e->op == TK_OPC_POW) fn = t == TK_V_F32 ? "powf" : "pow";
+    if (e->op == TK_OPC_FLOORDIV && !fn) {
+        tk_buf_puts(E->b, t == TK_V_F32 ? "floorf(" : "floor(");
+        expr(E, e->args[0], t);
+        tk_buf_puts(E->b, " / ");
+        expr(E, e->args[1], t);
+        tk_buf_puts(E->b, ")");
+        return;
+    }
+    if (fn) {
+        tk_buf_printf(E->b, "%s(", fn);
+        expr(E, e->args[0], t);
+        tk_buf_puts(E->b, ", ");
+        expr(E, e->args[1], t);
+        tk_buf_puts(E->b, ")");
+        return;
+    }
+    static const char *const text[TK_OPC_COUNT] = {   /* ORDER OPC */
+        "", "+", "-", "*", "/", "", "", "", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "", "", ""};
+    tk_buf_puts(E->b, "(");
+    expr(E, e->args[0], t);
+    tk_buf_printf(E->b, " %s ", text[e->op]);
+    expr(E, e->args[1], t);
+    tk_buf_puts(E->b, ")");
+}
+
+/* Emits e converted to type want (TK_V_NONE: e's own type). */
+static void expr(emitter *E, const tk_expr *e, tk_vtype want) {
+    open_conv(E, e->vtype, want);
+    switch (e->kind) {
+    case TK_E_INT: tk_buf_printf(E->b, "%lldLL", (long long)e->ival); break;
+    case TK_E_BOOL: tk_buf_puts(E->b, e->ival ? "1" : "0"); break;
+    case TK_E_FLOAT: float_lit(E, e->fval, e->vtype); break;
+    case TK_E_NAME: name_ref(E, e); break;
+    case TK_E_INDEX: tensor_read(E, e); break;
+    case TK_E_CALL: call(E, e); break;
+    case TK_E_UNARY:
+        tk_buf_puts(E->b, e->op == TK_OPC_NOT ? "(!" : e->op == TK_OPC_NEG ? "(-" : "(+");
+        expr(E, e->args[0], e->vtype);
+        tk_buf_puts(E->b, ")");
+        break;
+    case TK_E_COND:
+        tk_buf_puts(E->b, "(");
+        expr(E, e->args[1], TK_V_BOOL);
+        tk_buf_puts(E->b, " ? ");
+        expr(E, e->args[0], e->vtype);
+        tk_buf_puts(E->b, " : ");
+        expr(E, e->args[2], e->vtype);
+        tk_buf_puts(E->b, ")");
+        break;
+    case TK_E_BINARY: binary(E, e); break;
+    default: break;
+    }
+    close_conv(E, e->vtype, want);
+}
+
+/* ---- statements ----------------------------------------------------------- */
+
+static void block(emitter *E, tk_stmt **body, int n);
+
+static void begin_line(emitter *E) {
+    for (int i = 0; i < E->indent; i++) tk_buf_puts(E->b, "    ");
+}
+
+static void assign(emitter *E, const tk_stmt *s) {
+    tk_vtype lt = E->op->locals[s->ref].type;
+    begin_line(E);
+    if (s->declares) {
+        tk_buf_printf(E->b, "%s v_%s = ", k_vctype[lt], s->name);
+        expr(E, s->value, lt);
+    } else if (s->op == TK_OPC_NONE) {
+        tk_buf_printf(E->b, "v_%s = ", s->name);
+        expr(E, s->value, lt);
+    } else {
+        tk_vtype r = lt > s->value->vtype ? lt : s->value->vtype;
+        if (s->op == TK_OPC_DIV && !is_float_vt(r)) r = E->ftype;
+        if (r == lt) {
+            tk_buf_printf(E->b, "v_%s %s= ", s->name, tk_opc_text(s->op));
+            expr(E, s->value, lt);
+        } else {
+            tk_buf_printf(E->b, "v_%s = (%s)((%s)v_%s %s ", s->name, k_vctype[lt], k_vctype[r], s->name,
+                          tk_opc_text(s->op));
+            expr(E, s->value, r);
+            tk_buf_puts(E->b, ")");
+        }
+    }
+    tk_buf_puts(E->b, ";\n");
+}
+
+static void store(emitter *E, const tk_stmt *s) {
+    const tk_param *o = output(E, s->ref);
+    tk_dtype dt = tk_variant_out_dtype(E->op, E->variant, s->ref);
+    begin_line(E);
+    tk_buf_printf(E->b, "t_%s[", o->name);
+    if (has_ell(o)) tk_buf_printf(E->b, "o_%s + ", o->name);
+    for (int i = 0; i < s->nindex; i++)
+        tk_buf_printf(E->b, "%sv_%s * s_%s_%d", i ? " + " : "", s->index[i]->name, o->name, i);
+    if (s->nindex == 0) tk_buf_puts(E->b, "0");
+    tk_buf_puts(E->b, "] = ");
+    switch (dt) {
+    case TK_F16: tk_buf_puts(E->b, "tk_f32_to_f16("); expr(E, s->value, TK_V_F32); tk_buf_puts(E->b, ")"); break;
+    case TK_BF16: tk_buf_puts(E->b, "tk_f32_to_bf16("); expr(E, s->value, TK_V_F32); tk_buf_puts(E->b, ")"); break;
+    case TK_F32: expr(E, s->value, TK_V_F32); break;
+    case TK_F64: expr(E, s->value, TK_V_F64); break;
+    case TK_BOOL: tk_buf_puts(E->b, "(tk_u8)"); expr(E, s->value, TK_V_BOOL); break;
+    default:
+        tk_buf_printf(E->b, "(%s)", k_ctype[dt]);
+        expr(E, s->value, TK_V_INT);
+        break;
+    }
+    tk_buf_puts(E->b, ";\n");
+}
+
+static void if_stmt(emitter *E, const tk_stmt *s, int is_elif) {
+    if (!is_elif) begin_line(E);
+    tk_buf_puts(E->b, "if (");
+    expr(E, s->value, TK_V_BOOL);
+    tk_buf_puts(E->b, ") {\n");
+    E->indent++;
+    block(E, s->body, s->nbody);
+    E->indent--;
+    begin_line(E);
+    tk_buf_puts(E->b, "}");
+    if (s->norelse == 1 && s->orelse[0]->kind == TK_S_IF) {
+        tk_buf_puts(E->b, " else ");
+        if_stmt(E, s->orelse[0], 1);
+        return;
+    }
+    if (s->norelse > 0) {
+        tk_buf_puts(E->b, " else {\n");
+        E->indent++;
+        block(E, s->orelse, s->norelse);
+        E->indent--;
+        begin_line(E);
+        tk_buf_puts(E->b, "}");
+    }
+    tk_buf_puts(E->b, "\n");
+}
+
+static void for_stmt(emitter *E, const tk_stmt *s) {
+    begin_line(E);
+    tk_buf_printf(E->b, "for (tk_i64 v_%s = ", s->name);
+    if (s->lo) expr(E, s->lo, TK_V_INT);
+    else tk_buf_puts(E->b, "0");
+    tk_buf_printf(E->b, ", v_%s_end = ", s->name);
+    expr(E, s->hi, TK_V_INT);
+    tk_buf_printf(E->b, "; v_%s < v_%s_end; ++v_%s) {\n", s->name, s->name, s->name);
+    E->indent++;
+    block(E, s->body, s->nbody);
+    E->indent--;
+    line(E, "}");
+}
+
+static void block(emitter *E, tk_stmt **body, int n) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        switch (s->kind) {
+        case TK_S_PASS: break;
+        case TK_S_ASSIGN: assign(E, s); break;
+        case TK_S_STORE: store(E, s); break;
+        case TK_S_IF: if_stmt(E, s, 0); break;
+        case TK_S_FOR: for_stmt(E, s); break;
+        }
+    }
+}
+
+/* ---- kernel skeleton -------------------------------------------------------- */
+
+static int expr_uses(const tk_expr *e, const char *name) {
+    if (!e) return 0;
+    if ((e->kind == TK_E_NAME || e->kind == TK_E_INDEX) && strcmp(e->name, name) == 0) return 1;
+    for (int i = 0; i < e->nargs; i++)
+        if (expr_uses(e->args[i], name)) return 1;
+    return 0;
+}
+
+/* Whether the body reads name (a parameter, dim or tensor). */
+static int body_uses(tk_stmt **body, int n, const char *name) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (expr_uses(s->value, name) || expr_uses(s->lo, name) || expr_uses(s->hi, name)) return 1;
+        for (int j = 0; j < s->nindex; j++)
+            if (expr_uses(s->index[j], name)) return 1;
+        if (body_uses(s->body, s->nbody, name) || body_uses(s->orelse, s->norelse, name)) return 1;
+    }
+    return 0;
+}
+
+static int used(const emitter *E, const char *name) {
+    return body_uses(E->op->decl->body, E->op->decl->nbody, name);
+}
+
+/* Declares element pointers and explicit-dim strides of tensor p in slot. */
+static void tensor_prologue(emitter *E, const tk_param *p, int slot, tk_dtype dt, int is_out) {
+    const char *A = E->tg->args;
+    int n = tk_explicit_dims(p);
+    line(E, "%s%s *%s t_%s = (%s%s *)%st[%d].data;", is_out ? "" : "const ", k_ctype[dt],
+         E->tg->restrict_kw, p->name, is_out ? "" : "const ", k_ctype[dt], A, slot);
+    for (int i = 0; i < n; i++)
+        line(E, "const tk_i64 s_%s_%d = %st[%d].stride[%st[%d].ndim - %d];", p->name, i, A, slot, A, slot, n - i);
+}
+
+static void prologue(emitter *E) {
+    const tk_op *op = E->op;
+    const tk_opdecl *d = op->decl;
+    const char *A = E->tg->args;
+    for (int i = 0; i < d->nparams; i++) {
+        const tk_param *p = param(E, i);
+        if (p->kind == TK_P_TENSOR && used(E, p->name))
+            tensor_prologue(E, p, op->slot[i], tk_variant_dtype(op, E->variant, i), 0);
+    }
+    for (int i = 0; i < d->noutputs; i++)
+        tensor_prologue(E, output(E, i), op->out_slot[i], tk_variant_out_dtype(op, E->variant, i), 1);
+    for (int i = 0; i < d->nparams; i++) {
+        const tk_param *p = param(E, i);
+        if (!used(E, p->name)) continue;
+        if (p->kind == TK_P_INT) line(E, "const tk_i64 p_%s = %si[%d];", p->name, A, op->slot[i]);
+        if (p->kind == TK_P_BOOL) line(E, "const int p_%s = (int)%si[%d];", p->name, A, op->slot[i]);
+        if (p->kind == TK_P_FLOAT)
+            line(E, "const %s p_%s = (%s)%sf[%d];", k_vctype[E->ftype], p->name, k_vctype[E->ftype], A, op->slot[i]);
+    }
+    for (int i = 0; i < op->ndims; i++)
+        if (used(E, op->dims[i].name)) line(E, "const tk_i64 d_%s = %si[%d];", op->dims[i].name, A, op->dims[i].slot);
+    const tk_param *lo = output(E, op->loop_out);
+    int lslot = op->out_slot[op->loop_out];
+    for (int i = 0; i < d->nloop; i++)
+        line(E, "const tk_i64 n_%s = %st[%d].size[%st[%d].ndim - %d];", d->loop_vars[i], A, lslot, A, lslot,
+             d->nloop - i);
+    (void)lo;
+}
+
+/* Splits r (a flat index) into the loop variables (all but the last when
+ * inner_last) and the batch offsets of the '...' tensors. */
+static void decompose(emitter *E, int skip_last) {
+    const tk_op *op = E->op;
+    const tk_opdecl *d = op->decl;
+    const char *A = E->tg->args;
+    line(E, "tk_i64 r = lin;");
+    for (int i = d->nloop - 1; i >= 0; i--) {
+        const char *v = d->loop_vars[i];
+        if (i == d->nloop - 1 && skip_last) line(E, "tk_i64 v_%s = r %% n_%s;", v, v);
+        else line(E, "const tk_i64 v_%s = r %% n_%s;", v, v);
+        line(E, "r /= n_%s;", v);
+    }
+    if (!op->has_ellipsis) {
+        line(E, "(void)r;");
+        return;
+    }
+    int lslot = op->out_slot[op->loop_out];
+    for (int i = 0; i < d->nparams; i++)
+        if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
+            line(E, "tk_i64 o_%s = 0;", param(E, i)->name);
+    for (int i = 0; i < d->noutputs; i++) line(E, "tk_i64 o_%s = 0;", output(E, i)->name);
+    line(E, "for (tk_i64 bd = %snbatch - 1; bd >= 0; --bd) {", A);
+    E->indent++;
+    line(E, "const tk_i64 bi = r %% %st[%d].size[bd];", A, lslot);
+    line(E, "r /= %st[%d].size[bd];", A, lslot);
+    for (int i = 0; i < d->nparams; i++)
+        if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
+            line(E, "o_%s += bi * %st[%d].stride[bd];", param(E, i)->name, A, op->slot[i]);
+    for (int i = 0; i < d->noutputs; i++)
+        line(E, "o_%s += bi * %st[%d].stride[bd];", output(E, i)->name, A, op->out_slot[i]);
+    E->indent--;
+    line(E, "}");
+}
+
+/* CPU: decompose once per run of the innermost dim, then walk it. */
+static void cpu_loop(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    line(E, "for (tk_i64 lin = begin; lin < end;) {");
+    E->indent++;
+    decompose(E, 1);
+    if (d->nloop > 0) {
+        const char *v = d->loop_vars[d->nloop - 1];
+        line(E, "const tk_i64 stop = end - lin < n_%s - v_%s ? end : lin + (n_%s - v_%s);", v, v, v, v);
+        line(E, "for (; lin < stop; ++lin, ++v_%s) {", v);
+    } else {
+        line(E, "for (const tk_i64 stop = lin + 1; lin < stop; ++lin) {");
+    }
+    E->indent++;
+    block(E, d->body, d->nbody);
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
+/* CUDA: a grid-stride loop, one element per iteration. */
+static void gpu_loop(emitter *E) {
+    const char *A = E->tg->args;
+    line(E, "const tk_i64 end = %snumel;", A);
+    line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
+    line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
+    E->indent++;
+    decompose(E, 0);
+    block(E, E->op->decl->body, E->op->decl->nbody);
+    E->indent--;
+    line(E, "}");
+}
+
+static void kernel(emitter *E) {
+    const tk_op *op = E->op;
+    tk_buf_printf(E->b, "\n/* %s: ", op->decl->name);
+    for (int i = 0; i < op->decl->nparams; i++)
+        if (param(E, i)->kind == TK_P_TENSOR)
+            tk_buf_printf(E->b, "%s %s, ", param(E, i)->name, tk_dtype_name(tk_variant_dtype(op, E->variant, i)));
+    tk_buf_printf(E->b, "computing in %s */\n", E->ftype == TK_V_F64 ? "float64" : "float32");
+    if (!E->tg->gpu) tk_buf_printf(E->b, "%s%s%s;\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
+    tk_buf_printf(E->b, "%s%s%s {\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
+    E->indent = 1;
+    prologue(E);
+    if (E->tg->gpu) gpu_loop(E);
+    else cpu_loop(E);
+    E->indent = 0;
+    tk_buf_puts(E->b, "}\n");
+}
+
+static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int last, tk_target target, char **out) {
+    if (!ctx || !cop || !out || (unsigned)target > TK_TARGET_CUDA) return TK_ERR_INVALID;
+    tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST */
+    tk_buf b = {0};
+    tk_buf_printf(&b, "/* Generated by tkc %s from %s: op %s. Do not edit. */\n", TK_VERSION, op->decl->file,
+                  op->decl->name);
+    tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
+    for (int v = first; v < last; v++) {
+        tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
+        if (st != TK_OK) {
+            free(b.p);
+            return st;
+        }
+        emitter E = {&b, op, &k_targets[target], v,
+                     tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32, 0};
+        kernel(&E);
+    }
+    if (b.oom) {
+        free(b.p);
+        snprintf(ctx->err, sizeof ctx->err, "out of memory");
+        return TK_ERR_NOMEM;
+    }
+    *out = b.p;
+    return TK_OK;
+}
+
+tk_status tk_emit(tk_ctx *ctx, const tk_op *op, tk_target target, char **out) {
+    return emit_variants(ctx, op, 0, op ? op->nvariants : 0, target, out);
+}
+
+tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, char **out) {
+    if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
+    return emit_variants(ctx, op, variant, variant + 1, target, out);
+}
