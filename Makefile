@@ -1,0 +1,50 @@
+# tk: `make test` and `make demo` work on a fresh machine (they run setup).
+#   make setup   install what the build and tests need (quick when done)
+#   make build   configure + build into build/ (Ninja, Release)
+#   make test    setup, build, run every test through ctest
+#   make demo    setup, build, run `python -m torch_tk demo`
+#   make golden  regenerate the golden files under tests/golden
+#   make clean   remove build/
+PYTHON ?= python3
+BUILD ?= build
+JOBS ?= 2
+TORCH_VERSION ?= 2.13.0
+PIP = $(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore
+
+PY_MODULES = pytest numpy PIL expecttest scikit_build_core ninja
+APT_PACKAGES = libbenchmark-dev libgtest-dev
+
+.PHONY: setup build test demo golden clean
+
+setup:
+	@$(PYTHON) -c 'import torch' 2>/dev/null || $(PIP) torch==$(TORCH_VERSION)
+	@missing=$$($(PYTHON) -c 'import importlib.util as u; m={"PIL":"pillow","scikit_build_core":"scikit-build-core"}; print(" ".join(m.get(n, n) for n in "$(PY_MODULES)".split() if u.find_spec(n) is None))'); \
+	if [ -n "$$missing" ]; then echo "setup: pip install $$missing"; $(PIP) $$missing; fi
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "setup: apt-get install$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }; \
+	  else echo "setup: not root, skipping apt packages:$$missing"; fi; \
+	fi
+
+build:
+	@if [ ! -f $(BUILD)/build.ninja ]; then \
+	  cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$$(command -v $(PYTHON)); \
+	fi
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: setup build
+	ctest --test-dir $(BUILD) --output-on-failure
+
+demo: setup build
+	PYTHONPATH=python TK_LIBRARY=$(BUILD)/libtk.so $(PYTHON) -m torch_tk demo
+
+golden: build
+	$(PYTHON) tests/update_golden.py
+
+clean:
+	rm -rf $(BUILD)

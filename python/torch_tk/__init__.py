@@ -1,0 +1,19 @@
+"""torch_tk: operators written as tk specs (ops/*.tk), compiled by the tk
+spec compiler and registered as torch.ops.tk.<name>.
+
+    import torch, torch_tk
+    out = torch_tk.ops.brick_pad(torch.rand(48, 32), 4, 2, 10)   # (52, 40)
+
+Importing the package loads libtk.so (see torch_tk._lib for where it looks).
+"""
+import torch
+
+from ._lib import library_path, load
+
+__version__ = "0.1.0"
+__all__ = ["ops", "library_path", "__version__"]
+
+load()
+
+#: The operator namespace: torch_tk.ops.rwkv_forward is torch.ops.tk.rwkv_forward.
+ops = torch.ops.tk

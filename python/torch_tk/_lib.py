@@ -1,0 +1,82 @@
+"""Finding and loading libtk.so, the library that registers torch.ops.tk.
+
+Search order:
+  1. the file named by the environment variable TK_LIBRARY;
+  2. torch_tk/lib/libtk.so inside this package (an installed wheel);
+  3. <repo>/build/libtk.so next to this package's source tree (a dev checkout
+     built with `make build`).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+_LIB_NAME = "libtk.so"
+_lock = threading.Lock()
+_loaded_path: str | None = None
+
+_HOW_TO_BUILD = (
+    "Build it from the repository root with `make build` (writes build/libtk.so), "
+    "install the package with `pip install --no-build-isolation .`, "
+    "or point TK_LIBRARY at a built libtk.so."
+)
+
+
+def candidates() -> list[Path]:
+    """The places searched for libtk.so, in order."""
+    env = os.environ.get("TK_LIBRARY")
+    if env:
+        return [Path(env)]
+    package = Path(__file__).resolve().parent
+    return [package / "lib" / _LIB_NAME, package.parent.parent / "build" / _LIB_NAME]
+
+
+def find() -> Path:
+    """The first libtk.so found; ImportError naming every place tried if none."""
+    tried = candidates()
+    for path in tried:
+        if path.is_file():
+            return path.resolve()
+    if os.environ.get("TK_LIBRARY"):
+        raise ImportError(f"torch_tk: TK_LIBRARY={tried[0]} does not exist. {_HOW_TO_BUILD}")
+    places = ", ".join(str(p) for p in tried)
+    raise ImportError(f"torch_tk: {_LIB_NAME} not found (looked in {places}). {_HOW_TO_BUILD}")
+
+
+def _load_error(path: Path) -> str:
+    """Why the loaded library registered no ops ("" if it did)."""
+    lib = ctypes.CDLL(str(path))  # already loaded: the same handle
+    fn = lib.tk_shim_load_error
+    fn.restype = ctypes.c_char_p
+    return (fn() or b"").decode("utf-8", "replace")
+
+
+def load() -> str:
+    """Loads libtk.so once into this process (torch.ops.load_library) and
+    returns its path. Safe to call again and from several threads."""
+    global _loaded_path
+    with _lock:
+        if _loaded_path is not None:
+            return _loaded_path
+        path = find()
+        try:
+            torch.ops.load_library(str(path))
+        except OSError as e:
+            raise ImportError(
+                f"torch_tk: loading {path} failed: {e}. It may have been built against "
+                f"another torch than {torch.__version__}; rebuild it. {_HOW_TO_BUILD}"
+            ) from e
+        error = _load_error(path)
+        if error:
+            raise ImportError(f"torch_tk: {path}: {error}")
+        _loaded_path = str(path)
+        return _loaded_path
+
+
+def library_path() -> str:
+    """Path of the loaded libtk.so (loads it if needed)."""
+    return load()

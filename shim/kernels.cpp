@@ -1,0 +1,207 @@
+// kernels.cpp - the generic boxed kernels: torch stack <-> tk_arg[], tk_bind,
+// output allocation, CPU execution through at::parallel_for. The core does
+// the op-specific validation (dtypes, ranks, dims, devices); this file only
+// adds what is torch's: scalar types, rank limit, one device per call.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shim.h"
+
+namespace tk_shim {
+namespace {
+
+// Elements of the index space per parallel_for chunk: below this, a call
+// runs on the calling thread.
+constexpr int64_t kGrain = 2048;
+
+// Most arguments an op can take: tensors plus int and float scalars.
+constexpr size_t kMaxArgs = TK_MAX_TENSORS + TK_MAX_INTS + TK_MAX_FLOATS;
+
+std::optional<tk_dtype> to_tk_dtype(at::ScalarType s) {
+  switch (s) {
+    case at::kBool: return TK_BOOL;
+    case at::kByte: return TK_U8;
+    case at::kChar: return TK_I8;
+    case at::kShort: return TK_I16;
+    case at::kInt: return TK_I32;
+    case at::kLong: return TK_I64;
+    case at::kHalf: return TK_F16;
+    case at::kBFloat16: return TK_BF16;
+    case at::kFloat: return TK_F32;
+    case at::kDouble: return TK_F64;
+    default: return std::nullopt;
+  }
+}
+
+at::ScalarType to_scalar_type(tk_dtype d) {
+  switch (d) {
+    case TK_BOOL: return at::kBool;
+    case TK_U8: return at::kByte;
+    case TK_I8: return at::kChar;
+    case TK_I16: return at::kShort;
+    case TK_I32: return at::kInt;
+    case TK_I64: return at::kLong;
+    case TK_F16: return at::kHalf;
+    case TK_BF16: return at::kBFloat16;
+    case TK_F32: return at::kFloat;
+    case TK_F64: return at::kDouble;
+    default: break;
+  }
+  TORCH_INTERNAL_ASSERT(false, "tk: unknown tk_dtype ", static_cast<int>(d));
+}
+
+// The op and argument a message is about: "tk.<op>: argument '<name>': ".
+struct Where {
+  const char* op;
+  const char* arg;
+};
+std::string prefix(const Where& w) {
+  return std::string("tk.") + w.op + ": argument '" + w.arg + "': ";
+}
+
+tk_device to_tk_device(const c10::Device& d, const Where& w) {
+  switch (d.type()) {
+    case c10::DeviceType::CPU: return TK_CPU;
+    case c10::DeviceType::CUDA: return TK_CUDA;
+    case c10::DeviceType::Meta: return TK_META;
+    default: break;
+  }
+  TORCH_CHECK(false, prefix(w), "device ", d, " is not supported (cpu, cuda, meta)");
+}
+
+// A view of t for the core. Inputs are read through const_data_ptr, so a
+// copy-on-write tensor is not materialised; outputs are written.
+tk_tensor_view to_view(const at::Tensor& t, bool writable, const Where& w) {
+  TORCH_CHECK(t.defined(), prefix(w), "expected a tensor, got an undefined one");
+  TORCH_CHECK(t.dim() <= TK_MAX_DIMS, prefix(w), "has ", t.dim(), " dims; at most ",
+              TK_MAX_DIMS, " are supported");
+  std::optional<tk_dtype> dtype = to_tk_dtype(t.scalar_type());
+  TORCH_CHECK(dtype.has_value(), prefix(w), "dtype ", t.scalar_type(), " is not supported");
+  tk_tensor_view v{};
+  v.dtype = *dtype;
+  v.ndim = static_cast<int>(t.dim());
+  for (int d = 0; d < v.ndim; ++d) {
+    v.sizes[d] = t.size(d);
+    v.strides[d] = t.stride(d);
+  }
+  v.device = to_tk_device(t.device(), w);
+  v.device_index = t.device().has_index() ? t.device().index() : 0;
+  if (!t.is_meta())
+    v.data = writable ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
+  return v;
+}
+
+// The tk op behind a dispatcher operator "tk::<name>".
+const tk_op* find_op(const c10::OperatorHandle& handle) {
+  const std::string& full = handle.schema().name();
+  const char* name = full.c_str();
+  if (full.rfind("tk::", 0) == 0) name += 4;
+  const tk_op* op = tk_op_find(context(), name);
+  TORCH_INTERNAL_ASSERT(op != nullptr, "tk: no spec for operator ", full);
+  return op;
+}
+
+// One call in flight: the op, its bound arguments, its outputs.
+struct Call {
+  const tk_op* op = nullptr;
+  tk_call call{};
+  std::vector<at::Tensor> outputs;
+};
+
+// Converts the stack's arguments (the last ones) and binds them; fills in
+// `device` with the device of the tensor arguments (unchanged if none).
+void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack, Call& c,
+          c10::Device& device) {
+  const auto& params = handle.schema().arguments();
+  const size_t n = params.size();
+  TORCH_INTERNAL_ASSERT(n <= kMaxArgs, "tk.", tk_op_name(c.op), ": too many arguments");
+  std::array<tk_arg, kMaxArgs> args{};
+  const char* device_arg = nullptr;
+  auto values = torch::jit::last(stack, n);
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = values[i];
+    const Where w{tk_op_name(c.op), params[i].name().c_str()};
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (device_arg == nullptr) {
+        device = t.device();
+        device_arg = w.arg;
+      }
+      TORCH_CHECK(t.device() == device, prefix(w), "expected a tensor on ", device, " like '",
+                  device_arg, "', got one on ", t.device());
+      args[i] = tk_arg_tensor(to_view(t, false, w));
+    } else if (v.isNone()) {
+      args[i] = tk_arg_none();
+    } else if (v.isBool()) {
+      args[i] = tk_arg_bool(v.toBool() ? 1 : 0);
+    } else if (v.isInt()) {
+      args[i] = tk_arg_int(v.toInt());
+    } else if (v.isDouble()) {
+      args[i] = tk_arg_float(v.toDouble());
+    } else {
+      TORCH_CHECK(false, prefix(w), "unsupported value of type ", v.tagKind());
+    }
+  }
+  TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
+}
+
+// Allocates every output on `device` with the shape and dtype tk_bind chose.
+void allocate_outputs(Call& c, const c10::Device& device) {
+  for (int i = 0; i < c.call.noutputs; ++i) {
+    const auto options =
+        at::TensorOptions().dtype(to_scalar_type(c.call.out_dtype[i])).device(device);
+    at::Tensor out = at::empty(at::IntArrayRef(c.call.out_sizes[i], c.call.out_ndim[i]), options);
+    const Where w{tk_op_name(c.op), tk_op_output_name(c.op, i)};
+    TORCH_CHECK(tk_set_output(&c.call, i, to_view(out, true, w)) == TK_OK, c.call.msg);
+    c.outputs.push_back(std::move(out));
+  }
+}
+
+// Runs the whole index space on the CPU, in chunks of at least kGrain.
+// Each chunk gets its own tk_call: tk_run_cpu may write its message.
+void run_cpu(const tk_call& call) {
+  const int64_t numel = call.kargs.numel;
+  if (numel <= 0) return;
+  at::parallel_for(0, numel, kGrain, [&](int64_t begin, int64_t end) {
+    tk_call chunk = call;
+    TORCH_CHECK(tk_run_cpu(&chunk, begin, end) == TK_OK, chunk.msg);
+  });
+}
+
+// Replaces the arguments on the stack with the outputs, in schema order.
+void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, Call& c) {
+  TORCH_INTERNAL_ASSERT(handle.schema().returns().size() == c.outputs.size(),
+                        "tk.", tk_op_name(c.op), ": schema and spec disagree on outputs");
+  torch::jit::drop(*stack, handle.schema().arguments().size());
+  for (at::Tensor& out : c.outputs) stack->emplace_back(std::move(out));
+}
+
+// The shared path of every key: bind, allocate, run when `execute`.
+void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Device device,
+           bool execute) {
+  Call c;
+  c.op = find_op(handle);
+  bind_args(handle, *stack, c, device);
+  TORCH_CHECK(!device.is_cuda(), "tk.", tk_op_name(c.op),
+              ": CUDA support is not built yet; move the tensors to the CPU");
+  allocate_outputs(c, device);
+  if (execute) run_cpu(c.call);
+  push_outputs(handle, stack, c);
+}
+
+}  // namespace
+
+void boxed_cpu(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  boxed(op, stack, c10::Device(c10::DeviceType::CPU), true);
+}
+
+void boxed_meta(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  boxed(op, stack, c10::Device(c10::DeviceType::Meta), false);
+}
+
+}  // namespace tk_shim

@@ -1,0 +1,30 @@
+// shim.h - the libtorch side of tk: one process-wide context holding the
+// built-in specs (registry.cpp) and one generic boxed kernel per dispatch key
+// (kernels.cpp). Nothing here is per-op: schemas and kernels come from the
+// spec table compiled into libtk.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include "tk.h"
+
+namespace tk_shim {
+
+// The process-wide context with every built-in op; created on first use and
+// never freed. Throws c10::Error with the core's message if loading failed.
+const tk_ctx* context();
+
+// The error of loading or registering the built-in ops, "" if none.
+const char* load_error();
+
+// Boxed kernels for every tk op: arguments are converted to tk_arg[], bound
+// by tk_bind, outputs are allocated with torch's allocator and pushed on
+// the stack in schema order. CPU runs the index space with at::parallel_for;
+// Meta only computes the output shapes.
+void boxed_cpu(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+               torch::jit::Stack* stack);
+void boxed_meta(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                torch::jit::Stack* stack);
+
+}  // namespace tk_shim
