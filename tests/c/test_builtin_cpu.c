@@ -1,0 +1,234 @@
+/* test_builtin_cpu.c - runs the built-in ops' generated CPU kernels through
+ * the C API on plain buffers and compares them with C references written
+ * from the formulas in shared/seed/NOTES.md. Outputs are poisoned first so
+ * unwritten elements show. Usage: test_builtin_cpu OPS_DIR TESTS_DIR */
+#include <math.h>
+#include <stdint.h>
+
+#include "tk.h"
+#include "tk_test.h"
+
+extern const tk_builtin_spec tk_builtin_specs[];
+extern const int tk_builtin_nspecs;
+extern const tk_builtin_kernel tk_builtin_kernels[];
+extern const int tk_builtin_nkernels;
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_u64(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static int64_t rand_in(int64_t lo, int64_t hi) { return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1)); }
+static float rand_f(void) { return (float)(next_u64() >> 40) / (float)(1 << 24); }
+
+static int64_t floor_div(int64_t a, int64_t b) { return (int64_t)floor((double)a / (double)b); }
+
+/* Reference brick_pad for one (row, col): the seed's mapping. */
+static void brick_src(int64_t row, int64_t col, int64_t H, int64_t TH, int64_t TW, int64_t pw, int64_t ph,
+                      int64_t s, int64_t *ti, int64_t *tj) {
+    int64_t x1 = col - pw, y1 = H - 1 - row + ph;
+    int64_t v = floor_div(y1, TH);
+    int64_t u = floor_div(x1 - v * s, TW);
+    int64_t x2 = x1 - u * TW - v * s, y2 = y1 - u * 0 - v * TH;
+    *ti = TH - 1 - y2;
+    *tj = x2;
+}
+
+/* brick_pad on float32 tiles: batch dims, explicit sizes, non-contiguous
+ * (transposed storage) tiles, chunked runs. */
+static void test_brick_pad(const tk_op *op) {
+    for (int trial = 0; trial < 60; trial++) {
+        int64_t TH = rand_in(1, 7), TW = rand_in(1, 7), pw = rand_in(-3, 12), ph = rand_in(-3, 12);
+        int64_t s = rand_in(-20, 20), nb = rand_in(1, 3), transposed = trial % 2;
+        int64_t H = TH + 2 * ph, W = TW + 2 * pw;
+        int explicit_hw = trial % 3 == 0;
+        if (explicit_hw) { H = rand_in(0, 20); W = rand_in(0, 20); }
+        if (H < 0 || W < 0) continue;
+        float *tile = malloc(sizeof(float) * (size_t)(nb * TH * TW));
+        for (int64_t i = 0; i < nb * TH * TW; i++) tile[i] = rand_f();
+        /* storage (nb, TW, TH) viewed as (nb, TH, TW) when transposed */
+        int64_t tsz[3] = {nb, TH, TW}, tst[3] = {TH * TW, TW, 1};
+        if (transposed) { tst[1] = 1; tst[2] = TH; }
+        size_t n = (size_t)(nb * H * W);
+        float *out = malloc(sizeof(float) * (n ? n : 1));
+        for (size_t i = 0; i < n; i++) out[i] = NAN;
+        tk_arg args[6] = {tk_arg_tensor(tk_view(tile, TK_F32, 3, tsz, tst)), tk_arg_int(pw), tk_arg_int(ph),
+                          tk_arg_int(s), explicit_hw ? tk_arg_int(H) : tk_arg_none(),
+                          explicit_hw ? tk_arg_int(W) : tk_arg_none()};
+        tk_call call;
+        int st = tk_bind(op, args, 6, &call);
+        CHECK(st == TK_OK);
+        if (st != TK_OK) { fprintf(stderr, "%s\n", call.msg); free(tile); free(out); continue; }
+        CHECK(call.out_ndim[0] == 3 && call.out_sizes[0][0] == nb && call.out_sizes[0][1] == H &&
+              call.out_sizes[0][2] == W);
+        int64_t osz[3] = {nb, H, W}, ost[3] = {H * W, W, 1};
+        CHECK(tk_set_output(&call, 0, tk_view(out, TK_F32, 3, osz, ost)) == TK_OK);
+        /* run in uneven chunks, as a parallel-for would */
+        for (int64_t b = 0; b < call.kargs.numel;) {
+            int64_t e = b + rand_in(1, 17);
+            if (e > call.kargs.numel) e = call.kargs.numel;
+            CHECK(tk_run_cpu(&call, b, e) == TK_OK);
+            b = e;
+        }
+        int bad = 0;
+        for (int64_t bi = 0; bi < nb; bi++)
+            for (int64_t r = 0; r < H; r++)
+                for (int64_t c = 0; c < W; c++) {
+                    int64_t ti, tj;
+                    brick_src(r, c, H, TH, TW, pw, ph, s, &ti, &tj);
+                    float want = tile[bi * TH * TW + ti * tst[1] + tj * tst[2]];
+                    float got = out[(bi * H + r) * W + c];
+                    if (!(ti >= 0 && ti < TH && tj >= 0 && tj < TW) || memcmp(&want, &got, 4) != 0) bad++;
+                }
+        CHECK(bad == 0);
+        free(tile);
+        free(out);
+    }
+}
+
+/* rwkv_forward in float32 and float64 against a float64 loop. */
+static void test_rwkv(const tk_op *op, tk_dtype dt) {
+    const int64_t B = 3, C = 5, T = 17;
+    double *w = malloc(sizeof(double) * C * T), *k = malloc(sizeof(double) * B * C * T);
+    for (int64_t i = 0; i < C * T; i++) w[i] = rand_f();
+    for (int64_t i = 0; i < B * C * T; i++) k[i] = rand_f();
+    size_t es = tk_dtype_size(dt);
+    char *wb = malloc(es * C * T), *kb = malloc(es * B * C * T), *ob = malloc(es * B * C * T);
+    for (int64_t i = 0; i < C * T; i++) {
+        if (dt == TK_F32) ((float *)wb)[i] = (float)w[i];
+        else ((double *)wb)[i] = w[i];
+    }
+    for (int64_t i = 0; i < B * C * T; i++) {
+        if (dt == TK_F32) ((float *)kb)[i] = (float)k[i];
+        else ((double *)kb)[i] = k[i];
+        if (dt == TK_F32) ((float *)ob)[i] = NAN;
+        else ((double *)ob)[i] = NAN;
+    }
+    int64_t wsz[2] = {C, T}, wst[2] = {T, 1}, ksz[3] = {B, C, T}, kst[3] = {C * T, T, 1};
+    tk_arg args[3] = {tk_arg_tensor(tk_view(wb, dt, 2, wsz, wst)), tk_arg_tensor(tk_view(kb, dt, 3, ksz, kst)),
+                      tk_arg_float(0.1)};
+    tk_call call;
+    CHECK(tk_bind(op, args, 3, &call) == TK_OK);
+    CHECK(tk_set_output(&call, 0, tk_view(ob, dt, 3, ksz, kst)) == TK_OK);
+    CHECK(tk_run_cpu(&call, 0, call.kargs.numel) == TK_OK);
+    double maxerr = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < T; t++) {
+                double s = 0.1;
+                for (int64_t u = 0; u <= t; u++) s += w[c * T + (T - 1) - (t - u)] * k[(b * C + c) * T + u];
+                int64_t i = (b * C + c) * T + t;
+                double got = dt == TK_F32 ? ((float *)ob)[i] : ((double *)ob)[i];
+                double err = fabs(got - s) / fabs(s);
+                if (!(err <= maxerr)) maxerr = isnan(err) ? INFINITY : err;
+            }
+    CHECK(maxerr < (dt == TK_F32 ? 1e-5 : 1e-13));
+    free(w); free(k); free(wb); free(kb); free(ob);
+}
+
+static int bind_error(const tk_op *op, const tk_arg *args, int n, const char *want) {
+    tk_call call;
+    int st = tk_bind(op, args, n, &call);
+    int ok = st == TK_ERR_ARG && strstr(call.msg, want) != NULL;
+    if (!ok) fprintf(stderr, "expected error containing \"%s\", got status %d: \"%s\"\n", want, st, call.msg);
+    return ok;
+}
+
+static void test_bind_errors(const tk_op *bp, const tk_op *rw) {
+    float buf[64] = {0};
+    int64_t s2[2] = {4, 8}, st2[2] = {8, 1}, s3[3] = {2, 5, 8}, st3[3] = {40, 8, 1}, s1[1] = {8}, st1[1] = {1};
+    tk_arg w = tk_arg_tensor(tk_view(buf, TK_F32, 2, s2, st2));
+    tk_arg k_badc = tk_arg_tensor(tk_view(buf, TK_F32, 3, s3, st3));
+    tk_arg eps = tk_arg_float(0.1);
+    tk_arg a1[3] = {w, k_badc, eps};
+    CHECK(bind_error(rw, a1, 3, "tk.rwkv_forward: argument 'k': dim 1 (C) is 5 but w gives C = 4"));
+    tk_arg a2[3] = {tk_arg_tensor(tk_view(buf, TK_F32, 1, s1, st1)), k_badc, eps};
+    CHECK(bind_error(rw, a2, 3, "tk.rwkv_forward: argument 'w': expected 2 dims (C, T), got 1"));
+    tk_arg a3[3] = {tk_arg_tensor(tk_view(buf, TK_I32, 2, s2, st2)), k_badc, eps};
+    CHECK(bind_error(rw, a3, 3, "argument 'w': dtype int32 is not supported (expected float16, bfloat16, float32, float64)"));
+    int64_t s3ok[3] = {2, 4, 8};
+    tk_arg a4[3] = {w, tk_arg_tensor(tk_view(buf, TK_F64, 3, s3ok, st3)), eps};
+    CHECK(bind_error(rw, a4, 3, "argument 'k': dtype float64 must match w's dtype float32"));
+    CHECK(bind_error(rw, a4, 2, "tk.rwkv_forward: expected 3 arguments, got 2"));
+    tk_arg a5[3] = {w, tk_arg_tensor(tk_view(buf, TK_F32, 3, s3ok, st3)), eps};
+    a5[1].t.device = TK_META;
+    CHECK(bind_error(rw, a5, 3, "argument 'k' is on meta but 'w' is on cpu"));
+    /* brick_pad: empty tile with a non-empty output, negative size, overflow */
+    int64_t e2[2] = {0, 8};
+    tk_arg b1[6] = {tk_arg_tensor(tk_view(buf, TK_F32, 2, e2, st2)), tk_arg_int(1), tk_arg_int(1), tk_arg_int(0),
+                    tk_arg_none(), tk_arg_none()};
+    CHECK(bind_error(bp, b1, 6, "tk.brick_pad: argument 'tile' has no elements"));
+    tk_arg b2[6] = {w, tk_arg_int(-9), tk_arg_int(1), tk_arg_int(0), tk_arg_none(), tk_arg_none()};
+    CHECK(bind_error(bp, b2, 6, "tk.brick_pad: output 'out': dim 1 would be -10; it must be >= 0"));
+    tk_arg b3[6] = {w, tk_arg_int(INT64_MAX / 2), tk_arg_int(1), tk_arg_int(0), tk_arg_none(), tk_arg_none()};
+    CHECK(bind_error(bp, b3, 6, "argument 'width': its default cannot be computed: integer overflow"));
+    tk_arg b4[6] = {w, tk_arg_int(0), tk_arg_int(0), tk_arg_int(0), tk_arg_int(INT64_MAX / 4), tk_arg_int(1000)};
+    CHECK(bind_error(bp, b4, 6, "output 'out' is too large"));
+}
+
+/* Every float16 bit pattern converts like the compiler's _Float16. */
+static void test_half_conversions(void) {
+#if defined(__FLT16_MAX__)
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        _Float16 x;
+        uint16_t hb = (uint16_t)h;
+        memcpy(&x, &hb, 2);
+        float want = (float)x, got = tk_f16_to_f32(hb);
+        if (memcmp(&want, &got, 4) != 0 && !(isnan(want) && isnan(got))) bad++;
+    }
+    CHECK(bad == 0);
+    bad = 0;
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = (uint32_t)next_u64();
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f)) continue;
+        _Float16 x = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &x, 2);
+        if (tk_f32_to_f16(f) != want) bad++;
+    }
+    CHECK(bad == 0);
+#endif
+    /* bfloat16: round to nearest even */
+    CHECK(tk_f32_to_bf16(tk_bits2f(0x3f808000u)) == 0x3f80);   /* tie, even stays */
+    CHECK(tk_f32_to_bf16(tk_bits2f(0x3f818000u)) == 0x3f82);   /* tie, odd rounds up */
+    CHECK(tk_f32_to_bf16(tk_bits2f(0x3f808001u)) == 0x3f81);
+    CHECK(tk_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(isnan(tk_bf16_to_f32(tk_f32_to_bf16(NAN))));
+}
+
+static void test_python_division(void) {
+    CHECK(tk_floordiv(-7, 2) == -4 && tk_floordiv(7, -2) == -4 && tk_floordiv(7, 2) == 3);
+    CHECK(tk_mod(-7, 2) == 1 && tk_mod(7, -2) == -1 && tk_mod(-6, 3) == 0);
+    CHECK(tk_floordiv(5, 0) == 0 && tk_mod(5, 0) == 0);
+    CHECK(tk_floordiv(INT64_MIN, -1) == INT64_MIN);
+    CHECK(tk_f2i(NAN) == 0 && tk_f2i(1e300) == INT64_MAX && tk_f2i(-2.7) == -2);
+}
+
+int main(void) {
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(ctx != NULL);
+    int st = tk_ctx_add_builtins(ctx, tk_builtin_specs, tk_builtin_nspecs, tk_builtin_kernels, tk_builtin_nkernels);
+    if (st != TK_OK) fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+    CHECK(st == TK_OK);
+    const tk_op *bp = tk_op_find(ctx, "brick_pad"), *rw = tk_op_find(ctx, "rwkv_forward");
+    CHECK(bp && rw);
+    if (bp && rw) {
+        CHECK(strcmp(tk_op_schema(bp), "brick_pad(Tensor tile, int pw, int ph, int stagger, int? height=None, "
+                                        "int? width=None) -> Tensor") == 0);
+        CHECK(strcmp(tk_op_schema(rw), "rwkv_forward(Tensor w, Tensor k, float eps) -> Tensor") == 0);
+        CHECK(tk_op_nvariants(bp) == TK_DTYPE_COUNT && tk_op_nvariants(rw) == 4);
+        test_brick_pad(bp);
+        test_rwkv(rw, TK_F32);
+        test_rwkv(rw, TK_F64);
+        test_bind_errors(bp, rw);
+    }
+    test_half_conversions();
+    test_python_division();
+    tk_ctx_free(ctx);
+    return tk_test_report("test_builtin_cpu");
+}
