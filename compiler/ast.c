@@ -1,0 +1,82 @@
+/* ast.c - the arena that owns every syntax-tree node, and operator names. */
+#include "ast.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TK_ARENA_ALIGN 16u
+#define TK_ARENA_BLOCK ((size_t)64 * 1024)
+
+struct tk_arena_block {
+    tk_arena_block *next;
+    size_t used, cap;
+    /* data follows the header, aligned to TK_ARENA_ALIGN */
+};
+
+/* Size of the block header rounded up to the alignment. */
+static size_t header_size(void) {
+    size_t h = sizeof(tk_arena_block);
+    return (h + TK_ARENA_ALIGN - 1u) & ~(size_t)(TK_ARENA_ALIGN - 1u);
+}
+
+/* Returns n zeroed bytes that live until tk_arena_free; NULL on OOM. */
+void *tk_arena_alloc(tk_arena *a, size_t n) {
+    tk_arena_block *b;
+    size_t cap;
+    if (n == 0) n = 1;
+    if (n > (size_t)-1 / 2) return NULL;
+    n = (n + TK_ARENA_ALIGN - 1u) & ~(size_t)(TK_ARENA_ALIGN - 1u);
+    b = a->head;
+    if (b == NULL || b->cap - b->used < n) {
+        cap = n > TK_ARENA_BLOCK ? n : TK_ARENA_BLOCK;
+        b = (tk_arena_block *)calloc(1, header_size() + cap);  /* calloc: zeroed */
+        if (b == NULL) return NULL;
+        b->cap = cap;
+        b->used = 0;
+        b->next = a->head;
+        a->head = b;
+    }
+    {
+        char *p = (char *)b + header_size() + b->used;
+        b->used += n;
+        return p;
+    }
+}
+
+/* Copies s[0..n) into the arena with a terminating NUL; NULL on OOM. */
+char *tk_arena_strndup(tk_arena *a, const char *s, size_t n) {
+    char *d;
+    if (n == (size_t)-1) return NULL;
+    d = (char *)tk_arena_alloc(a, n + 1);
+    if (d == NULL) return NULL;
+    if (n > 0) memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* Frees every block; the arena is empty (and reusable) afterwards. */
+void tk_arena_free(tk_arena *a) {
+    tk_arena_block *b = a->head;
+    while (b != NULL) {
+        tk_arena_block *next = b->next;
+        free(b);
+        b = next;
+    }
+    a->head = NULL;
+}
+
+/* ORDER OPC */
+static const char *const opc_text[TK_OPC_COUNT] = {
+    "",
+    "+", "-", "*", "/", "//",
+    "%", "**",
+    "==", "!=", "<", "<=", ">", ">=",
+    "and", "or",
+    "-", "+", "not",
+};
+
+/* Spelling of an operator as written in a spec ("?" if out of range). */
+const char *tk_opc_text(tk_opc op) {
+    if ((int)op < 0 || op >= TK_OPC_COUNT) return "?";
+    return opc_text[op];
+}
