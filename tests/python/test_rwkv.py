@@ -1,0 +1,131 @@
+"""torch.ops.tk.rwkv_forward against independent references (torch_tk.reference).
+
+out[b, c, t] = eps + sum_{u=0..t} w[c, (T-1)-(t-u)] * k[b, c, u]; w (C, T), k (B, C, T).
+Errors are measured as max |tk - ref| / max |ref| (relative to the output's scale).
+"""
+
+import pytest
+import torch
+
+from torch_tk.reference import rwkv_conv1d, rwkv_inputs, rwkv_loop
+
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+# Bounds on max|err| / max|ref| against a float64 reference computed from the
+# same (already rounded) inputs. tk accumulates in float32 (float64 for
+# float64), so for the half types the error is dominated by rounding the
+# output to the half type: at most half an ulp, 2**-11 = 4.9e-4 (float16) and
+# 2**-8 = 3.9e-3 (bfloat16) of the largest output; float32 accumulation of
+# T = 128 terms adds at most 127 * 2**-24 = 7.6e-6. The bounds leave ~4x margin.
+# float32: recursive summation of T = 128 positive terms, <= 127 * 2**-24.
+REL_BOUND = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def rel_err(got, ref):
+    ref = ref.to(torch.float64)
+    return ((got.to(torch.float64) - ref).abs().max() / ref.abs().max()).item()
+
+
+@pytest.mark.parametrize("B, C, T", [(1, 1, 1), (1, 1, 2), (2, 3, 5), (3, 2, 17), (1, 4, 33)])
+@pytest.mark.parametrize("eps", [0.1, -2.5, 0.0])
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_against_python_loop(B, C, T, eps, dtype, rtol):
+    w, k = rwkv_inputs(B, C, T, dtype=dtype, seed=B * 100 + C * 10 + T)
+    w = w - 0.5  # mixed signs
+    out = torch.ops.tk.rwkv_forward(w, k, eps)
+    assert out.shape == (B, C, T) and out.dtype == dtype
+    ref = rwkv_loop(w, k, eps)
+    torch.testing.assert_close(out.to(torch.float64), ref, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_against_conv1d(dtype):
+    """B=4, C=64, T=128; reference: float64 conv1d of the same inputs."""
+    w, k = rwkv_inputs(4, 64, 128, dtype=dtype, seed=7)
+    out = torch.ops.tk.rwkv_forward(w, k, 0.1)
+    assert out.shape == (4, 64, 128) and out.dtype == dtype
+    ref = rwkv_conv1d(w.to(torch.float64), k.to(torch.float64), 0.1)
+    err = rel_err(out, ref)
+    assert err < REL_BOUND[dtype], f"{dtype}: relative error {err:.3g} >= {REL_BOUND[dtype]:.3g}"
+
+
+def test_float32_against_float32_conv1d():
+    """The seed's one-liner, all in float32, agrees to float32 accuracy."""
+    w, k = rwkv_inputs(4, 64, 128, seed=8)
+    err = rel_err(torch.ops.tk.rwkv_forward(w, k, 0.1), rwkv_conv1d(w, k, 0.1))
+    assert err < 1e-5
+
+
+def noncontiguous(w, k, layout):
+    """The same values as (w, k), laid out in memory according to layout."""
+    if layout == "transposed":  # w stored (T, C), k stored (T, B, C)
+        return w.t().contiguous().t(), k.permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    if layout == "sliced":  # every other element of larger buffers, storage offset
+        wb = torch.zeros(w.shape[0] * 2, w.shape[1] * 3 + 1, dtype=w.dtype)
+        kb = torch.zeros(k.shape[0], k.shape[1] + 3, k.shape[2] * 2, dtype=k.dtype)
+        wb[::2, 1::3] = w
+        kb[:, 3:, ::2] = k
+        return wb[::2, 1::3], kb[:, 3:, ::2]
+    if layout == "batch_expanded":  # k's batch dim with stride 0
+        return w, k[:1].expand_as(k)
+    raise ValueError(layout)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "batch_expanded"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_noncontiguous_inputs(layout, dtype):
+    w, k = rwkv_inputs(3, 8, 24, dtype=dtype, seed=3)
+    w2, k2 = noncontiguous(w, k, layout)
+    if layout == "batch_expanded":
+        k = k2.contiguous()
+    assert torch.equal(w2, w) and torch.equal(k2, k)
+    assert not (w2.is_contiguous() and k2.is_contiguous())
+    got = torch.ops.tk.rwkv_forward(w2, k2, 0.25)
+    expected = torch.ops.tk.rwkv_forward(w, k, 0.25)
+    torch.testing.assert_close(got, expected)  # torch's default tolerance for dtype
+    assert rel_err(got, rwkv_conv1d(w.double(), k.double(), 0.25)) < REL_BOUND[dtype]
+
+
+def test_does_not_modify_inputs():
+    w, k = rwkv_inputs(2, 3, 9, seed=4)
+    w0, k0 = w.clone(), k.clone()
+    torch.ops.tk.rwkv_forward(w, k, 0.1)
+    assert torch.equal(w, w0) and torch.equal(k, k0)
+
+
+def test_empty_batch():
+    w, k = rwkv_inputs(1, 3, 5)
+    out = torch.ops.tk.rwkv_forward(w, k[:0], 0.1)
+    assert out.shape == (0, 3, 5) and out.dtype == torch.float32
+
+
+def test_integer_eps_is_accepted():
+    w, k = rwkv_inputs(2, 3, 4, dtype=torch.float64)
+    torch.testing.assert_close(torch.ops.tk.rwkv_forward(w, k, 2), rwkv_loop(w, k, 2.0))
+
+
+f32 = torch.float32
+
+
+@pytest.mark.parametrize(
+    "w_shape, w_dtype, k_shape, k_dtype, bad_arg",
+    [
+        ((4, 8), f32, (2, 5, 8), f32, "k"),  # C mismatch
+        ((4, 8), f32, (2, 4, 9), f32, "k"),  # T mismatch
+        ((8,), f32, (2, 4, 8), f32, "w"),  # w rank 1
+        ((4, 1, 8), f32, (2, 4, 8), f32, "w"),  # w rank 3 (the article's (C, 1, T))
+        ((4, 8), f32, (4, 8), f32, "k"),  # k rank 2
+        ((4, 8), f32, (1, 2, 4, 8), f32, "k"),  # k rank 4
+        ((4, 8), torch.int32, (2, 4, 8), torch.int32, "w"),  # int dtype
+        ((4, 8), torch.int64, (2, 4, 8), torch.int64, "w"),
+        ((4, 8), torch.bool, (2, 4, 8), torch.bool, "w"),
+        ((4, 8), torch.complex64, (2, 4, 8), torch.complex64, "w"),
+        ((4, 8), f32, (2, 4, 8), torch.float64, "k"),  # k's dtype must be w's
+        ((4, 8), torch.float16, (2, 4, 8), torch.bfloat16, "k"),
+    ],
+)
+def test_bad_arguments(w_shape, w_dtype, k_shape, k_dtype, bad_arg):
+    w = torch.ones(w_shape, dtype=w_dtype)
+    k = torch.ones(k_shape, dtype=k_dtype)
+    with pytest.raises(RuntimeError, match=rf"^tk\.rwkv_forward: argument '{bad_arg}'"):
+        torch.ops.tk.rwkv_forward(w, k, 0.1)

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Regenerate the golden generated sources in tests/golden/.
+
+For every ops/X.tk:  tkc emit-c X.tk > tests/golden/X.c
+                     tkc emit-cuda X.tk > tests/golden/X.cu
+Run from anywhere after building tkc, then review the diff:
+    python3 tests/update_golden.py [--tkc build/tkc]
+"""
+
+import argparse
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TARGETS = [("emit-c", ".c"), ("emit-cuda", ".cu")]  # tkc command, golden suffix
+
+
+def emit(tkc: pathlib.Path, command: str, spec: pathlib.Path) -> str:
+    """tkc's output for one spec; raises with tkc's message on failure."""
+    proc = subprocess.run([str(tkc), command, str(spec.relative_to(ROOT))],
+                          cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tkc} {command} {spec.name} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc.stdout
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tkc", default="build/tkc", help="path of tkc (relative to the repository root)")
+    args = ap.parse_args(argv)
+    tkc = (ROOT / args.tkc).resolve()
+    if not tkc.is_file():
+        print(f"update_golden: no tkc at {tkc}; build first (cmake --build build)", file=sys.stderr)
+        return 1
+    golden = ROOT / "tests" / "golden"
+    golden.mkdir(parents=True, exist_ok=True)
+    specs = sorted((ROOT / "ops").glob("*.tk"))
+    for spec in specs:
+        for command, suffix in TARGETS:
+            path = golden / (spec.stem + suffix)
+            text = emit(tkc, command, spec)
+            changed = not path.exists() or path.read_text() != text
+            path.write_text(text)
+            print(f"{'updated' if changed else 'same   '} {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
