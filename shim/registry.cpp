@@ -3,6 +3,8 @@
 // each a loop over the built-in spec table.
 #include <torch/library.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "shim.h"
@@ -87,18 +89,43 @@ extern "C" __attribute__((visibility("default"))) const char* tk_shim_load_error
   return tk_shim::load_error();
 }
 
-TORCH_LIBRARY(tk, m) {
-  tk_shim::for_each_op([&](const tk_op* op) { m.def(tk_op_schema(op)); });
-}
+// The registrations: one library of schemas, one per dispatch key, each a
+// loop over the spec table. They are the TORCH_LIBRARY / TORCH_LIBRARY_IMPL
+// blocks written out, so that a failure while the library is being loaded
+// (e.g. a second copy of libtk claiming the namespace tk) is recorded for
+// tk_shim_load_error() instead of terminating the process.
+namespace tk_shim {
+namespace {
 
-TORCH_LIBRARY_IMPL(tk, CPU, m) {
-  tk_shim::for_each_op([&](const tk_op* op) {
-    m.impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&tk_shim::boxed_cpu>());
-  });
-}
+struct Registrations {
+  std::unique_ptr<torch::Library> defs, cpu, meta;
 
-TORCH_LIBRARY_IMPL(tk, Meta, m) {
-  tk_shim::for_each_op([&](const tk_op* op) {
-    m.impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&tk_shim::boxed_meta>());
-  });
-}
+  Registrations() {
+    try {
+      defs = library(torch::Library::DEF, std::nullopt, __LINE__);
+      for_each_op([&](const tk_op* op) { defs->def(tk_op_schema(op)); });
+      cpu = library(torch::Library::IMPL, c10::DispatchKey::CPU, __LINE__);
+      for_each_op([&](const tk_op* op) {
+        cpu->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_cpu>());
+      });
+      meta = library(torch::Library::IMPL, c10::DispatchKey::Meta, __LINE__);
+      for_each_op([&](const tk_op* op) {
+        meta->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_meta>());
+      });
+    } catch (const std::exception& e) {
+      if (registration_error().empty())
+        registration_error() = std::string("tk: registering the operators failed: ") + e.what();
+    }
+  }
+
+  static std::unique_ptr<torch::Library> library(torch::Library::Kind kind,
+                                                 std::optional<c10::DispatchKey> key,
+                                                 uint32_t line) {
+    return std::make_unique<torch::Library>(kind, "tk", key, __FILE__, line);
+  }
+};
+
+const Registrations registrations;
+
+}  // namespace
+}  // namespace tk_shim

@@ -55,6 +55,18 @@ def _load_error(path: Path) -> str:
     return (fn() or b"").decode("utf-8", "replace")
 
 
+def _other_registration() -> str:
+    """What already registered tk:: operators in this process, "" if nothing."""
+    try:
+        names = torch._C._dispatch_get_all_op_names()
+    except AttributeError:  # private API: skip the check if it is gone
+        return ""
+    if not any(n.startswith("tk::") for n in names):
+        return ""
+    libs = [p for p in torch.ops.loaded_libraries if "tk" in Path(p).name]
+    return ", ".join(libs) if libs else "another library"
+
+
 def load() -> str:
     """Loads libtk.so once into this process (torch.ops.load_library) and
     returns its path. Safe to call again and from several threads."""
@@ -63,6 +75,15 @@ def load() -> str:
         if _loaded_path is not None:
             return _loaded_path
         path = find()
+        if str(path) in torch.ops.loaded_libraries:
+            _loaded_path = str(path)
+            return _loaded_path
+        other = _other_registration()
+        if other:
+            raise ImportError(
+                f"torch_tk: torch.ops.tk is already registered by {other}; "
+                f"not loading {path} as well (one libtk per process)"
+            )
         try:
             torch.ops.load_library(str(path))
         except OSError as e:
