@@ -650,6 +650,7 @@ static tk_status declare_local(checker *c, tk_stmt *s, tk_vtype t) {
     tk_local *l = &c->op->locals[c->op->nlocals];
     l->name = s->name;
     l->type = t;
+    l->is_loop = s->kind == TK_S_FOR;
     s->ref = c->op->nlocals++;
     s->declares = 1;
     c->scope[c->nscope++] = s->ref;

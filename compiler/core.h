@@ -25,6 +25,7 @@ typedef enum tk_sym_kind {
 typedef struct tk_local {
     const char *name;
     tk_vtype type;
+    int is_loop;        /* an inner for-loop variable */
 } tk_local;
 
 typedef struct tk_dimsym {

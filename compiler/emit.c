@@ -17,7 +17,7 @@ typedef struct tk_target_desc {
 } target_desc;
 
 static const target_desc k_targets[] = {   /* ORDER tk_target */
-    {"void ", "(const tk_kargs *a, tk_i64 begin, tk_i64 end)", "a->", "restrict", 0},
+    {"void ", "(const tk_kargs *a, tk_i64 begin, tk_i64 end)", "a->", "restrict", 0},  /* see cpu_kernel */
     {"extern \"C\" __global__ void ", "(const tk_kargs a)", "a.", "__restrict__", 1},
 };
 
@@ -28,6 +28,9 @@ typedef struct emitter {
     int variant;
     tk_vtype ftype;
     int indent;
+    int copy;           /* unroll-and-jam copy being emitted, -1 outside */
+    int ncopies;        /* copies of the body per step of the innermost dim */
+    int nconds;         /* scratch: terms of the unit-stride test written */
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -98,17 +101,37 @@ static void float_lit(emitter *E, double v, tk_vtype t) {
     if (t == TK_V_F32) tk_buf_puts(E->b, "f");
 }
 
+/* A top-level loop variable; in copy j the innermost one reads t + j. */
+static void loop_var(emitter *E, const char *name) {
+    const tk_opdecl *d = E->op->decl;
+    if (E->copy > 0 && strcmp(name, d->loop_vars[d->nloop - 1]) == 0)
+        tk_buf_printf(E->b, "(v_%s + %d)", name, E->copy);
+    else
+        tk_buf_printf(E->b, "v_%s", name);
+}
+
+/* A local: each unroll copy has its own, inner loop variables are shared. */
+static void local_name(emitter *E, const char *name, int ref) {
+    if (E->copy >= 0 && !E->op->locals[ref].is_loop) tk_buf_printf(E->b, "v_%s_%d", name, E->copy);
+    else tk_buf_printf(E->b, "v_%s", name);
+}
+
 static void name_ref(emitter *E, const tk_expr *e) {
     int idx;
     for (int i = 0; i < E->op->decl->nloop; i++)
         if (strcmp(E->op->decl->loop_vars[i], e->name) == 0) {
-            tk_buf_printf(E->b, "v_%s", e->name);
+            loop_var(E, e->name);
             return;
         }
     tk_sym_kind k = tk_resolve_header(E->op, e->name, &idx);
     if (k == TK_SYM_DIM) tk_buf_printf(E->b, "d_%s", e->name);
     else if (k == TK_SYM_INT || k == TK_SYM_FLOAT) tk_buf_printf(E->b, "p_%s", e->name);
-    else tk_buf_printf(E->b, "v_%s", e->name);
+    else local_name(E, e->name, e->ref);
+}
+
+/* " * stride" of explicit dim i of p. */
+static void stride(emitter *E, const tk_param *p, int i) {
+    tk_buf_printf(E->b, " * s_%s_%d", p->name, i);
 }
 
 static void tensor_read(emitter *E, const tk_expr *e) {
@@ -123,7 +146,7 @@ static void tensor_read(emitter *E, const tk_expr *e) {
     for (int i = 0; i < e->nargs; i++) {
         tk_buf_puts(E->b, i ? " + " : "");
         expr(E, e->args[i], TK_V_INT);
-        tk_buf_printf(E->b, " * s_%s_%d", p->name, i);
+        stride(E, p, i);
     }
     if (e->nargs == 0) tk_buf_puts(E->b, "0");
     tk_buf_printf(E->b, "]%s", post[dt]);
@@ -250,6 +273,7 @@ static void expr(emitter *E, const tk_expr *e, tk_vtype want) {
 /* ---- statements ----------------------------------------------------------- */
 
 static void block(emitter *E, tk_stmt **body, int n);
+static int expr_uses(const tk_expr *e, const char *name);
 
 static void begin_line(emitter *E) {
     for (int i = 0; i < E->indent; i++) tk_buf_puts(E->b, "    ");
@@ -259,20 +283,25 @@ static void assign(emitter *E, const tk_stmt *s) {
     tk_vtype lt = E->op->locals[s->ref].type;
     begin_line(E);
     if (s->declares) {
-        tk_buf_printf(E->b, "%s v_%s = ", k_vctype[lt], s->name);
+        tk_buf_printf(E->b, "%s ", k_vctype[lt]);
+        local_name(E, s->name, s->ref);
+        tk_buf_puts(E->b, " = ");
         expr(E, s->value, lt);
     } else if (s->op == TK_OPC_NONE) {
-        tk_buf_printf(E->b, "v_%s = ", s->name);
+        local_name(E, s->name, s->ref);
+        tk_buf_puts(E->b, " = ");
         expr(E, s->value, lt);
     } else {
         tk_vtype r = lt > s->value->vtype ? lt : s->value->vtype;
         if (s->op == TK_OPC_DIV && !is_float_vt(r)) r = E->ftype;
+        local_name(E, s->name, s->ref);
         if (r == lt) {
-            tk_buf_printf(E->b, "v_%s %s= ", s->name, tk_opc_text(s->op));
+            tk_buf_printf(E->b, " %s= ", tk_opc_text(s->op));
             expr(E, s->value, lt);
         } else {
-            tk_buf_printf(E->b, "v_%s = (%s)((%s)v_%s %s ", s->name, k_vctype[lt], k_vctype[r], s->name,
-                          tk_opc_text(s->op));
+            tk_buf_printf(E->b, " = (%s)((%s)", k_vctype[lt], k_vctype[r]);
+            local_name(E, s->name, s->ref);
+            tk_buf_printf(E->b, " %s ", tk_opc_text(s->op));
             expr(E, s->value, r);
             tk_buf_puts(E->b, ")");
         }
@@ -286,8 +315,11 @@ static void store(emitter *E, const tk_stmt *s) {
     begin_line(E);
     tk_buf_printf(E->b, "t_%s[", o->name);
     if (has_ell(o)) tk_buf_printf(E->b, "o_%s + ", o->name);
-    for (int i = 0; i < s->nindex; i++)
-        tk_buf_printf(E->b, "%sv_%s * s_%s_%d", i ? " + " : "", s->index[i]->name, o->name, i);
+    for (int i = 0; i < s->nindex; i++) {
+        tk_buf_puts(E->b, i ? " + " : "");
+        loop_var(E, s->index[i]->name);
+        stride(E, o, i);
+    }
     if (s->nindex == 0) tk_buf_puts(E->b, "0");
     tk_buf_puts(E->b, "] = ");
     switch (dt) {
@@ -330,18 +362,148 @@ static void if_stmt(emitter *E, const tk_stmt *s, int is_elif) {
     tk_buf_puts(E->b, "\n");
 }
 
-static void for_stmt(emitter *E, const tk_stmt *s) {
+/* The accumulators of a loop body that only declares loop-local temporaries
+ * and adds into outer locals that it never reads (`s += expr`): such a loop
+ * may be vectorised with a reassociated sum. Returns their count, 0 if the
+ * body has another shape. */
+static int reduction_vars(const emitter *E, const tk_stmt *loop, int *refs, int max) {
+    int n = 0;
+    for (int i = 0; i < loop->nbody; i++) {
+        const tk_stmt *s = loop->body[i];
+        if (s->kind != TK_S_ASSIGN) return 0;
+        if (s->declares) continue;
+        if (s->op != TK_OPC_ADD || E->op->locals[s->ref].is_loop) return 0;
+        int seen = 0;
+        for (int j = 0; j < n; j++) seen |= refs[j] == s->ref;
+        if (!seen) {
+            if (n == max) return 0;
+            refs[n++] = s->ref;
+        }
+    }
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < loop->nbody; i++)
+            if (expr_uses(loop->body[i]->value, E->op->locals[refs[j]].name)) return 0;
+    return n;
+}
+
+/* `#pragma omp simd reduction(+: ...)` over the accumulators of copies
+ * [c0, c1) (c0 == -1: no unroll copies). C target only. */
+static void simd_pragma(emitter *E, const tk_stmt *loop, int c0, int c1) {
+    int refs[16];
+    int n = E->tg->gpu ? 0 : reduction_vars(E, loop, refs, 16);
+    if (n == 0) return;
     begin_line(E);
-    tk_buf_printf(E->b, "for (tk_i64 v_%s = ", s->name);
-    if (s->lo) expr(E, s->lo, TK_V_INT);
-    else tk_buf_puts(E->b, "0");
-    tk_buf_printf(E->b, ", v_%s_end = ", s->name);
-    expr(E, s->hi, TK_V_INT);
-    tk_buf_printf(E->b, "; v_%s < v_%s_end; ++v_%s) {\n", s->name, s->name, s->name);
+    tk_buf_puts(E->b, "#pragma omp simd reduction(+:");
+    int saved = E->copy, first = 1;
+    for (int c = c0; c < (c0 < 0 ? 0 : c1); c++)
+        for (int j = 0; j < n; j++) {
+            E->copy = c;
+            tk_buf_puts(E->b, first ? "" : ", ");
+            local_name(E, E->op->locals[refs[j]].name, refs[j]);
+            first = 0;
+        }
+    E->copy = saved;
+    tk_buf_puts(E->b, ")\n");
+}
+
+/* for (v = lo; v < hi; ++v) { body } with lo, hi given as text. */
+static void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int c0, int c1) {
+    simd_pragma(E, s, c0, c1);
+    line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
     E->indent++;
-    block(E, s->body, s->nbody);
+    int saved = E->copy;
+    for (int c = c0; c < (c0 < 0 ? c0 + 1 : c1); c++) {
+        E->copy = c;
+        block(E, s->body, s->nbody);
+    }
+    E->copy = saved;
     E->indent--;
     line(E, "}");
+}
+
+static void for_stmt(emitter *E, const tk_stmt *s) {
+    char lo[96], hi[96], sfx[16] = "";
+    if (E->copy >= 0) snprintf(sfx, sizeof sfx, "_%d", E->copy);
+    snprintf(hi, sizeof hi, "v_%s_end%s", s->name, sfx);
+    begin_line(E);
+    tk_buf_printf(E->b, "const tk_i64 %s = ", hi);
+    expr(E, s->hi, TK_V_INT);
+    tk_buf_puts(E->b, ";\n");
+    if (s->lo) {
+        snprintf(lo, sizeof lo, "v_%s_lo%s", s->name, sfx);
+        begin_line(E);
+        tk_buf_printf(E->b, "const tk_i64 %s = ", lo);
+        expr(E, s->lo, TK_V_INT);
+        tk_buf_puts(E->b, ";\n");
+    } else {
+        snprintf(lo, sizeof lo, "0");
+    }
+    range_loop(E, s, lo, hi, E->copy, E->copy + 1);
+}
+
+/* Unroll-and-jam of a top-level loop across the body copies: each copy j
+ * runs [lo_j, hi_j); the part common to all copies runs as one loop whose
+ * body holds every copy (loads of copy-invariant values are shared and the
+ * accumulators are independent), the rest per copy before and after it. */
+static void jammed_for(emitter *E, const tk_stmt *s) {
+    int U = E->ncopies;
+    line(E, "{");
+    E->indent++;
+    for (int c = 0; c < U; c++) {
+        E->copy = c;
+        begin_line(E);
+        tk_buf_printf(E->b, "const tk_i64 lo_%d = ", c);
+        if (s->lo) expr(E, s->lo, TK_V_INT);
+        else tk_buf_puts(E->b, "0");
+        tk_buf_printf(E->b, ", hi_%d = ", c);
+        expr(E, s->hi, TK_V_INT);
+        tk_buf_puts(E->b, ";\n");
+    }
+    E->copy = 0;
+    begin_line(E);
+    tk_buf_puts(E->b, "tk_i64 lo = lo_0, hi = hi_0;\n");
+    for (int c = 1; c < U; c++) line(E, "lo = tk_maxi(lo, lo_%d), hi = tk_mini(hi, hi_%d);", c, c);
+    line(E, "if (lo <= hi) {");
+    E->indent++;
+    char a[32], b[32];
+    for (int c = 0; c < U; c++) {
+        snprintf(a, sizeof a, "lo_%d", c);
+        range_loop(E, s, a, "lo", c, c + 1);
+    }
+    range_loop(E, s, "lo", "hi", 0, U);
+    for (int c = 0; c < U; c++) {
+        snprintf(b, sizeof b, "hi_%d", c);
+        range_loop(E, s, "hi", b, c, c + 1);
+    }
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
+    for (int c = 0; c < U; c++) {
+        snprintf(a, sizeof a, "lo_%d", c);
+        snprintf(b, sizeof b, "hi_%d", c);
+        range_loop(E, s, a, b, c, c + 1);
+    }
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    E->copy = 0;
+}
+
+/* The body unrolled ncopies times along the innermost loop variable. */
+static void jammed_body(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    for (int i = 0; i < d->nbody; i++) {
+        if (d->body[i]->kind == TK_S_FOR) {
+            jammed_for(E, d->body[i]);
+            continue;
+        }
+        for (int c = 0; c < E->ncopies; c++) {
+            E->copy = c;
+            block(E, &d->body[i], 1);
+        }
+    }
+    E->copy = -1;
 }
 
 static void block(emitter *E, tk_stmt **body, int n) {
@@ -389,8 +551,20 @@ static void tensor_prologue(emitter *E, const tk_param *p, int slot, tk_dtype dt
     int n = tk_explicit_dims(p);
     line(E, "%s%s *%s t_%s = (%s%s *)%st[%d].data;", is_out ? "" : "const ", k_ctype[dt],
          E->tg->restrict_kw, p->name, is_out ? "" : "const ", k_ctype[dt], A, slot);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n - (E->tg->gpu ? 0 : 1); i++)
         line(E, "const tk_i64 s_%s_%d = %st[%d].stride[%st[%d].ndim - %d];", p->name, i, A, slot, A, slot, n - i);
+}
+
+/* Calls fn(p, i) for each tensor (inputs the body reads, then outputs)
+ * with at least one explicit dim; i is its slot. */
+static void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int), int arg) {
+    const tk_op *op = E->op;
+    for (int i = 0; i < op->decl->nparams; i++) {
+        const tk_param *p = param(E, i);
+        if (p->kind == TK_P_TENSOR && used(E, p->name) && tk_explicit_dims(p) > 0) fn(E, p, op->slot[i], arg);
+    }
+    for (int i = 0; i < op->decl->noutputs; i++)
+        if (tk_explicit_dims(output(E, i)) > 0) fn(E, output(E, i), op->out_slot[i], arg);
 }
 
 static void prologue(emitter *E) {
@@ -457,7 +631,14 @@ static void decompose(emitter *E, int skip_last) {
     line(E, "}");
 }
 
-/* CPU: decompose once per run of the innermost dim, then walk it. */
+static int has_top_level_for(const tk_opdecl *d) {
+    for (int i = 0; i < d->nbody; i++)
+        if (d->body[i]->kind == TK_S_FOR) return 1;
+    return 0;
+}
+
+/* CPU: decompose once per run of the innermost dim, then walk it; bodies
+ * with a top-level loop walk it ncopies elements at a time (unroll-and-jam). */
 static void cpu_loop(emitter *E) {
     const tk_opdecl *d = E->op->decl;
     line(E, "for (tk_i64 lin = begin; lin < end;) {");
@@ -466,6 +647,13 @@ static void cpu_loop(emitter *E) {
     if (d->nloop > 0) {
         const char *v = d->loop_vars[d->nloop - 1];
         line(E, "const tk_i64 stop = end - lin < n_%s - v_%s ? end : lin + (n_%s - v_%s);", v, v, v, v);
+        if (E->ncopies > 1) {
+            line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d) {", E->ncopies, E->ncopies, v, E->ncopies);
+            E->indent++;
+            jammed_body(E);
+            E->indent--;
+            line(E, "}");
+        }
         line(E, "for (; lin < stop; ++lin, ++v_%s) {", v);
     } else {
         line(E, "for (const tk_i64 stop = lin + 1; lin < stop; ++lin) {");
@@ -476,6 +664,69 @@ static void cpu_loop(emitter *E) {
     line(E, "}");
     E->indent--;
     line(E, "}");
+}
+
+static void stride_param(emitter *E, const tk_param *p, int slot, int arg) {
+    (void)slot;
+    (void)arg;
+    tk_buf_printf(E->b, ", tk_i64 s_%s_%d", p->name, tk_explicit_dims(p) - 1);
+}
+
+static void stride_load(emitter *E, const tk_param *p, int slot, int arg) {
+    (void)arg;
+    line(E, "const tk_i64 s_%s_%d = a->t[%d].stride[a->t[%d].ndim - 1];", p->name, tk_explicit_dims(p) - 1,
+         slot, slot);
+}
+
+static void stride_cond(emitter *E, const tk_param *p, int slot, int arg) {
+    (void)slot;
+    (void)arg;
+    tk_buf_printf(E->b, "%ss_%s_%d == 1", E->nconds++ ? " && " : "", p->name, tk_explicit_dims(p) - 1);
+}
+
+static void stride_arg(emitter *E, const tk_param *p, int slot, int unit) {
+    (void)slot;
+    if (unit) tk_buf_puts(E->b, ", 1");
+    else tk_buf_printf(E->b, ", s_%s_%d", p->name, tk_explicit_dims(p) - 1);
+}
+
+/* The CPU kernel: a force-inlined body taking the innermost strides, and
+ * an entry (compiled per instruction set) that calls it with literal unit
+ * strides when they are 1, so the innermost accesses vectorise. */
+static void cpu_kernel(emitter *E) {
+    const char *name = E->op->kernel_names[E->variant];
+    tk_buf_printf(E->b, "TK_BODY void %s_body(const tk_kargs *a, tk_i64 begin, tk_i64 end", name);
+    each_strided(E, stride_param, 0);
+    tk_buf_puts(E->b, ") {\n");
+    E->indent = 1;
+    prologue(E);
+    E->ncopies = has_top_level_for(E->op->decl) && E->op->decl->nloop > 0 ? 4 : 1;
+    cpu_loop(E);
+    E->indent = 0;
+    tk_buf_puts(E->b, "}\n");
+    tk_buf_printf(E->b, "TK_CPU_CLONES void %s%s;\n", name, E->tg->params);
+    tk_buf_printf(E->b, "TK_CPU_CLONES void %s%s {\n", name, E->tg->params);
+    E->indent = 1;
+    each_strided(E, stride_load, 0);
+    size_t mark = E->b->len;
+    begin_line(E);
+    tk_buf_puts(E->b, "if (");
+    size_t cond = E->b->len;
+    E->nconds = 0;
+    each_strided(E, stride_cond, 0);
+    if (E->b->len == cond) {       /* no strided tensor: one body */
+        E->b->len = mark;
+        E->b->p[mark] = 0;
+        line(E, "%s_body(a, begin, end);", name);
+    } else {
+        tk_buf_printf(E->b, ")\n        %s_body(a, begin, end", name);
+        each_strided(E, stride_arg, 1);
+        tk_buf_printf(E->b, ");\n    else\n        %s_body(a, begin, end", name);
+        each_strided(E, stride_arg, 0);
+        tk_buf_puts(E->b, ");\n");
+    }
+    E->indent = 0;
+    tk_buf_puts(E->b, "}\n");
 }
 
 /* CUDA: a grid-stride loop, one element per iteration. */
@@ -498,12 +749,14 @@ static void kernel(emitter *E) {
         if (param(E, i)->kind == TK_P_TENSOR)
             tk_buf_printf(E->b, "%s %s, ", param(E, i)->name, tk_dtype_name(tk_variant_dtype(op, E->variant, i)));
     tk_buf_printf(E->b, "computing in %s */\n", E->ftype == TK_V_F64 ? "float64" : "float32");
-    if (!E->tg->gpu) tk_buf_printf(E->b, "%s%s%s;\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
+    if (!E->tg->gpu) {
+        cpu_kernel(E);
+        return;
+    }
     tk_buf_printf(E->b, "%s%s%s {\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
-    if (E->tg->gpu) gpu_loop(E);
-    else cpu_loop(E);
+    gpu_loop(E);
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
 }
@@ -522,7 +775,7 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
             return st;
         }
         emitter E = {&b, op, &k_targets[target], v,
-                     tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32, 0};
+                     tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32, 0, -1, 1, 0};
         kernel(&E);
     }
     if (b.oom) {

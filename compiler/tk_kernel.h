@@ -59,6 +59,21 @@ typedef struct tk_kargs {
 typedef void (*tk_cpu_fn)(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 
 /* ---- helpers used by generated code ---------------------------------- */
+
+/* CPU kernels are compiled for several instruction sets and the best one is
+ * picked at load time (GCC target_clones); bodies are force-inlined into
+ * each clone and into their unit-stride specialisation. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(TK_NO_CLONES) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#define TK_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TK_CPU_CLONES
+#endif
+#if defined(__GNUC__)
+#define TK_BODY static inline __attribute__((always_inline))
+#else
+#define TK_BODY static inline
+#endif
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define TK_FN static __device__ __forceinline__
 #else
@@ -124,8 +139,11 @@ TK_FN tk_u16 tk_f32_to_bf16(float f) {
     return (tk_u16)(u >> 16);
 }
 
-/* IEEE binary16 <-> float32, rounding to nearest even. */
-TK_FN float tk_f16_to_f32(tk_u16 h) {
+/* IEEE binary16 <-> float32, rounding to nearest even. The _soft versions
+ * are portable bit manipulation; on x86-64 GCC the compiler's _Float16 is
+ * used instead, which becomes the F16C instructions in the x86-64-v3/v4
+ * clones of CPU kernels (tests check the two agree on every value). */
+TK_FN float tk_f16_to_f32_soft(tk_u16 h) {
     tk_u32 sign = (tk_u32)(h & 0x8000u) << 16;
     tk_u32 exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
     if (exp == 0x1fu) return tk_bits2f(sign | 0x7f800000u | (man << 13));
@@ -135,7 +153,7 @@ TK_FN float tk_f16_to_f32(tk_u16 h) {
     float v = (float)man * 5.9604644775390625e-8f;
     return sign ? -v : v;
 }
-TK_FN tk_u16 tk_f32_to_f16(float f) {
+TK_FN tk_u16 tk_f32_to_f16_soft(float f) {
     tk_u32 u = tk_f2bits(f);
     tk_u16 sign = (tk_u16)((u >> 16) & 0x8000u);
     tk_u32 a = u & 0x7fffffffu;
@@ -155,5 +173,21 @@ TK_FN tk_u16 tk_f32_to_f16(float f) {
         return (tk_u16)(sign | q);
     }
 }
+
+#if defined(__FLT16_MAX__) && defined(__x86_64__) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+TK_FN float tk_f16_to_f32(tk_u16 h) {
+    union { tk_u16 u; _Float16 f; } c;
+    c.u = h;
+    return (float)c.f;
+}
+TK_FN tk_u16 tk_f32_to_f16(float f) {
+    union { tk_u16 u; _Float16 f; } c;
+    c.f = (_Float16)f;
+    return c.u;
+}
+#else
+TK_FN float tk_f16_to_f32(tk_u16 h) { return tk_f16_to_f32_soft(h); }
+TK_FN tk_u16 tk_f32_to_f16(float f) { return tk_f32_to_f16_soft(f); }
+#endif
 
 #endif

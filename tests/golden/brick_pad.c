@@ -2,14 +2,11 @@
 #include "tk_kernel.h"
 
 /* brick_pad: tile bool, computing in float32 */
-void tk_brick_pad__b8(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__b8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__b8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_u8 *restrict t_tile = (const tk_u8 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_u8 *restrict t_out = (tk_u8 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -44,16 +41,22 @@ void tk_brick_pad__b8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__b8(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__b8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__b8_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__b8_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile uint8, computing in float32 */
-void tk_brick_pad__u8(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__u8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__u8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_u8 *restrict t_tile = (const tk_u8 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_u8 *restrict t_out = (tk_u8 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -88,16 +91,22 @@ void tk_brick_pad__u8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__u8(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__u8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__u8_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__u8_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile int8, computing in float32 */
-void tk_brick_pad__i8(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__i8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__i8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_i8 *restrict t_tile = (const tk_i8 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_i8 *restrict t_out = (tk_i8 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -132,16 +141,22 @@ void tk_brick_pad__i8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__i8(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__i8(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__i8_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__i8_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile int16, computing in float32 */
-void tk_brick_pad__i16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__i16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__i16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_i16 *restrict t_tile = (const tk_i16 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_i16 *restrict t_out = (tk_i16 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -176,16 +191,22 @@ void tk_brick_pad__i16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__i16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__i16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__i16_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__i16_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile int32, computing in float32 */
-void tk_brick_pad__i32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__i32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__i32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_i32 *restrict t_tile = (const tk_i32 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_i32 *restrict t_out = (tk_i32 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -220,16 +241,22 @@ void tk_brick_pad__i32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__i32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__i32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__i32_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__i32_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile int64, computing in float32 */
-void tk_brick_pad__i64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__i64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__i64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_i64 *restrict t_tile = (const tk_i64 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_i64 *restrict t_out = (tk_i64 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -264,16 +291,22 @@ void tk_brick_pad__i64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__i64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__i64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__i64_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__i64_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile float16, computing in float32 */
-void tk_brick_pad__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_u16 *restrict t_tile = (const tk_u16 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_u16 *restrict t_out = (tk_u16 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -308,16 +341,22 @@ void tk_brick_pad__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__f16_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__f16_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile bfloat16, computing in float32 */
-void tk_brick_pad__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const tk_u16 *restrict t_tile = (const tk_u16 *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     tk_u16 *restrict t_out = (tk_u16 *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -352,16 +391,22 @@ void tk_brick_pad__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__bf16_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__bf16_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile float32, computing in float32 */
-void tk_brick_pad__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const float *restrict t_tile = (const float *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     float *restrict t_out = (float *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -396,16 +441,22 @@ void tk_brick_pad__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         }
     }
 }
+TK_CPU_CLONES void tk_brick_pad__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__f32_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__f32_body(a, begin, end, s_tile_1, s_out_1);
+}
 
 /* brick_pad: tile float64, computing in float64 */
-void tk_brick_pad__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_brick_pad__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_brick_pad__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_tile_1, tk_i64 s_out_1) {
     const double *restrict t_tile = (const double *)a->t[0].data;
     const tk_i64 s_tile_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
     double *restrict t_out = (double *)a->t[1].data;
     const tk_i64 s_out_0 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 p_pw = a->i[0];
     const tk_i64 p_ph = a->i[1];
     const tk_i64 p_stagger = a->i[2];
@@ -439,4 +490,13 @@ void tk_brick_pad__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
+}
+TK_CPU_CLONES void tk_brick_pad__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_brick_pad__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_tile_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_out_1 = a->t[1].stride[a->t[1].ndim - 1];
+    if (s_tile_1 == 1 && s_out_1 == 1)
+        tk_brick_pad__f64_body(a, begin, end, 1, 1);
+    else
+        tk_brick_pad__f64_body(a, begin, end, s_tile_1, s_out_1);
 }

@@ -2,19 +2,15 @@
 #include "tk_kernel.h"
 
 /* rwkv_forward: w float16, k float16, computing in float32 */
-void tk_rwkv_forward__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_rwkv_forward__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
     const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
     const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
     const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
     const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
     const float p_eps = (float)a->f[0];
     const tk_i64 d_T = a->i[1];
     const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
@@ -30,30 +26,116 @@ void tk_rwkv_forward__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         r /= n_b;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
+            float v_s_0 = p_eps;
+            float v_s_1 = p_eps;
+            float v_s_2 = p_eps;
+            float v_s_3 = p_eps;
+            {
+                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
+                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
+                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
+                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
+                tk_i64 lo = lo_0, hi = hi_0;
+                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                if (lo <= hi) {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
+                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
+                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
+                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
+                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
+                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
+                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
+                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
+                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
+                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                } else {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
+                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
+                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
+                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
+                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                }
+            }
+            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_0);
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = tk_f32_to_f16(v_s_1);
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = tk_f32_to_f16(v_s_2);
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = tk_f32_to_f16(v_s_3);
+        }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
-            for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+            const tk_i64 v_u_end = (v_t + 1LL);
+            #pragma omp simd reduction(+:v_s)
+            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
                 v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
             }
             t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
         }
     }
 }
+TK_CPU_CLONES void tk_rwkv_forward__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_rwkv_forward__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
+        tk_rwkv_forward__f16_body(a, begin, end, 1, 1, 1);
+    else
+        tk_rwkv_forward__f16_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+}
 
 /* rwkv_forward: w bfloat16, k bfloat16, computing in float32 */
-void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
     const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
     const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
     const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
     const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
     const float p_eps = (float)a->f[0];
     const tk_i64 d_T = a->i[1];
     const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
@@ -69,30 +151,116 @@ void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         r /= n_b;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
+            float v_s_0 = p_eps;
+            float v_s_1 = p_eps;
+            float v_s_2 = p_eps;
+            float v_s_3 = p_eps;
+            {
+                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
+                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
+                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
+                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
+                tk_i64 lo = lo_0, hi = hi_0;
+                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                if (lo <= hi) {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
+                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
+                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
+                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
+                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
+                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
+                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
+                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
+                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
+                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                } else {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
+                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
+                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
+                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
+                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    }
+                }
+            }
+            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_0);
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = tk_f32_to_bf16(v_s_1);
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = tk_f32_to_bf16(v_s_2);
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = tk_f32_to_bf16(v_s_3);
+        }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
-            for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+            const tk_i64 v_u_end = (v_t + 1LL);
+            #pragma omp simd reduction(+:v_s)
+            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
                 v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
             }
             t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
         }
     }
 }
+TK_CPU_CLONES void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
+        tk_rwkv_forward__bf16_body(a, begin, end, 1, 1, 1);
+    else
+        tk_rwkv_forward__bf16_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+}
 
 /* rwkv_forward: w float32, k float32, computing in float32 */
-void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const float *restrict t_k = (const float *)a->t[1].data;
     const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
     const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     float *restrict t_out = (float *)a->t[2].data;
     const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
     const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
     const float p_eps = (float)a->f[0];
     const tk_i64 d_T = a->i[1];
     const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
@@ -108,30 +276,116 @@ void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         r /= n_b;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
+            float v_s_0 = p_eps;
+            float v_s_1 = p_eps;
+            float v_s_2 = p_eps;
+            float v_s_3 = p_eps;
+            {
+                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
+                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
+                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
+                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
+                tk_i64 lo = lo_0, hi = hi_0;
+                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                if (lo <= hi) {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                } else {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                }
+            }
+            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = v_s_1;
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = v_s_2;
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = v_s_3;
+        }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
-            for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+            const tk_i64 v_u_end = (v_t + 1LL);
+            #pragma omp simd reduction(+:v_s)
+            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
                 v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
             }
             t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
         }
     }
 }
+TK_CPU_CLONES void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
+        tk_rwkv_forward__f32_body(a, begin, end, 1, 1, 1);
+    else
+        tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+}
 
 /* rwkv_forward: w float64, k float64, computing in float64 */
-void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const double *restrict t_k = (const double *)a->t[1].data;
     const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
     const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     double *restrict t_out = (double *)a->t[2].data;
     const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
     const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
     const double p_eps = (double)a->f[0];
     const tk_i64 d_T = a->i[1];
     const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
@@ -147,12 +401,102 @@ void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
         r /= n_b;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
+            double v_s_0 = p_eps;
+            double v_s_1 = p_eps;
+            double v_s_2 = p_eps;
+            double v_s_3 = p_eps;
+            {
+                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
+                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
+                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
+                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
+                tk_i64 lo = lo_0, hi = hi_0;
+                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                if (lo <= hi) {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                } else {
+                    #pragma omp simd reduction(+:v_s_0)
+                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
+                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_1)
+                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
+                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_2)
+                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
+                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                    #pragma omp simd reduction(+:v_s_3)
+                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
+                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    }
+                }
+            }
+            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = v_s_1;
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = v_s_2;
+            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = v_s_3;
+        }
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = p_eps;
-            for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+            const tk_i64 v_u_end = (v_t + 1LL);
+            #pragma omp simd reduction(+:v_s)
+            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
                 v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
             }
             t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
         }
     }
+}
+TK_CPU_CLONES void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+TK_CPU_CLONES void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
+        tk_rwkv_forward__f64_body(a, begin, end, 1, 1, 1);
+    else
+        tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
 }

@@ -31,7 +31,8 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         r /= n_b;
         (void)r;
         float v_s = p_eps;
-        for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+        const tk_i64 v_u_end = (v_t + 1LL);
+        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
             v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
         }
         t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
@@ -68,7 +69,8 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         r /= n_b;
         (void)r;
         float v_s = p_eps;
-        for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+        const tk_i64 v_u_end = (v_t + 1LL);
+        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
             v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
         }
         t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
@@ -105,7 +107,8 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         r /= n_b;
         (void)r;
         float v_s = p_eps;
-        for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+        const tk_i64 v_u_end = (v_t + 1LL);
+        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
             v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
         }
         t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
@@ -142,7 +145,8 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         r /= n_b;
         (void)r;
         double v_s = p_eps;
-        for (tk_i64 v_u = 0, v_u_end = (v_t + 1LL); v_u < v_u_end; ++v_u) {
+        const tk_i64 v_u_end = (v_t + 1LL);
+        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
             v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
         }
         t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
