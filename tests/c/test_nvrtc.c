@@ -1,0 +1,474 @@
+/* test_nvrtc.c - the GPU path without a GPU: every op x variant in ops/ is
+ * compiled by NVRTC to a cubin for sm_80 and sm_90; the kernel cache's
+ * round trip and its rejection of corrupted, truncated and other-version
+ * files; an unwritable cache folder; the errors a machine without the
+ * driver or NVRTC gives. NVRTC must be there (`make setup` installs
+ * nvidia-cuda-nvrtc): a missing NVRTC fails this test, it does not skip.
+ * Usage: test_nvrtc OPS_DIR TESTS_DIR [NVRTC_DIR...] */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sha256.h"
+#include "tk.h"
+#include "tk_cuda.h"
+#include "tk_test.h"
+
+static const char *const *g_dirs;   /* NVRTC folders from the command line */
+static int g_ndirs;
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Loads every ops/NAME.tk into one context (a backward may live in another file). */
+static tk_ctx *load_ops(const char *ops_dir) {
+    tk_ctx *ctx = tk_ctx_new();
+    DIR *d = opendir(ops_dir);
+    CHECK(d != NULL);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        size_t n = strlen(de->d_name);
+        if (n < 4 || strcmp(de->d_name + n - 3, ".tk") != 0) continue;
+        size_t len;
+        char *text = read_spec(ops_dir, de->d_name, &len), file[512];
+        snprintf(file, sizeof file, "ops/%s", de->d_name);
+        int st = text ? (int)tk_load_spec(ctx, file, text, len) : (int)TK_ERR_NOTFOUND;
+        if (st != TK_OK) fprintf(stderr, "%s: %s\n", file, tk_ctx_error(ctx));
+        CHECK(st == TK_OK);
+        free(text);
+    }
+    if (d) closedir(d);
+    return ctx;
+}
+
+static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
+
+static char *make_temp_dir(void) {
+    char tmpl[] = "/tmp/tk_test_nvrtc_XXXXXX";
+    char *d = mkdtemp(tmpl);
+    CHECK(d != NULL);
+    return d ? strdup(d) : strdup("/tmp");
+}
+
+static void remove_tree(const char *dir) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Flips one byte of the file at offset. */
+static void flip_byte(const char *path, long offset) {
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f) return;
+    fseek(f, offset, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, offset, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+}
+
+/* ---- SHA-256 and launch shape ------------------------------------------------ */
+
+static void test_sha256(void) {
+    static const struct { const char *in, *hex; } v[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    };
+    char hex[65];
+    unsigned char d[32];
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        tk_sha256_of(v[i].in, strlen(v[i].in), d);
+        tk_sha256_hex(d, hex);
+        CHECK(strcmp(hex, v[i].hex) == 0);
+    }
+    /* one million 'a', fed in uneven pieces */
+    tk_sha256 s;
+    tk_sha256_init(&s);
+    char a[1000];
+    memset(a, 'a', sizeof a);
+    for (size_t done = 0, step = 1; done < 1000000; done += step, step = step % 997 + 1)
+        tk_sha256_update(&s, a, done + step > 1000000 ? 1000000 - done : step);
+    tk_sha256_final(&s, d);
+    tk_sha256_hex(d, hex);
+    CHECK(strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0") == 0);
+}
+
+static void test_grid_size(void) {
+    CHECK(tk_cuda_grid_size(0, 132) == 0);
+    CHECK(tk_cuda_grid_size(-5, 132) == 0);
+    CHECK(tk_cuda_grid_size(1, 132) == 1);
+    CHECK(tk_cuda_grid_size(256, 132) == 1);
+    CHECK(tk_cuda_grid_size(257, 132) == 2);
+    CHECK(tk_cuda_grid_size((int64_t)1 << 40, 132) == 132 * 32);   /* capped: grid-stride loop */
+    CHECK(tk_cuda_grid_size(34080256, 132) == 132 * 32);
+}
+
+/* ---- NVRTC --------------------------------------------------------------------- */
+
+static tk_nvrtc *open_nvrtc(void) {
+    char msg[4096] = "";
+    tk_nvrtc *nv = NULL;
+    tk_status st = tk_nvrtc_open(g_dirs, g_ndirs, &nv, msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "NVRTC is required for this test (make setup installs it): %s\n", msg);
+    CHECK(st == TK_OK);
+    if (nv) printf("NVRTC %d.%d from %s\n", tk_nvrtc_version(nv) / 1000, tk_nvrtc_version(nv) % 1000 / 10,
+                   tk_nvrtc_path(nv));
+    return nv;
+}
+
+/* Every op x variant x {sm_80, sm_90} compiles to an ELF cubin. Returns one
+ * cubin (rwkv_forward f32 for sm_90, else the last) for the cache tests. */
+static tk_binary test_compile_all(tk_nvrtc *nv, tk_ctx *ctx) {
+    tk_binary keep = {0};
+    static const int sms[] = {80, 90};
+    int compiled = 0;
+    for (int i = 0; i < tk_op_count(ctx); i++) {
+        const tk_op *op = tk_op_at(ctx, i);
+        for (int v = 0; v < tk_op_nvariants(op); v++) {
+            char *src = NULL;
+            CHECK(tk_emit_variant(ctx, op, v, TK_TARGET_CUDA, &src) == TK_OK);
+            if (!src) continue;
+            for (int a = 0; a < 2; a++) {
+                char msg[16384] = "", name[160];
+                tk_arch arch;
+                CHECK(tk_nvrtc_arch_for(nv, sms[a], &arch, msg, sizeof msg) == TK_OK);
+                CHECK(arch.sm == sms[a] && !arch.ptx);
+                snprintf(name, sizeof name, "%s.cu", tk_op_kernel_name(op, v));
+                tk_binary bin;
+                tk_status st = tk_nvrtc_compile(nv, src, name, arch, &bin, msg, sizeof msg);
+                if (st != TK_OK) fprintf(stderr, "%s for sm_%d:\n%s\n", name, sms[a], msg);
+                CHECK(st == TK_OK);
+                if (st != TK_OK) continue;
+                compiled++;
+                CHECK(bin.size > 64 && !bin.is_ptx && memcmp(bin.data, "\177ELF", 4) == 0);
+                if (!keep.data || (sms[a] == 90 && strcmp(tk_op_kernel_name(op, v), "tk_rwkv_forward__f32") == 0)) {
+                    tk_binary_free(&keep);
+                    keep = bin;
+                } else {
+                    tk_binary_free(&bin);
+                }
+            }
+            tk_free(src);
+        }
+    }
+    printf("compiled %d kernels (every op x variant x sm_80, sm_90)\n", compiled);
+    CHECK(compiled >= 2 * 14);      /* brick_pad 10 dtypes + rwkv_forward 4, at least */
+    return keep;
+}
+
+/* A compile error quotes NVRTC's log and the generated line it points at. */
+static void test_compile_error(tk_nvrtc *nv) {
+    const char *src = "#include \"tk_kernel.h\"\n"
+                      "extern \"C\" __global__ void k(const tk_kargs a) {\n"
+                      "    tk_i64 x = a.numel + undefined_name_here;\n"
+                      "}\n";
+    char msg[8192] = "";
+    tk_binary bin;
+    tk_arch arch = {90, 0};
+    CHECK(tk_nvrtc_compile(nv, src, "broken.cu", arch, &bin, msg, sizeof msg) == TK_ERR_CHECK);
+    CHECK(contains(msg, "failed to compile broken.cu for sm_90"));
+    CHECK(contains(msg, "broken.cu(3)"));
+    CHECK(contains(msg, "undefined_name_here"));
+    CHECK(contains(msg, "broken.cu line 3: tk_i64 x = a.numel + undefined_name_here;"));
+    if (!contains(msg, "line 3:")) fprintf(stderr, "message was:\n%s\n", msg);
+}
+
+/* An arch NVRTC does not know gets PTX for the newest one below it. */
+static void test_arch_choice(tk_nvrtc *nv) {
+    tk_arch arch;
+    char msg[512];
+    CHECK(tk_nvrtc_arch_for(nv, 990, &arch, msg, sizeof msg) == TK_OK);
+    CHECK(arch.ptx && arch.sm < 990 && arch.sm >= 90);
+    CHECK(tk_nvrtc_arch_for(nv, 10, &arch, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "cannot compile for sm_10"));
+    /* PTX output compiles too */
+    const char *src = "#include \"tk_kernel.h\"\nextern \"C\" __global__ void k(const tk_kargs a) {}\n";
+    tk_binary bin;
+    tk_arch ptx = {80, 1};
+    CHECK(tk_nvrtc_compile(nv, src, "k.cu", ptx, &bin, msg, sizeof msg) == TK_OK);
+    CHECK(bin.is_ptx && contains((const char *)bin.data, ".target sm_80"));
+    tk_binary_free(&bin);
+}
+
+/* ---- the cache ------------------------------------------------------------------ */
+
+static void test_cache_files(const tk_binary *cubin, int version) {
+    char *dir = make_temp_dir(), path[4096], msg[1024];
+    unsigned char key[TK_CACHE_KEY_SIZE], key2[TK_CACHE_KEY_SIZE];
+    const char *opts[TK_NVRTC_MAX_OPTIONS];
+    char buf[32];
+    tk_arch arch = {90, 0};
+    int nopts = tk_nvrtc_options(arch, buf, opts);
+    tk_cache_key("source", version, arch, opts, nopts, key);
+    tk_cache_key("source", version + 10, arch, opts, nopts, key2);
+    CHECK(memcmp(key, key2, sizeof key) != 0);          /* NVRTC version is in the key */
+    tk_cache_key("source ", version, arch, opts, nopts, key2);
+    CHECK(memcmp(key, key2, sizeof key) != 0);
+    tk_arch a80 = {80, 0};
+    tk_cache_key("source", version, a80, opts, nopts, key2);
+    CHECK(memcmp(key, key2, sizeof key) != 0);
+    tk_cache_key("source", version, arch, opts, nopts - 1, key2);
+    CHECK(memcmp(key, key2, sizeof key) != 0);
+
+    tk_binary got;
+    CHECK(tk_cache_load(dir, key, version, &got, msg, sizeof msg) == TK_ERR_NOTFOUND && msg[0] == 0);
+    CHECK(tk_cache_store(dir, key, version, "tk_test__f32 sm_90", cubin, msg, sizeof msg) == TK_OK);
+    CHECK(tk_cache_path(dir, key, path, sizeof path));
+    CHECK(file_size(path) == (long)(160 + cubin->size));
+    /* round trip: identical bytes */
+    CHECK(tk_cache_load(dir, key, version, &got, msg, sizeof msg) == TK_OK);
+    CHECK(got.size == cubin->size && memcmp(got.data, cubin->data, got.size) == 0 && !got.is_ptx);
+    tk_binary_free(&got);
+    /* another NVRTC version's file is not used */
+    CHECK(tk_cache_load(dir, key, version + 10, &got, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "another NVRTC version"));
+    /* corrupted payload */
+    flip_byte(path, 160 + (long)cubin->size / 2);
+    CHECK(tk_cache_load(dir, key, version, &got, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "checksum"));
+    /* corrupted header */
+    CHECK(tk_cache_store(dir, key, version, "x", cubin, msg, sizeof msg) == TK_OK);
+    flip_byte(path, 20);
+    CHECK(tk_cache_load(dir, key, version, &got, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "key differs"));
+    flip_byte(path, 2);
+    CHECK(tk_cache_load(dir, key, version, &got, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "not a tk cache file"));
+    /* truncated payload, truncated header */
+    CHECK(tk_cache_store(dir, key, version, "x", cubin, msg, sizeof msg) == TK_OK);
+    CHECK(truncate(path, 160 + (long)cubin->size - 7) == 0);
+    CHECK(tk_cache_load(dir, key, version, &got, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "truncated"));
+    CHECK(truncate(path, 100) == 0);
+    CHECK(tk_cache_load(dir, key, version, &got, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "truncated header"));
+    /* an unwritable folder (below a regular file: holds for root too) */
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/sub", path);
+    CHECK(tk_cache_store(bad, key, version, "x", cubin, msg, sizeof msg) != TK_OK);
+    CHECK(contains(msg, "cannot create the cache folder"));
+    /* no temporary files are left behind */
+    CHECK(tk_cache_store(dir, key, version, "tk_test__f32 sm_90", cubin, msg, sizeof msg) == TK_OK);
+    DIR *d = opendir(dir);
+    int files = 0, temps = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' && (de->d_name[1] == 0 || de->d_name[1] == '.')) continue;
+        files++;
+        temps += strncmp(de->d_name, ".tmp", 4) == 0;
+    }
+    if (d) closedir(d);
+    CHECK(files == 1 && temps == 0);
+    CHECK(tk_cache_list(dir, NULL, NULL) == 1);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* tk_cuda_precompile: a miss compiles and stores, a hit loads, a damaged
+ * file is recompiled and replaced; an unwritable folder still compiles. */
+static void test_precompile(tk_ctx *ctx) {
+    char *dir = make_temp_dir(), msg[8192];
+    tk_cuda_options opt = {g_dirs, g_ndirs, dir, NULL, 0};
+    tk_cuda *cu = tk_cuda_new(&opt);
+    const tk_op *op = tk_op_find(ctx, "rwkv_forward");
+    CHECK(cu && op);
+    if (!cu || !op) return;
+    int cached = -1;
+    CHECK(tk_cuda_precompile(cu, ctx, op, 0, 90, &cached, msg, sizeof msg) == TK_OK && cached == 0);
+    CHECK(tk_cuda_precompile(cu, ctx, op, 0, 90, &cached, msg, sizeof msg) == TK_OK && cached == 1);
+    CHECK(tk_cuda_precompile(cu, ctx, op, 0, 80, &cached, msg, sizeof msg) == TK_OK && cached == 0);
+    CHECK(tk_cache_list(dir, NULL, NULL) == 2);
+    /* damage every file: each is rejected, recompiled, and replaced */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        flip_byte(path, file_size(path) - 3);
+    }
+    if (d) closedir(d);
+    CHECK(tk_cuda_precompile(cu, ctx, op, 0, 90, &cached, msg, sizeof msg) == TK_OK && cached == 0);
+    CHECK(tk_cuda_precompile(cu, ctx, op, 0, 90, &cached, msg, sizeof msg) == TK_OK && cached == 1);
+    char info[8192];
+    tk_cuda_describe(cu, info, sizeof info);
+    CHECK(contains(info, "nvrtc: ") && contains(info, "(NVRTC "));
+    CHECK(contains(info, dir) && contains(info, "cached kernels: 2"));
+    CHECK(contains(info, "tk_rwkv_forward__"));
+    tk_cuda_free(cu);
+
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/not_a_dir", dir);
+    FILE *f = fopen(bad, "w");
+    if (f) fclose(f);
+    snprintf(bad, sizeof bad, "%s/not_a_dir/tk", dir);
+    tk_cuda_options opt2 = {g_dirs, g_ndirs, bad, NULL, 0};
+    cu = tk_cuda_new(&opt2);
+    CHECK(tk_cuda_precompile(cu, ctx, op, 0, 90, &cached, msg, sizeof msg) != TK_OK);
+    CHECK(contains(msg, "compiled for sm_90, but the disk cache is off"));
+    tk_cuda_free(cu);
+    remove_tree(dir);
+    free(dir);
+}
+
+typedef struct thread_arg {
+    tk_cuda *cu;
+    tk_ctx *ctx;
+    int failures;
+} thread_arg;
+
+static void *precompile_all(void *p) {
+    thread_arg *t = p;
+    char msg[8192];
+    for (int i = 0; i < tk_op_count(t->ctx); i++)
+        for (int v = 0; v < tk_op_nvariants(tk_op_at(t->ctx, i)) && v < 3; v++)
+            if (tk_cuda_precompile(t->cu, t->ctx, tk_op_at(t->ctx, i), v, 90, NULL, msg, sizeof msg) != TK_OK) {
+                fprintf(stderr, "%s\n", msg);
+                t->failures++;
+            }
+    return NULL;
+}
+
+/* Several threads compiling at once (emitting is serialised inside). */
+static void test_threads(tk_ctx *ctx) {
+    char *dir = make_temp_dir();
+    tk_cuda_options opt = {g_dirs, g_ndirs, dir, NULL, 0};
+    tk_cuda *cu = tk_cuda_new(&opt);
+    pthread_t th[4];
+    thread_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thread_arg){cu, ctx, 0};
+        CHECK(pthread_create(&th[i], NULL, precompile_all, &args[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(args[i].failures == 0);
+    }
+    int expected = 0;
+    for (int i = 0; i < tk_op_count(ctx); i++) expected += tk_op_nvariants(tk_op_at(ctx, i)) < 3 ? tk_op_nvariants(tk_op_at(ctx, i)) : 3;
+    CHECK(tk_cache_list(dir, NULL, NULL) == expected);
+    tk_cuda_free(cu);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* ---- machines without CUDA -------------------------------------------------------- */
+
+/* A bound brick_pad call whose tensors claim to be on cuda:0. */
+static int cuda_call(tk_ctx *ctx, tk_call *call) {
+    const tk_op *op = tk_op_find(ctx, "brick_pad");
+    static float fake[64];
+    int64_t tsz[2] = {4, 4}, tst[2] = {4, 1};
+    tk_tensor_view tile = tk_view(fake, TK_F32, 2, tsz, tst);
+    tile.device = TK_CUDA;
+    tk_arg args[6] = {tk_arg_tensor(tile), tk_arg_int(1), tk_arg_int(1), tk_arg_int(1), tk_arg_none(), tk_arg_none()};
+    if (!op || tk_bind(op, args, 6, call) != TK_OK) return 0;
+    int64_t osz[2] = {6, 6}, ost[2] = {6, 1};
+    tk_tensor_view out = tk_view(fake, TK_F32, 2, osz, ost);
+    out.device = TK_CUDA;
+    return tk_set_output(call, 0, out) == TK_OK;
+}
+
+static void test_no_driver(tk_ctx *ctx) {
+    tk_call call;
+    CHECK(cuda_call(ctx, &call));
+    char msg[4096];
+    tk_cuda_options opt = {g_dirs, g_ndirs, "", "/nonexistent/libcuda.so.1", 0};
+    tk_cuda *cu = tk_cuda_new(&opt);
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "tk.brick_pad: cannot run on cuda:0: /nonexistent/libcuda.so.1 not found"));
+    CHECK(contains(msg, "NVIDIA driver"));
+    printf("without a driver: %s\n", msg);
+    /* the second call says the same, without retrying */
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "not found"));
+    char info[4096];
+    tk_cuda_describe(cu, info, sizeof info);
+    CHECK(contains(info, "driver: not available") && contains(info, "cache: off"));
+    /* an empty index space launches nothing and needs nothing */
+    call.kargs.numel = 0;
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+    /* a CPU call is refused */
+    call.device = TK_CPU;
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_INVALID);
+    tk_cuda_free(cu);
+
+    /* this machine's own libcuda, when it has none (CI) */
+    void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (real) {
+        dlclose(real);
+        return;
+    }
+    CHECK(cuda_call(ctx, &call));
+    cu = tk_cuda_new(NULL);
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "tk.brick_pad: cannot run on cuda:0: libcuda.so.1 not found"));
+    tk_cuda_free(cu);
+}
+
+static void test_no_nvrtc(tk_ctx *ctx) {
+    const char *old = getenv("TK_NVRTC_PATH");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("TK_NVRTC_PATH", "/nonexistent/libnvrtc.so.13", 1);
+    char msg[4096];
+    tk_nvrtc *nv = NULL;
+    CHECK(tk_nvrtc_open(g_dirs, g_ndirs, &nv, msg, sizeof msg) == TK_ERR_NOTFOUND && nv == NULL);
+    CHECK(contains(msg, "libnvrtc.so not found (TK_NVRTC_PATH=/nonexistent/libnvrtc.so.13"));
+    tk_cuda_options opt = {g_dirs, g_ndirs, "", NULL, 0};
+    tk_cuda *cu = tk_cuda_new(&opt);
+    CHECK(tk_cuda_precompile(cu, ctx, tk_op_at(ctx, 0), 0, 90, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "cannot compile for sm_90: libnvrtc.so not found"));
+    char info[4096];
+    tk_cuda_describe(cu, info, sizeof info);
+    CHECK(contains(info, "nvrtc: not available: libnvrtc.so not found"));
+    tk_cuda_free(cu);
+    /* a folder without NVRTC, no override: the message lists what was searched */
+    unsetenv("TK_NVRTC_PATH");
+    const char *none[] = {"/nonexistent/nvidia/cu13/lib"};
+    if (tk_nvrtc_open(none, 1, &nv, msg, sizeof msg) != TK_OK) {
+        CHECK(contains(msg, "searched: /nonexistent/nvidia/cu13/lib (no such folder)"));
+        CHECK(contains(msg, "install nvidia-cuda-nvrtc or set TK_NVRTC_PATH"));
+    } else {
+        tk_nvrtc_close(nv);     /* the system has one: only the override case applies */
+    }
+    if (saved) setenv("TK_NVRTC_PATH", saved, 1);
+    free(saved);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_nvrtc OPS_DIR TESTS_DIR [NVRTC_DIR...]\n");
+        return 2;
+    }
+    g_dirs = (const char *const *)argv + 3;
+    g_ndirs = argc - 3;
+    test_sha256();
+    test_grid_size();
+    tk_ctx *ctx = load_ops(argv[1]);
+    test_no_driver(ctx);
+    test_no_nvrtc(ctx);
+    tk_nvrtc *nv = open_nvrtc();
+    if (nv) {
+        tk_binary cubin = test_compile_all(nv, ctx);
+        test_compile_error(nv);
+        test_arch_choice(nv);
+        if (cubin.data) test_cache_files(&cubin, tk_nvrtc_version(nv));
+        tk_binary_free(&cubin);
+        test_precompile(ctx);
+        test_threads(ctx);
+        tk_nvrtc_close(nv);
+    }
+    tk_ctx_free(ctx);
+    return tk_test_report("test_nvrtc");
+}
