@@ -187,10 +187,9 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
   Call c;
   c.op = find_op(handle);
   bind_args(handle, *stack, c, device);
-  TORCH_CHECK(!device.is_cuda(), "tk.", tk_op_name(c.op),
-              ": CUDA support is not built yet; move the tensors to the CPU");
   allocate_outputs(c, device);
-  if (execute) run_cpu(c.call);
+  if (execute && device.is_cuda()) run_cuda(c.call);
+  else if (execute) run_cpu(c.call);
   push_outputs(handle, stack, c);
 }
 
@@ -202,6 +201,10 @@ void boxed_cpu(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::S
 
 void boxed_meta(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   boxed(op, stack, c10::Device(c10::DeviceType::Meta), false);
+}
+
+void boxed_cuda(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  boxed(op, stack, c10::Device(c10::DeviceType::CUDA), true);
 }
 
 }  // namespace tk_shim

@@ -98,7 +98,7 @@ namespace tk_shim {
 namespace {
 
 struct Registrations {
-  std::unique_ptr<torch::Library> defs, cpu, meta;
+  std::unique_ptr<torch::Library> defs, cpu, meta, cuda;
 
   Registrations() {
     try {
@@ -111,6 +111,10 @@ struct Registrations {
       meta = library(torch::Library::IMPL, c10::DispatchKey::Meta, __LINE__);
       for_each_op([&](const tk_op* op) {
         meta->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_meta>());
+      });
+      cuda = library(torch::Library::IMPL, c10::DispatchKey::CUDA, __LINE__);
+      for_each_op([&](const tk_op* op) {
+        cuda->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_cuda>());
       });
     } catch (const std::exception& e) {
       if (registration_error().empty())

@@ -26,5 +26,13 @@ void boxed_cpu(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                torch::jit::Stack* stack);
 void boxed_meta(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                 torch::jit::Stack* stack);
+// CUDA: the same path; the index space runs as one kernel launch on torch's
+// current stream of the tensors' device (run_cuda).
+void boxed_cuda(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                torch::jit::Stack* stack);
+
+// Launches a bound call whose tensors are on cuda:<call.device_index>
+// (cuda.cpp): compiled with NVRTC on first use, cached on disk.
+void run_cuda(const tk_call& call);
 
 }  // namespace tk_shim
