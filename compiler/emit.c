@@ -31,6 +31,15 @@ typedef struct emitter {
     int copy;           /* unroll-and-jam copy being emitted, -1 outside */
     int ncopies;        /* copies of the body per step of the innermost dim */
     int nconds;         /* scratch: terms of the unit-stride test written */
+    /* CPU plan for one run of the innermost dim (see plan_run) */
+    unsigned char hoisted[256];     /* top-level statement i runs once per run */
+    const tk_expr *memo[16];        /* floor divisions computed incrementally */
+    int nmemo;
+    int segmented;                  /* memo sites become per-segment constants */
+    int in_segment;                 /* emitting the body of a segment loop */
+    const tk_stmt *def[TK_MAX_LOCALS];  /* top-level single-assignment locals */
+    int inline_locals;              /* name_ref expands def[] (segment starts) */
+    unsigned char hoisted_local[TK_MAX_LOCALS];
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -126,7 +135,11 @@ static void name_ref(emitter *E, const tk_expr *e) {
     tk_sym_kind k = tk_resolve_header(E->op, e->name, &idx);
     if (k == TK_SYM_DIM) tk_buf_printf(E->b, "d_%s", e->name);
     else if (k == TK_SYM_INT || k == TK_SYM_FLOAT) tk_buf_printf(E->b, "p_%s", e->name);
-    else local_name(E, e->name, e->ref);
+    else if (E->inline_locals && E->def[e->ref] && !E->hoisted_local[e->ref]) {
+        tk_buf_puts(E->b, "(");
+        expr(E, E->def[e->ref]->value, E->op->locals[e->ref].type);
+        tk_buf_puts(E->b, ")");
+    } else local_name(E, e->name, e->ref);
 }
 
 /* " * stride" of explicit dim i of p. */
@@ -212,6 +225,20 @@ static void binary(emitter *E, const tk_expr *e) {
     if (e->op == TK_OPC_AND || e->op == TK_OPC_OR) t = TK_V_BOOL;
     if ((e->op == TK_OPC_DIV || e->op == TK_OPC_POW) && !is_float_vt(t)) t = E->ftype;
     const char *fn = NULL;
+    for (int i = 0; i < E->nmemo; i++)
+        if (E->memo[i] == e && E->in_segment) {
+            const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
+            if (e->op == TK_OPC_MOD) tk_buf_printf(E->b, "(tk_r%d + (v_%s - tk_c0))", i, v);
+            else tk_buf_printf(E->b, "tk_q%d", i);
+            return;
+        } else if (E->memo[i] == e && !E->segmented) {
+            tk_buf_printf(E->b, "tk_divmemo_%c(&tk_dm%d, ", e->op == TK_OPC_MOD ? 'r' : 'q', i);
+            expr(E, e->args[0], TK_V_INT);
+            tk_buf_puts(E->b, ", ");
+            expr(E, e->args[1], TK_V_INT);
+            tk_buf_puts(E->b, ")");
+            return;
+        }
     if (e->op == TK_OPC_FLOORDIV) fn = t == TK_V_INT ? "tk_floordiv" : NULL;
     if (e->op == TK_OPC_MOD) fn = t == TK_V_INT ? "tk_mod" : t == TK_V_F32 ? "tk_fmodf_py" : "tk_fmod_py";
     if (e->op == TK_OPC_POW) fn = t == TK_V_F32 ? "powf" : "pow";
@@ -637,6 +664,207 @@ static int has_top_level_for(const tk_opdecl *d) {
     return 0;
 }
 
+/* ---- CPU plan: loop-invariant statements and incremental divisions ------- */
+
+/* Whether e has the same value for every element of a run of the innermost
+ * loop variable: it reads neither that variable nor a local outside
+ * uniform[]. */
+static int is_uniform(const emitter *E, const tk_expr *e, const unsigned char *uniform) {
+    const tk_opdecl *d = E->op->decl;
+    if (e->kind == TK_E_NAME) {
+        if (strcmp(e->name, d->loop_vars[d->nloop - 1]) == 0) return 0;
+        for (int i = 0; i < d->nloop; i++)
+            if (strcmp(e->name, d->loop_vars[i]) == 0) return 1;
+        int idx;
+        if (tk_resolve_header(E->op, e->name, &idx) != TK_SYM_NONE) return 1;
+        return uniform[e->ref];
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (!is_uniform(E, e->args[i], uniform)) return 0;
+    return 1;
+}
+
+static void count_assigns(tk_stmt **body, int n, int *count) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_ASSIGN) count[s->ref]++;
+        count_assigns(s->body, s->nbody, count);
+        count_assigns(s->orelse, s->norelse, count);
+    }
+}
+
+/* Collects int floor divisions and modulos with a uniform divisor and a
+ * varying numerator: along a run the numerator usually grows by one. */
+static void find_memo_sites(emitter *E, const tk_expr *e, const unsigned char *uniform) {
+    if (!e) return;
+    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_FLOORDIV || e->op == TK_OPC_MOD) &&
+        e->args[0]->vtype == TK_V_INT && e->args[1]->vtype == TK_V_INT &&
+        is_uniform(E, e->args[1], uniform) && !is_uniform(E, e->args[0], uniform) &&
+        E->nmemo < (int)(sizeof E->memo / sizeof E->memo[0]))
+        E->memo[E->nmemo++] = e;
+    for (int i = 0; i < e->nargs; i++) find_memo_sites(E, e->args[i], uniform);
+}
+
+/* The coefficient of the innermost loop variable t in int expression e when
+ * e = coef * t + (uniform); 0 if e is not of that form. Memo sites count
+ * as uniform (constant within a segment). */
+static int affine(const emitter *E, const tk_expr *e, const unsigned char *uniform, int64_t *coef) {
+    const tk_opdecl *d = E->op->decl;
+    int64_t a, b;
+    if (e->vtype != TK_V_INT) return 0;
+    for (int i = 0; i < E->nmemo; i++)
+        if (E->memo[i] == e) {
+            if (e->op == TK_OPC_MOD) return affine(E, e->args[0], uniform, coef);
+            *coef = 0;
+            return 1;
+        }
+    if (is_uniform(E, e, uniform)) {
+        *coef = 0;
+        return 1;
+    }
+    switch (e->kind) {
+    case TK_E_NAME:
+        if (strcmp(e->name, d->loop_vars[d->nloop - 1]) == 0) {
+            *coef = 1;
+            return 1;
+        }
+        return E->def[e->ref] && affine(E, E->def[e->ref]->value, uniform, coef);
+    case TK_E_UNARY:
+        if (e->op != TK_OPC_NEG || !affine(E, e->args[0], uniform, &a)) return 0;
+        *coef = -a;
+        return 1;
+    case TK_E_BINARY:
+        if (e->op != TK_OPC_ADD && e->op != TK_OPC_SUB && e->op != TK_OPC_MUL) return 0;
+        if (!affine(E, e->args[0], uniform, &a) || !affine(E, e->args[1], uniform, &b)) return 0;
+        if (e->op == TK_OPC_MUL) {      /* only a literal factor keeps a known coefficient */
+            const tk_expr *lit = a == 0 ? e->args[0] : e->args[1];
+            if (a != 0 && b != 0) return 0;
+            if (a == 0 && b == 0) { *coef = 0; return 1; }
+            if (lit->kind != TK_E_INT) return 0;
+            *coef = (a ? a : b) * lit->ival;
+            return 1;
+        }
+        *coef = e->op == TK_OPC_ADD ? a + b : a - b;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Whether e (a site's numerator) can be evaluated at a segment start: only
+ * t, uniform values and top-level single-assignment locals, no other site. */
+static int inlinable(const emitter *E, const tk_expr *e, const unsigned char *uniform) {
+    for (int i = 0; i < E->nmemo; i++)
+        if (E->memo[i] == e) return 0;
+    if (e->kind == TK_E_NAME && !is_uniform(E, e, uniform)) {
+        const tk_opdecl *d = E->op->decl;
+        if (strcmp(e->name, d->loop_vars[d->nloop - 1]) == 0) return 1;
+        return E->def[e->ref] && inlinable(E, E->def[e->ref]->value, uniform);
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (!inlinable(E, e->args[i], uniform)) return 0;
+    return 1;
+}
+
+/* Segments apply when every memo site sits in a top-level statement, has a
+ * numerator growing by exactly 1 per element and can be evaluated ahead. */
+static int plan_segments(emitter *E, const unsigned char *uniform) {
+    if (E->nmemo == 0) return 0;
+    for (int i = 0; i < E->nmemo; i++) {
+        int64_t c;
+        if (!affine(E, E->memo[i]->args[0], uniform, &c) || c != 1) return 0;
+        if (!inlinable(E, E->memo[i]->args[0], uniform)) return 0;
+    }
+    return 1;
+}
+
+/* Plans one run of the innermost loop: top-level single-assignment locals
+ * with uniform values are computed once per run (hoisted), and floor
+ * divisions of top-level statements by uniform divisors are memoised. */
+static void plan_run(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    unsigned char uniform[TK_MAX_LOCALS] = {0};
+    int count[TK_MAX_LOCALS] = {0};
+    memset(E->hoisted, 0, sizeof E->hoisted);
+    memset(E->hoisted_local, 0, sizeof E->hoisted_local);
+    memset(E->def, 0, sizeof E->def);
+    E->nmemo = 0;
+    E->segmented = 0;
+    if (E->tg->gpu || d->nloop == 0 || E->ncopies > 1 || d->nbody > (int)sizeof E->hoisted) return;
+    count_assigns(d->body, d->nbody, count);
+    for (int i = 0; i < d->nbody; i++) {
+        const tk_stmt *s = d->body[i];
+        if (s->kind != TK_S_ASSIGN || !s->declares || count[s->ref] != 1) continue;
+        E->def[s->ref] = s;
+        if (is_uniform(E, s->value, uniform)) {
+            E->hoisted[i] = 1;
+            E->hoisted_local[s->ref] = 1;
+            uniform[s->ref] = 1;
+        }
+    }
+    for (int i = 0; i < d->nbody; i++) {
+        const tk_stmt *s = d->body[i];
+        if (!E->hoisted[i] && (s->kind == TK_S_ASSIGN || s->kind == TK_S_STORE)) find_memo_sites(E, s->value, uniform);
+    }
+    E->segmented = plan_segments(E, uniform);
+}
+
+/* The top-level statements, those in (hoisted == 1) or out of the run loop. */
+static void run_block(emitter *E, int hoisted) {
+    const tk_opdecl *d = E->op->decl;
+    for (int i = 0; i < d->nbody; i++)
+        if (E->hoisted[i] == hoisted) block(E, &d->body[i], 1);
+}
+
+/* Splits the run into segments in which every memo site's quotient is
+ * constant (its numerator grows by one per element and the divisor is
+ * positive), so the segment loop has no division and vectorises. Quotients
+ * and remainders are divided once per run and stepped per segment. The
+ * plain loop after it finishes the run when a divisor is not positive. */
+static void segments(emitter *E) {
+    const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
+    for (int i = 0; i < E->nmemo; i++) {
+        const tk_expr *e = E->memo[i];
+        begin_line(E);
+        tk_buf_printf(E->b, "const tk_i64 tk_d%d = ", i);
+        expr(E, e->args[1], TK_V_INT);
+        tk_buf_printf(E->b, ";\n");
+        E->inline_locals = 1;
+        begin_line(E);
+        tk_buf_printf(E->b, "const tk_i64 tk_n%d = ", i);
+        expr(E, e->args[0], TK_V_INT);
+        tk_buf_printf(E->b, ";\n");
+        E->inline_locals = 0;
+        line(E, "tk_i64 tk_q%d = tk_floordiv(tk_n%d, tk_d%d), tk_r%d = tk_mod(tk_n%d, tk_d%d);", i, i, i, i, i, i);
+    }
+    begin_line(E);
+    tk_buf_puts(E->b, "if (");
+    for (int i = 0; i < E->nmemo; i++) tk_buf_printf(E->b, "%stk_d%d > 0", i ? " && " : "", i);
+    tk_buf_puts(E->b, ") {\n");
+    E->indent++;
+    line(E, "while (lin < stop) {");
+    E->indent++;
+    line(E, "tk_i64 seg = stop - lin;");
+    for (int i = 0; i < E->nmemo; i++) line(E, "seg = tk_mini(seg, tk_d%d - tk_r%d);", i, i);
+    line(E, "const tk_i64 seg_end = lin + seg, tk_c0 = v_%s;", v);
+    line(E, "(void)tk_c0;");
+    line(E, "for (; lin < seg_end; ++lin, ++v_%s) {", v);
+    E->indent++;
+    E->in_segment = 1;
+    run_block(E, 0);
+    E->in_segment = 0;
+    E->indent--;
+    line(E, "}");
+    for (int i = 0; i < E->nmemo; i++) {
+        line(E, "tk_r%d += seg;", i);
+        line(E, "if (tk_r%d == tk_d%d) tk_r%d = 0, ++tk_q%d;", i, i, i, i);
+    }
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
 /* CPU: decompose once per run of the innermost dim, then walk it; bodies
  * with a top-level loop walk it ncopies elements at a time (unroll-and-jam). */
 static void cpu_loop(emitter *E) {
@@ -646,7 +874,11 @@ static void cpu_loop(emitter *E) {
     decompose(E, 1);
     if (d->nloop > 0) {
         const char *v = d->loop_vars[d->nloop - 1];
+        run_block(E, 1);
+        if (!E->segmented)
+            for (int i = 0; i < E->nmemo; i++) line(E, "tk_divmemo tk_dm%d = {0, 0, 0, 0, 0};", i);
         line(E, "const tk_i64 stop = end - lin < n_%s - v_%s ? end : lin + (n_%s - v_%s);", v, v, v, v);
+        if (E->segmented) segments(E);
         if (E->ncopies > 1) {
             line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d) {", E->ncopies, E->ncopies, v, E->ncopies);
             E->indent++;
@@ -659,7 +891,7 @@ static void cpu_loop(emitter *E) {
         line(E, "for (const tk_i64 stop = lin + 1; lin < stop; ++lin) {");
     }
     E->indent++;
-    block(E, d->body, d->nbody);
+    run_block(E, 0);
     E->indent--;
     line(E, "}");
     E->indent--;
@@ -701,6 +933,7 @@ static void cpu_kernel(emitter *E) {
     E->indent = 1;
     prologue(E);
     E->ncopies = has_top_level_for(E->op->decl) && E->op->decl->nloop > 0 ? 4 : 1;
+    plan_run(E);
     cpu_loop(E);
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
@@ -774,8 +1007,15 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
             free(b.p);
             return st;
         }
-        emitter E = {&b, op, &k_targets[target], v,
-                     tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32, 0, -1, 1, 0};
+        emitter E;
+        memset(&E, 0, sizeof E);
+        E.b = &b;
+        E.op = op;
+        E.tg = &k_targets[target];
+        E.variant = v;
+        E.ftype = tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32;
+        E.copy = -1;
+        E.ncopies = 1;
         kernel(&E);
     }
     if (b.oom) {

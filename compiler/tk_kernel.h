@@ -105,6 +105,30 @@ TK_FN double tk_fmod_py(double a, double b) {
     if (r != 0.0 && ((r < 0.0) != (b < 0.0))) r += b;
     return r;
 }
+/* Incremental floor division for a loop-invariant divisor: when the
+ * numerator is the previous one plus 1 and d > 0, the quotient and remainder
+ * are updated instead of divided; anything else divides. CPU only. */
+typedef struct tk_divmemo {
+    tk_i64 n, q, r, d;
+    int ok;
+} tk_divmemo;
+TK_FN void tk_divmemo_step(tk_divmemo *m, tk_i64 x, tk_i64 d) {
+    if (m->ok && d == m->d && d > 0 && m->n != (tk_i64)0x7fffffffffffffffLL && x == m->n + 1) {
+        if (++m->r == d) {
+            m->r = 0;
+            ++m->q;
+        }
+    } else {
+        m->q = tk_floordiv(x, d);
+        m->r = tk_mod(x, d);
+        m->d = d;
+        m->ok = 1;
+    }
+    m->n = x;
+}
+TK_FN tk_i64 tk_divmemo_q(tk_divmemo *m, tk_i64 x, tk_i64 d) { tk_divmemo_step(m, x, d); return m->q; }
+TK_FN tk_i64 tk_divmemo_r(tk_divmemo *m, tk_i64 x, tk_i64 d) { tk_divmemo_step(m, x, d); return m->r; }
+
 /* float -> int64 like Python int(): truncation; NaN gives 0 and
  * out-of-range values saturate instead of being undefined. */
 TK_FN tk_i64 tk_f2i(double x) {

@@ -29,14 +29,33 @@ TK_BODY void tk_brick_pad__b8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1] != 0);
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1] != 0);
         }
     }
@@ -79,14 +98,33 @@ TK_BODY void tk_brick_pad__u8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
@@ -129,14 +167,33 @@ TK_BODY void tk_brick_pad__i8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
@@ -179,14 +236,33 @@ TK_BODY void tk_brick_pad__i16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
@@ -229,14 +305,33 @@ TK_BODY void tk_brick_pad__i32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
@@ -279,14 +374,33 @@ TK_BODY void tk_brick_pad__i64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
@@ -329,14 +443,33 @@ TK_BODY void tk_brick_pad__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_f16(tk_f16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_f16(tk_f16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
         }
     }
@@ -379,14 +512,33 @@ TK_BODY void tk_brick_pad__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_bf16(tk_bf16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_bf16(tk_bf16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
         }
     }
@@ -429,14 +581,33 @@ TK_BODY void tk_brick_pad__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
@@ -479,14 +650,33 @@ TK_BODY void tk_brick_pad__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
+        tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+        tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+        tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
         const tk_i64 stop = end - lin < n_col - v_col ? end : lin + (n_col - v_col);
+        const tk_i64 tk_d0 = d_TW;
+        const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+        tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
+        if (tk_d0 > 0) {
+            while (lin < stop) {
+                tk_i64 seg = stop - lin;
+                seg = tk_mini(seg, tk_d0 - tk_r0);
+                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
+                (void)tk_c0;
+                for (; lin < seg_end; ++lin, ++v_col) {
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                }
+                tk_r0 += seg;
+                if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+            }
+        }
         for (; lin < stop; ++lin, ++v_col) {
             tk_i64 v_x1 = (v_col - p_pw);
-            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
