@@ -4,6 +4,9 @@
  * files; an unwritable cache folder; the errors a machine without the
  * driver or NVRTC gives. NVRTC must be there (`make setup` installs
  * nvidia-cuda-nvrtc): a missing NVRTC fails this test, it does not skip.
+ * With $TK_TEST_FAKE_DRIVER naming fake_cuda.c's library (CTest sets it),
+ * the launcher runs against that stand-in driver: concurrent first calls
+ * load one module, each device gets its own, launch shape and arguments.
  * Usage: test_nvrtc OPS_DIR TESTS_DIR [NVRTC_DIR...] */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -446,6 +449,121 @@ static void test_no_nvrtc(tk_ctx *ctx) {
     free(saved);
 }
 
+
+/* ---- the launcher, against fake_cuda.c ------------------------------------------- */
+
+typedef struct fake_stats {     /* fake_cuda.c's fake_cuda_stats */
+    int inits, module_loads, launches, pushes, pops, retains;
+    int loads_per_device[2];
+    unsigned last_grid, last_block;
+    void *last_stream;
+    tk_kargs last_kargs;
+    char last_function[128];
+} fake_stats;
+
+/* rwkv_forward on (fake) device memory of cuda:dev: w (C, T), k (B, C, T). */
+static int rwkv_call(tk_ctx *ctx, int dev, int64_t B, int64_t C, int64_t T, tk_call *call) {
+    static float fake[1];
+    int64_t wsz[2] = {C, T}, wst[2] = {T, 1}, ksz[3] = {B, C, T}, kst[3] = {C * T, T, 1};
+    tk_tensor_view w = tk_view(fake, TK_F32, 2, wsz, wst), k = tk_view(fake, TK_F32, 3, ksz, kst);
+    w.device = k.device = TK_CUDA;
+    w.device_index = k.device_index = dev;
+    tk_arg args[3] = {tk_arg_tensor(w), tk_arg_tensor(k), tk_arg_float(0.1)};
+    if (tk_bind(tk_op_find(ctx, "rwkv_forward"), args, 3, call) != TK_OK) return 0;
+    tk_tensor_view out = k;
+    return tk_set_output(call, 0, out) == TK_OK;
+}
+
+typedef struct launcher {
+    tk_cuda *cu;
+    tk_ctx *ctx;
+    const tk_call *call;
+    pthread_barrier_t *start;
+    int failures;
+} launcher;
+
+static void *launch_once(void *p) {
+    launcher *l = p;
+    char msg[4096];
+    pthread_barrier_wait(l->start);
+    if (tk_cuda_launch(l->cu, l->ctx, l->call, (void *)0x5157, msg, sizeof msg) != TK_OK) {
+        fprintf(stderr, "%s\n", msg);
+        l->failures++;
+    }
+    return NULL;
+}
+
+static void test_fake_driver(tk_ctx *ctx, const char *driver) {
+    void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib != NULL);
+    fake_stats *(*get)(void) = NULL;
+    if (lib) *(void **)&get = dlsym(lib, "fake_cuda_stats_get");
+    CHECK(get != NULL);
+    if (!get) return;
+    fake_stats *st = get();
+    char *dir = make_temp_dir(), msg[4096];
+    tk_cuda_options opt = {g_dirs, g_ndirs, dir, driver, 0};
+    tk_cuda *cu = tk_cuda_new(&opt);
+
+    /* 8 threads make the first call of one kernel at once: one module */
+    tk_call call;
+    CHECK(rwkv_call(ctx, 0, 2, 3, 5, &call));
+    enum { N = 8 };
+    pthread_t th[N];
+    launcher ls[N];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, N);
+    for (int i = 0; i < N; i++) {
+        ls[i] = (launcher){cu, ctx, &call, &start, 0};
+        CHECK(pthread_create(&th[i], NULL, launch_once, &ls[i]) == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(ls[i].failures == 0);
+    }
+    pthread_barrier_destroy(&start);
+    CHECK(st->inits == 1 && st->module_loads == 1 && st->loads_per_device[0] == 1);
+    CHECK(st->launches == N && st->pushes == st->pops);
+    CHECK(st->last_grid == 1 && st->last_block == TK_CUDA_BLOCK && st->last_stream == (void *)0x5157);
+    CHECK(memcmp(&st->last_kargs, &call.kargs, sizeof call.kargs) == 0);   /* tk_kargs by value */
+    CHECK(strcmp(st->last_function, "tk_rwkv_forward__f32") == 0);
+    CHECK(tk_cache_list(dir, NULL, NULL) == 1);
+
+    /* cuda:1 (sm_80) gets its own module; a big index space is capped at 32 blocks per SM */
+    CHECK(rwkv_call(ctx, 1, 32, 768, 768, &call));
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+    CHECK(st->module_loads == 2 && st->loads_per_device[1] == 1 && st->launches == N + 1);
+    CHECK(st->last_grid == 108 * 32 && st->last_stream == NULL);
+    CHECK(tk_cache_list(dir, NULL, NULL) == 2);      /* sm_80 and sm_90 cubins */
+    /* one launch per call, no new module */
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+    CHECK(st->module_loads == 2 && st->launches == N + 2);
+    /* an empty index space launches nothing */
+    CHECK(rwkv_call(ctx, 0, 0, 3, 5, &call));
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->launches == N + 2);
+    /* a device the driver does not have */
+    CHECK(rwkv_call(ctx, 2, 1, 1, 1, &call));
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(contains(msg, "tk.rwkv_forward: cannot run on cuda:2: no such device (the driver sees 2)"));
+    char info[8192];
+    tk_cuda_describe(cu, info, sizeof info);
+    CHECK(contains(info, "(CUDA 13.0), 2 device(s)") && contains(info, "cuda:0: Fake H200, sm_90, 132 SMs"));
+    CHECK(contains(info, "cuda:1: Fake A100, sm_80, 108 SMs"));
+    tk_cuda_free(cu);
+
+    /* a new process (state) finds the kernel in the disk cache and loads it */
+    cu = tk_cuda_new(&opt);
+    CHECK(rwkv_call(ctx, 0, 2, 3, 5, &call));
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+    CHECK(st->module_loads == 3 && tk_cache_list(dir, NULL, NULL) == 2);
+    printf("fake driver: %d launches, %d modules loaded, %d context pushes\n", st->launches, st->module_loads,
+           st->pushes);
+    tk_cuda_free(cu);
+    remove_tree(dir);
+    free(dir);
+    dlclose(lib);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_nvrtc OPS_DIR TESTS_DIR [NVRTC_DIR...]\n");
@@ -467,6 +585,9 @@ int main(int argc, char **argv) {
         tk_binary_free(&cubin);
         test_precompile(ctx);
         test_threads(ctx);
+        const char *fake = getenv("TK_TEST_FAKE_DRIVER");
+        if (fake && fake[0]) test_fake_driver(ctx, fake);
+        else printf("TK_TEST_FAKE_DRIVER unset: launcher test against the fake driver not run\n");
         tk_nvrtc_close(nv);
     }
     tk_ctx_free(ctx);
