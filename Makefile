@@ -20,6 +20,10 @@ setup:
 	@$(PYTHON) -c 'import torch' 2>/dev/null || $(PIP) torch==$(TORCH_VERSION)
 	@missing=$$($(PYTHON) -c 'import importlib.util as u; m={"PIL":"pillow","scikit_build_core":"scikit-build-core"}; print(" ".join(m.get(n, n) for n in "$(PY_MODULES)".split() if u.find_spec(n) is None))'); \
 	if [ -n "$$missing" ]; then echo "setup: pip install $$missing"; $(PIP) $$missing; fi
+	@# NVRTC is a run-time dependency only; test_nvrtc compiles every op with it.
+	@$(PYTHON) -c 'import glob, site, sys; d = site.getsitepackages() + [site.getusersitepackages()]; sys.exit(not any(glob.glob(p + "/nvidia/*/lib/libnvrtc.so*") for p in d))' 2>/dev/null || \
+	  ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so' || \
+	  { echo "setup: pip install nvidia-cuda-nvrtc==13.*"; $(PIP) 'nvidia-cuda-nvrtc==13.*'; }
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
