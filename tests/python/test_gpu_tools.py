@@ -1,0 +1,98 @@
+"""The GPU path's parts that need no GPU: `python -m torch_tk info` and
+`precompile` (NVRTC only), TK_DEBUG, the CUDA dispatch key, the errors when
+NVRTC is missing. GPU execution itself is tests/python/test_cuda.py.
+
+Each command runs in a fresh process with its own TK_CACHE_DIR.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_tk(lib_path, cache_dir, *args, **env_extra):
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.path.join(ROOT, "python"), TK_LIBRARY=lib_path, TK_CACHE_DIR=str(cache_dir))
+    env.pop("TK_DEBUG", None)
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-m", "torch_tk", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def cached_files(cache_dir):
+    return sorted(f for f in os.listdir(cache_dir) if f.endswith(".tkbin")) if os.path.isdir(cache_dir) else []
+
+
+@pytest.mark.parametrize("op", ["brick_pad", "rwkv_forward"])
+def test_every_op_has_a_cuda_kernel(op):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"tk::{op}", "CUDA")
+
+
+def test_info_precompile_debug_and_damaged_entries(lib_path, tmp_path):
+    """One cache folder through its life (each step a fresh process)."""
+    r = run_tk(lib_path, tmp_path, "info")
+    assert r.returncode == 0, r.stderr
+    assert f"libtk: {lib_path}" in r.stdout
+    assert "nvrtc: " in r.stdout and "(NVRTC 1" in r.stdout, r.stdout  # test_nvrtc requires NVRTC too
+    assert "driver: " in r.stdout
+    assert f"cache: {tmp_path}" in r.stdout
+    assert "cached kernels: none" in r.stdout or "cached kernels: 0," in r.stdout
+
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--arch", "8.0", "--op", "rwkv_forward")
+    assert r.returncode == 0, r.stderr
+    assert "[########################]   8/8" in r.stderr
+    assert "8 compiled, 0 already cached, 0 failed" in r.stderr
+    assert len(cached_files(tmp_path)) == 8  # 4 dtypes x 2 archs
+    assert "---- tk_rwkv_forward" not in r.stderr  # TK_DEBUG unset: quiet
+
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward")
+    assert r.returncode == 0 and "0 compiled, 4 already cached, 0 failed" in r.stderr, r.stderr
+
+    sm90 = [n for n in cached_files(tmp_path) if b" sm_90" in (tmp_path / n).read_bytes()[96:160]]
+    sm80 = [n for n in cached_files(tmp_path) if n not in sm90]
+    assert len(sm90) == len(sm80) == 4
+    for i, name in enumerate(sm90 + sm80[:1]):
+        path = tmp_path / name
+        data = bytearray(path.read_bytes())
+        if i % 2:
+            data[-100] ^= 0x40  # corrupted
+        else:
+            del data[-10:]  # truncated
+        path.write_bytes(bytes(data))
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward", TK_DEBUG="1")
+    assert r.returncode == 0 and "4 compiled, 0 already cached" in r.stderr, r.stderr
+    assert "rejected: " in r.stderr  # TK_DEBUG says why a file was not used
+    assert "---- tk_rwkv_forward__f32.cu ----" in r.stderr
+    assert 'extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a)' in r.stderr
+    assert "options: --std=c++17 -default-device -arch=sm_90" in r.stderr
+
+    r = run_tk(lib_path, tmp_path, "info")
+    assert "cached kernels: 8" in r.stdout and "tk_rwkv_forward__f32 sm_90" in r.stdout, r.stdout
+    assert r.stdout.count("(damaged)") == 1, r.stdout  # the truncated sm_80 file, not recompiled
+
+
+def test_missing_nvrtc_is_a_clear_error(lib_path, tmp_path):
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad",
+               TK_NVRTC_PATH="/nonexistent/libnvrtc.so.13")
+    assert r.returncode == 1
+    assert "tk.brick_pad: cannot compile for sm_90: libnvrtc.so not found (TK_NVRTC_PATH=/nonexistent" in r.stderr
+
+
+@pytest.mark.parametrize("text, sm", [("sm_90", 90), ("compute_80", 80), ("86", 86), ("9.0", 90), ("10.0", 100)])
+def test_parse_arch(text, sm):
+    from torch_tk.gpu import parse_arch
+
+    assert parse_arch(text) == sm
+
+
+@pytest.mark.parametrize("text", ["foo", "sm_", "9.x", "sm_90a"])
+def test_parse_arch_rejects(text):
+    from torch_tk.gpu import parse_arch
+
+    with pytest.raises(ValueError, match="not a CUDA arch"):
+        parse_arch(text)
