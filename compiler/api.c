@@ -213,7 +213,12 @@ tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name) {
 const char *tk_op_name(const tk_op *op) { return op->decl->name; }
 const char *tk_op_file(const tk_op *op) { return op->decl->file; }
 const char *tk_op_schema(const tk_op *op) { return op->schema; }
-const char *tk_op_backward(const tk_op *op) { return op->decl->backward; }
+const char *tk_op_backward(const tk_op *op) { return op->decl->nbackward ? op->decl->backward[0] : NULL; }
+int tk_op_nbackward(const tk_op *op) { return op->decl->nbackward; }
+
+const char *tk_op_backward_at(const tk_op *op, int i) {
+    return i >= 0 && i < op->decl->nbackward ? op->decl->backward[i] : NULL;
+}
 int tk_op_nparams(const tk_op *op) { return op->decl->nparams; }
 int tk_op_noutputs(const tk_op *op) { return op->decl->noutputs; }
 int tk_op_nvariants(const tk_op *op) { return op->nvariants; }
@@ -266,5 +271,5 @@ tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nsp
         if (!attach_kernel(ctx, kernels[k].name, kernels[k].fn))
             return ctx_fail(ctx, TK_ERR_NOTFOUND, "built-in kernel %s matches no op variant "
                                                   "(stale generated code?)", kernels[k].name);
-    return TK_OK;
+    return tk_ctx_link(ctx);
 }

@@ -121,8 +121,9 @@ typedef struct tk_opdecl {
     int nparams;
     tk_param *outputs;
     int noutputs;
-    const char *backward;       /* NULL if none */
-    tk_loc backward_loc;
+    const char **backward;      /* 'backward a, b': the backward ops' names */
+    tk_loc *backward_locs;      /* where each name is written */
+    int nbackward;
     const char **loop_vars;     /* top-level parallel loop */
     tk_loc *loop_locs;
     int nloop;

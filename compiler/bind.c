@@ -118,6 +118,7 @@ typedef struct binder {
     int ibound[TK_MAX_INTS];
     int batch_param;        /* first input with '...', -1 if none */
     int device_param;       /* first tensor argument, -1 if none */
+    int types_only;         /* tk_bind_types: sizes are not known */
 } binder;
 
 static void dims_text(const tk_param *p, char *out, size_t n) {
@@ -208,8 +209,9 @@ static tk_status bind_shape(binder *b, int i) {
     for (int d = 0; d < v->ndim; d++)
         if (v->sizes[d] < 0) return call_fail(b->call, "argument '%s': negative size in dim %d", p->name, d);
     int nb = v->ndim - nexp;
+    if (ell && b->batch_param < 0) b->batch_param = i;
+    if (b->types_only) return TK_OK;
     if (ell) {
-        if (b->batch_param < 0) b->batch_param = i;
         const tk_tensor_view *ref = &b->args[b->batch_param].t;
         int rnb = ref->ndim - tk_explicit_dims(&op->decl->params[b->batch_param]);
         int same = rnb == nb;
@@ -372,7 +374,8 @@ static tk_status pick_variant(binder *b) {
     return TK_OK;
 }
 
-tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call) {
+/* Binds the arguments one by one (tk_bind's first half). */
+static tk_status bind_args(const tk_op *op, const tk_arg *args, int nargs, tk_call *call, binder *b) {
     if (!call) return TK_ERR_INVALID;
     memset(call, 0, sizeof *call);
     call->op = op;
@@ -381,13 +384,11 @@ tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call)
         call->op = NULL;
         return TK_ERR_INVALID;
     }
-    binder b;
-    memset(&b, 0, sizeof b);
-    b.call = call;
-    b.op = op;
-    b.args = args;
-    b.batch_param = -1;
-    b.device_param = -1;
+    b->call = call;
+    b->op = op;
+    b->args = args;
+    b->batch_param = -1;
+    b->device_param = -1;
     const tk_opdecl *d = op->decl;
     if (nargs != d->nparams)
         return call_fail(call, "expected %d arguments, got %d", d->nparams, nargs);
@@ -395,16 +396,42 @@ tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call)
         tk_status st;
         if (d->params[i].kind == TK_P_TENSOR) {
             if (args[i].kind != TK_P_TENSOR) return call_fail(call, "argument '%s': expected a tensor", d->params[i].name);
-            if ((st = bind_dtype(&b, i)) || (st = bind_device(&b, i)) || (st = bind_shape(&b, i))) return st;
+            if ((st = bind_dtype(b, i)) || (st = bind_device(b, i)) || (st = bind_shape(b, i))) return st;
             fill_tensor(&call->kargs.t[op->slot[i]], &args[i].t);
-        } else if ((st = bind_scalar(&b, i))) {
+        } else if ((st = bind_scalar(b, i))) {
             return st;
         }
     }
-    tk_status st;
-    if ((st = pick_variant(&b)) || (st = bind_defaults(&b)) || (st = bind_outputs(&b)) ||
-        (st = check_empty_inputs(&b)))
-        return st;
+    return pick_variant(b);
+}
+
+tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call) {
+    binder b;
+    memset(&b, 0, sizeof b);
+    tk_status st = bind_args(op, args, nargs, call, &b);
+    if (st == TK_OK && !((st = bind_defaults(&b)) || (st = bind_outputs(&b)) || (st = check_empty_inputs(&b))))
+        return TK_OK;
+    return st;
+}
+
+tk_status tk_bind_types(const tk_op *op, const tk_arg *args, int nargs, tk_call *call) {
+    binder b;
+    memset(&b, 0, sizeof b);
+    b.types_only = 1;
+    tk_status st = bind_args(op, args, nargs, call, &b);
+    if (st != TK_OK) return st;
+    const tk_opdecl *d = op->decl;
+    int nb = 0;
+    if (b.batch_param >= 0)
+        nb = args[b.batch_param].t.ndim - tk_explicit_dims(&d->params[b.batch_param]);
+    call->noutputs = d->noutputs;
+    for (int o = 0; o < d->noutputs; o++) {
+        int ell = d->outputs[o].ndims > 0 && d->outputs[o].dims[0]->kind == TK_E_ELLIPSIS;
+        call->out_ndim[o] = tk_explicit_dims(&d->outputs[o]) + (ell ? nb : 0);
+        if (call->out_ndim[o] > TK_MAX_DIMS)
+            return call_fail(call, "output '%s' would have more than %d dims", d->outputs[o].name, TK_MAX_DIMS);
+        call->out_dtype[o] = tk_variant_out_dtype(op, call->variant, o);
+    }
     return TK_OK;
 }
 

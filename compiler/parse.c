@@ -682,20 +682,35 @@ static void parse_parfor(parser *p, tk_opdecl *op) {
 
 #define PARFOR_EXPECTED "the top-level 'for ... in <output>:' loop"
 
-/* INDENT {'backward' NAME NEWLINE} parfor DEDENT */
+/* 'backward' NAME {',' NAME} NEWLINE: the ops that compute op's gradients. */
+static void parse_backward(parser *p, tk_opdecl *op) {
+    tk_loc loc = p->tok.loc;
+    int cap = 0, lcap = 0;
+    next(p);
+    if (op->nbackward > 0)
+        error_at(p, loc, "duplicate 'backward' line (list every backward op of '%.40s' "
+                 "on one line: backward a, b)", op->name);
+    do {
+        tk_loc nloc;
+        const char *name = expect_name(p, "an op name after 'backward'", &nloc);
+        for (int i = 0; i < op->nbackward; i++)
+            if (strcmp(op->backward[i], name) == 0)
+                error_at(p, nloc, "backward op '%.40s' is listed twice", name);
+        op->backward = (const char **)grow(p, op->backward, op->nbackward, &cap,
+                                           sizeof *op->backward);
+        op->backward_locs = (tk_loc *)grow(p, op->backward_locs, op->nbackward, &lcap,
+                                           sizeof *op->backward_locs);
+        op->backward_locs[op->nbackward] = nloc;
+        op->backward[op->nbackward++] = name;
+    } while (accept(p, TK_T_COMMA));
+    expect(p, TK_T_NEWLINE, "',' or NEWLINE after a backward op name");
+}
+
+/* INDENT ['backward' NAME {',' NAME} NEWLINE] parfor DEDENT */
 static void parse_op_body(parser *p, tk_opdecl *op) {
     if (!check(p, TK_T_INDENT)) expected(p, "an indented op body");
     next(p);
-    while (check(p, TK_T_BACKWARD)) {
-        tk_loc loc = p->tok.loc;
-        next(p);
-        if (op->backward != NULL)
-            error_at(p, loc, "duplicate 'backward' line (the backward of '%.40s' "
-                     "is already '%.40s')", op->name, op->backward);
-        op->backward = expect_name(p, "an op name after 'backward'", NULL);
-        op->backward_loc = loc;
-        expect(p, TK_T_NEWLINE, "NEWLINE after the backward op name");
-    }
+    while (check(p, TK_T_BACKWARD)) parse_backward(p, op);
     if (!check(p, TK_T_FOR)) expected(p, PARFOR_EXPECTED);
     parse_parfor(p, op);
     if (!check(p, TK_T_DEDENT))

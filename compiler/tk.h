@@ -115,13 +115,84 @@ const tk_op *tk_op_find(const tk_ctx *ctx, const char *name);
 const char *tk_op_name(const tk_op *op);
 const char *tk_op_file(const tk_op *op);
 const char *tk_op_schema(const tk_op *op);  /* "name(Tensor x, ...) -> Tensor" */
-const char *tk_op_backward(const tk_op *op); /* NULL if none */
+const char *tk_op_backward(const tk_op *op); /* the first backward op's name, NULL if none */
+int tk_op_nbackward(const tk_op *op);          /* ops named by 'backward a, b' */
+const char *tk_op_backward_at(const tk_op *op, int i);
 int tk_op_nparams(const tk_op *op);
 int tk_op_param_kind(const tk_op *op, int i);     /* tk_param_kind */
 const char *tk_op_param_name(const tk_op *op, int i);
 int tk_op_param_optional(const tk_op *op, int i);
 int tk_op_noutputs(const tk_op *op);
 const char *tk_op_output_name(const tk_op *op, int i);
+/* Tensor parameter i's dtype group: the parameter whose dtype it shares
+ * through 'x.dtype' chains (itself for a dtype class); -1 for a scalar. */
+int tk_op_param_dtype_group(const tk_op *op, int i);
+/* 1 if tensor parameter i accepts a float dtype (it can carry a gradient). */
+int tk_op_param_differentiable(const tk_op *op, int i);
+
+/* ---- backward ops (docs/autograd.md) ----------------------------------------
+ * An op names the ops that compute its gradients ('backward a, b'). They are
+ * matched by name: a backward op's parameter is one of the forward op's
+ * parameters (same name, same kind), 'grad_<output>' (the incoming gradient
+ * of a forward output) or a forward output by name; its outputs are named
+ * 'grad_<param>', one per differentiable forward tensor parameter, each made
+ * by exactly one backward op. tk_ctx_link checks every op of ctx against
+ * this (call it once all spec files are loaded: a backward may live in
+ * another file); the accessors below read the links it checked. */
+tk_status tk_ctx_link(tk_ctx *ctx);
+
+typedef enum tk_grad_source {
+    TK_GRAD_FROM_PARAM,     /* forward parameter `index` */
+    TK_GRAD_FROM_GRAD,      /* incoming gradient of forward output `index` */
+    TK_GRAD_FROM_OUTPUT     /* forward output `index` (saved) */
+} tk_grad_source;
+
+/* Where parameter j of backward op b (0 <= b < tk_op_nbackward) comes from;
+ * -1 if b, j or the names do not link. */
+int tk_op_backward_source(const tk_ctx *ctx, const tk_op *op, int b, int j, int *index);
+/* The forward parameter whose gradient output j of backward op b is; -1 if none. */
+int tk_op_backward_target(const tk_ctx *ctx, const tk_op *op, int b, int j);
+
+/* ---- shape programs -----------------------------------------------------------
+ * The int expressions of an op's header (input dims, output dims, defaults of
+ * 'int?' parameters) as postfix code, so a caller can evaluate them over its
+ * own integer type: the torch shim's Meta kernel evaluates them over
+ * c10::SymInt for symbolic shapes. A stack machine: */
+typedef enum tk_shape_opc {
+    TK_SH_CONST,        /* push a */
+    TK_SH_DIM,          /* push the size of tensor parameter a's dim b (b < 0: from the end) */
+    TK_SH_PARAM,        /* push int/bool parameter a; if None, run its TK_SHAPE_DEFAULT code */
+    TK_SH_NEG, TK_SH_NOT, TK_SH_ABS,                        /* x -> f(x) */
+    TK_SH_ADD, TK_SH_SUB, TK_SH_MUL, TK_SH_FLOORDIV,        /* x y -> x op y; // and % */
+    TK_SH_MOD, TK_SH_EQ, TK_SH_NE, TK_SH_LT, TK_SH_LE,      /*   as in Python */
+    TK_SH_GT, TK_SH_GE, TK_SH_AND, TK_SH_OR, TK_SH_MIN, TK_SH_MAX,
+    TK_SH_JUMP_IF_ZERO, /* pop x; if x == 0 continue at instruction a */
+    TK_SH_JUMP          /* continue at instruction a */
+} tk_shape_opc;
+
+typedef struct tk_shape_instr {
+    int opc;            /* tk_shape_opc */
+    int b;
+    int64_t a;
+} tk_shape_instr;
+
+typedef enum tk_shape_of {
+    TK_SHAPE_INPUT,     /* (i, j): tensor parameter i's dim j: what its size must equal */
+    TK_SHAPE_OUTPUT,    /* (i, j): output i's dim j */
+    TK_SHAPE_DEFAULT    /* (i, -): the default of 'int?' parameter i */
+} tk_shape_of;
+
+/* Entries of a declared shape ('...' counts as one); whether it starts with '...'. */
+int tk_op_shape_ndims(const tk_op *op, tk_shape_of what, int i);
+int tk_op_shape_has_batch(const tk_op *op, tk_shape_of what, int i);
+/* Writes the code of one shape entry into code[0..cap) and returns its
+ * length (call again with more room if it is > cap); 0 for '...' (the batch
+ * dims of tk_op_batch_param) and for a dim that binds a name (nothing to
+ * check); -1 for a bad (what, i, j). */
+int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j,
+                     tk_shape_instr *code, int cap);
+/* The first tensor parameter with '...' dims, -1 if none. */
+int tk_op_batch_param(const tk_op *op);
 
 /* Kernels: one per combination of the op's dtype variables (variant). */
 int tk_op_nvariants(const tk_op *op);
@@ -148,6 +219,11 @@ typedef struct tk_call {
  * devices), evaluates defaults and output shapes. Errors name the op and the
  * argument: "tk.rwkv_forward: argument 'k': expected 3 dims (B, C, T), got 2". */
 tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call);
+/* The checks of tk_bind that do not depend on sizes (count, kinds, dtypes,
+ * ranks, devices); fills op, variant, float_type, noutputs, out_dtype and
+ * out_ndim. For callers whose sizes are symbolic (the shim's Meta kernel),
+ * which check dims and compute output shapes with tk_op_shape_code. */
+tk_status tk_bind_types(const tk_op *op, const tk_arg *args, int nargs, tk_call *call);
 /* Attaches output i (shape and dtype must be those tk_bind computed). */
 tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v);
 /* Runs elements [begin, end) of the index space with the op's CPU kernel. */
@@ -177,7 +253,7 @@ typedef struct tk_builtin_spec {
     const char *text;
 } tk_builtin_spec;
 
-/* Loads every spec and attaches every kernel given. */
+/* Loads every spec, attaches every kernel given, then links (tk_ctx_link). */
 tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nspecs,
                               const tk_builtin_kernel *kernels, int nkernels);
 

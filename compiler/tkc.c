@@ -124,6 +124,11 @@ int main(int argc, char **argv) {
     char **texts = calloc((size_t)n, sizeof *texts);
     if (!ctx || !texts) return 2;
     int rc = load_all(ctx, n, argv + first, texts);
+    /* check and gen-builtin see every spec: backward clauses must link */
+    if (rc == 0 && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda") && tk_ctx_link(ctx) != TK_OK) {
+        fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+        rc = 1;
+    }
     if (rc == 0) {
         if (strcmp(cmd, "check") == 0) {
             for (int i = 0; i < tk_op_count(ctx); i++) printf("tk::%s\n", tk_op_schema(tk_op_at(ctx, i)));

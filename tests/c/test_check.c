@@ -59,6 +59,105 @@ static const bad_spec k_bad[] = {
      "bad.tk:4:4: error: op 'f' is already defined"},
 };
 
+/* Specs that load but whose backward clause does not link (tk_ctx_link). */
+#define FWD "op f(x: float[N], n: int? = N) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n        y[i] = x[i]\n"
+#define BW(params, outs) "op f_bw(" params ") -> " outs ":\n    for i in grad_x:\n        grad_x[i] = 0.0\n"
+
+static const bad_spec k_bad_link[] = {
+    {FWD, "bad.tk:2:14: error: backward op 'f_bw' of 'f': no such op (is its spec file loaded?)"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward f\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:14: error: backward op 'f' of 'f': an op cannot be its own backward"},
+    {FWD BW("x: float[N], g: x.dtype[N]", "grad_x: x.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'g' (bad.tk:5:22) is not a parameter of 'f', "
+     "an output of 'f' or 'grad_<output>' (grad_y)"},
+    {FWD BW("grad_y: float[N], x: int", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'x' is an int but 'x' is a tensor in 'f'"},
+    {FWD BW("grad_y: float[N], n: int", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'n' must be 'int?' like 'n' of 'f' (it may be None)"},
+    {FWD BW("x: float[N]", "grad_x: x.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': it takes no incoming gradient (a parameter named grad_y)"},
+    {FWD BW("grad_y: float", "grad_x: float32[1]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'grad_y' must be a tensor"},
+    {FWD "op f_bw(grad_y: float[N]) -> gx: grad_y.dtype[N]:\n    for i in gx:\n        gx[i] = 0.0\n",
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': output 'gx' must be named grad_<p> for a float tensor "
+     "parameter p of 'f'"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward f_bw, f_bw2\n    for i in y:\n        y[i] = x[i]\n"
+     BW("grad_y: float[N]", "grad_x: grad_y.dtype[N]")
+     "op f_bw2(grad_y: float[N]) -> grad_x: grad_y.dtype[N]:\n    for i in grad_x:\n        grad_x[i] = 1.0\n",
+     "bad.tk:2:20: error: backward op 'f_bw2' of 'f': 'grad_x' is also computed by backward op 'f_bw'"},
+    {"op f(x: float[N], z: float[N]) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n        y[i] = x[i]\n"
+     BW("grad_y: float[N]", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: no backward op of 'f' computes grad_z, the gradient of its parameter 'z'"},
+    {"op f(x: float[N]) -> (y: x.dtype[N], m: int32[N]):\n    backward f_bw\n    for i in y:\n"
+     "        y[i] = x[i]\n        m[i] = i\n"
+     BW("grad_m: int32[N]", "grad_x: float32[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': 'grad_m' has no gradient: output 'm' of 'f' is not a "
+     "float tensor"},
+    {"op f(x: float[N], idx: int64[N]) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n"
+     "        y[i] = x[idx[i]]\n"
+     "op f_bw(grad_y: float[N]) -> (grad_x: grad_y.dtype[N], grad_idx: int64[N]):\n    for i in grad_x:\n"
+     "        grad_x[i] = 0.0\n        grad_idx[i] = 0\n",
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': output 'grad_idx' must be named grad_<p> for a float "
+     "tensor parameter p of 'f'"},
+};
+
+/* A backward in another file links once both are loaded; the accessors
+ * say where each argument comes from and which gradient each output is. */
+static void test_link_ok(void) {
+    const char *fwd = "op f(x: float[N], idx: int64[N], a: float) -> (y: x.dtype[N], m: int32[N]):\n"
+                      "    backward f_bw\n    for i in y:\n        y[i] = a * x[idx[i]]\n        m[i] = i\n";
+    const char *bw = "op f_bw(grad_y: float[N], idx: int64[N], y: grad_y.dtype[N], a: float)\n"
+                     "        -> grad_x: grad_y.dtype[N]:\n"
+                     "    for i in grad_x:\n        grad_x[i] = a * grad_y[i] + 0.0 * y[idx[i]]\n";
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "f.tk", fwd, strlen(fwd)) == TK_OK);
+    CHECK(tk_ctx_link(ctx) != TK_OK);                   /* f_bw is not loaded yet */
+    CHECK(tk_load_spec(ctx, "f_bw.tk", bw, strlen(bw)) == TK_OK);
+    int st = tk_ctx_link(ctx);
+    if (st != TK_OK) fprintf(stderr, "link: %s\n", tk_ctx_error(ctx));
+    CHECK(st == TK_OK);
+    const tk_op *f = tk_op_find(ctx, "f");
+    int idx = -1;
+    CHECK(tk_op_nbackward(f) == 1 && strcmp(tk_op_backward_at(f, 0), "f_bw") == 0);
+    CHECK(tk_op_backward_source(ctx, f, 0, 0, &idx) == TK_GRAD_FROM_GRAD && idx == 0);
+    CHECK(tk_op_backward_source(ctx, f, 0, 1, &idx) == TK_GRAD_FROM_PARAM && idx == 1);
+    CHECK(tk_op_backward_source(ctx, f, 0, 2, &idx) == TK_GRAD_FROM_OUTPUT && idx == 0);
+    CHECK(tk_op_backward_source(ctx, f, 0, 3, &idx) == TK_GRAD_FROM_PARAM && idx == 2);
+    CHECK(tk_op_backward_source(ctx, f, 0, 4, &idx) == -1);
+    CHECK(tk_op_backward_target(ctx, f, 0, 0) == 0);
+    CHECK(tk_op_param_differentiable(f, 0) && !tk_op_param_differentiable(f, 1) && !tk_op_param_differentiable(f, 2));
+    tk_ctx_free(ctx);
+}
+
+/* Shape programs: what the torch shim evaluates over symbolic sizes. */
+static void test_shape_code(void) {
+    const char *src = "op s(a: float[..., N, 4], b: a.dtype[M, N], h: int? = N + 2 * M)\n"
+                      "        -> o: a.dtype[..., h if h > 0 else -h, N // 2]:\n"
+                      "    for i, j in o:\n        o[i, j] = 0.0\n";
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "s.tk", src, strlen(src)) == TK_OK);
+    const tk_op *op = tk_op_at(ctx, 0);
+    tk_shape_instr code[16];
+    CHECK(tk_op_batch_param(op) == 0);
+    CHECK(tk_op_shape_has_batch(op, TK_SHAPE_INPUT, 0) && !tk_op_shape_has_batch(op, TK_SHAPE_INPUT, 1));
+    CHECK(tk_op_shape_ndims(op, TK_SHAPE_OUTPUT, 0) == 3);
+    CHECK(tk_op_shape_code(op, TK_SHAPE_INPUT, 0, 0, code, 16) == 0);    /* '...' */
+    CHECK(tk_op_shape_code(op, TK_SHAPE_INPUT, 0, 1, code, 16) == 0);    /* binds N */
+    CHECK(tk_op_shape_code(op, TK_SHAPE_INPUT, 0, 2, code, 16) == 1 && code[0].opc == TK_SH_CONST && code[0].a == 4);
+    /* b's N must equal a's dim -2 */
+    CHECK(tk_op_shape_code(op, TK_SHAPE_INPUT, 1, 1, code, 16) == 1 && code[0].opc == TK_SH_DIM &&
+          code[0].a == 0 && code[0].b == -2);
+    CHECK(tk_op_shape_code(op, TK_SHAPE_DEFAULT, 2, 0, code, 16) == 5 && code[4].opc == TK_SH_ADD &&
+          code[1].opc == TK_SH_CONST && code[2].opc == TK_SH_DIM && code[2].a == 1 && code[2].b == -2);
+    /* h if h > 0 else -h: h 0 > JZ(5) h JUMP(7) h NEG */
+    int n = tk_op_shape_code(op, TK_SHAPE_OUTPUT, 0, 1, code, 16);
+    CHECK(n == 8 && code[0].opc == TK_SH_PARAM && code[0].a == 2 && code[3].opc == TK_SH_JUMP_IF_ZERO &&
+          code[3].a == 6 && code[5].opc == TK_SH_JUMP && code[5].a == 8 && code[7].opc == TK_SH_NEG);
+    CHECK(tk_op_shape_code(op, TK_SHAPE_OUTPUT, 0, 2, code, 1) == 3);    /* asks for more room */
+    CHECK(tk_op_shape_code(op, TK_SHAPE_OUTPUT, 0, 3, code, 16) == -1);
+    tk_ctx_free(ctx);
+}
+
 typedef struct good_spec {
     const char *text;
     const char *schema;
@@ -95,6 +194,21 @@ int main(void) {
         CHECK(tk_op_count(ctx) == 0);   /* a failed load adds nothing */
         tk_ctx_free(ctx);
     }
+    for (size_t i = 0; i < sizeof k_bad_link / sizeof k_bad_link[0]; i++) {
+        tk_ctx *ctx = tk_ctx_new();
+        int st = tk_load_spec(ctx, "bad.tk", k_bad_link[i].text, strlen(k_bad_link[i].text));
+        if (st != TK_OK) fprintf(stderr, "bad link spec %zu does not load: %s\n", i, tk_ctx_error(ctx));
+        CHECK(st == TK_OK);
+        st = tk_ctx_link(ctx);
+        int ok = st == TK_ERR_CHECK && strcmp(tk_ctx_error(ctx), k_bad_link[i].error) == 0;
+        if (!ok)
+            fprintf(stderr, "bad link spec %zu: expected\n  %s\ngot (status %d)\n  %s\n", i, k_bad_link[i].error,
+                    st, tk_ctx_error(ctx));
+        CHECK(ok);
+        tk_ctx_free(ctx);
+    }
+    test_link_ok();
+    test_shape_code();
     for (size_t i = 0; i < sizeof k_good / sizeof k_good[0]; i++) {
         tk_ctx *ctx = tk_ctx_new();
         int st = tk_load_spec(ctx, "good.tk", k_good[i].text, strlen(k_good[i].text));

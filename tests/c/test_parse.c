@@ -164,11 +164,12 @@ static void test_brick_pad(const char *dir) {
     tk_opdecl *op;
     tk_stmt **b;
     if (m == NULL) return;
-    CHECK(m->nops == 1);
+    CHECK(m->nops == 2);    /* brick_pad and brick_pad_backward */
     op = m->ops[0];
     CHECK_STR(op->name, "brick_pad");
     CHECK(op->loc.line == 4 && op->loc.col == 4);
-    CHECK(op->backward == NULL);
+    CHECK(op->nbackward == 1);
+    if (op->nbackward == 1) CHECK_STR(op->backward[0], "brick_pad_backward");
     CHECK(op->nparams == 6);
     if (op->nparams != 6) return;
     CHECK_STR(op->params[0].name, "tile");
@@ -201,15 +202,15 @@ static void test_brick_pad(const char *dir) {
     CHECK(op->nloop == 2);
     CHECK_STR(op->loop_vars[0], "row");
     CHECK_STR(op->loop_vars[1], "col");
-    CHECK(op->loop_locs[1].line == 7 && op->loop_locs[1].col == 14);
+    CHECK(op->loop_locs[1].line == 8 && op->loop_locs[1].col == 14);
     CHECK_STR(op->loop_over, "out");
-    CHECK(op->loop_loc.line == 7 && op->loop_loc.col == 21);
+    CHECK(op->loop_loc.line == 8 && op->loop_loc.col == 21);
     CHECK(op->nbody == 7);
     if (op->nbody != 7) return;
     b = op->body;
     CHECK(b[0]->kind == TK_S_ASSIGN && b[0]->op == TK_OPC_NONE);
     CHECK_STR(b[0]->name, "x1");
-    CHECK(b[0]->loc.line == 8 && b[0]->loc.col == 9);
+    CHECK(b[0]->loc.line == 9 && b[0]->loc.col == 9);
     CHECK_STR(es(b[0]->value), "(- col pw)");
     CHECK_STR(es(b[1]->value), "(+ (- (- height 1) row) ph)");
     CHECK_STR(es(b[2]->value), "(// y1 TH)");
@@ -222,7 +223,7 @@ static void test_brick_pad(const char *dir) {
     CHECK_STR(es(b[6]->value), "tile[(- (- TH 1) y2) x2]");
     CHECK(b[6]->value->kind == TK_E_INDEX);
     /* binary nodes sit at their operator: "x1 = col - pw" */
-    CHECK(b[0]->value->loc.line == 8 && b[0]->value->loc.col == 18);
+    CHECK(b[0]->value->loc.line == 9 && b[0]->value->loc.col == 18);
 }
 
 static void test_rwkv(const char *dir) {
@@ -230,9 +231,15 @@ static void test_rwkv(const char *dir) {
     tk_opdecl *op;
     tk_stmt *f, *acc;
     if (m == NULL) return;
-    CHECK(m->nops == 1);
+    CHECK(m->nops == 3);    /* rwkv_forward, rwkv_backward_w, rwkv_backward_k */
     op = m->ops[0];
     CHECK_STR(op->name, "rwkv_forward");
+    CHECK(op->nbackward == 2);
+    if (op->nbackward == 2) {
+        CHECK_STR(op->backward[0], "rwkv_backward_w");
+        CHECK_STR(op->backward[1], "rwkv_backward_k");
+        CHECK(op->backward_locs[1].line == 6 && op->backward_locs[1].col == 31);
+    }
     CHECK(op->nparams == 3);
     if (op->nparams != 3) return;
     CHECK_STR(op->params[0].name, "w");
@@ -263,7 +270,7 @@ static void test_rwkv(const char *dir) {
     CHECK_STR(f->name, "u");
     CHECK(f->lo == NULL);
     CHECK_STR(es(f->hi), "(+ t 1)");
-    CHECK(f->loc.line == 8 && f->loc.col == 9);
+    CHECK(f->loc.line == 9 && f->loc.col == 9);
     CHECK(f->nbody == 1);
     if (f->nbody != 1) return;
     acc = f->body[0];
@@ -418,8 +425,9 @@ static void test_valid_odd(void) {
     CHECK_DIMS(&op->outputs[0], "N (+ n 1)");
     CHECK(op->outputs[1].dtype_mask == (1u << TK_BOOL));
     CHECK_DIMS(&op->outputs[1], "...");
-    CHECK_STR(op->backward, "a_bw");
-    CHECK(op->backward_loc.line == 7 && op->backward_loc.col == 5);
+    CHECK(op->nbackward == 1);
+    CHECK_STR(op->backward[0], "a_bw");
+    CHECK(op->backward_locs[0].line == 7 && op->backward_locs[0].col == 14);
     CHECK(op->nloop == 2 && op->nbody == 1);
     op = m->ops[1];
     CHECK_STR(op->name, "b");
@@ -504,6 +512,10 @@ static const bad_case bad_cases[] = {
      "t.tk:4:5: error: expected the end of the op body after the top-level 'for ... in <output>:' loop, found 'z'"},
     {H "    backward g\n    backward h\n" L "        pass\n",
      "t.tk:3:5: error: duplicate 'backward' line"},
+    {H "    backward g, h, g\n" L "        pass\n", "t.tk:2:20: error: backward op 'g' is listed twice"},
+    {H "    backward g,\n" L "        pass\n", "t.tk:2:16: error: expected an op name after 'backward', found NEWLINE"},
+    {H "    backward g h\n" L "        pass\n",
+     "t.tk:2:16: error: expected ',' or NEWLINE after a backward op name, found 'h'"},
     {H "    for i in range(3):\n",
      "t.tk:2:19: error: expected ':' after the top-level 'for ... in <output>', found '('"},
     /* inner loops */

@@ -1,0 +1,189 @@
+/* link.c - backward ops: checks that every 'backward a, b' clause names ops
+ * that exist and follow the naming convention (tk.h, docs/autograd.md), and
+ * answers where a backward op's arguments come from and which gradients it
+ * makes. Everything is by name, so nothing is stored: the accessors
+ * recompute from the declarations, which tk_ctx_link has checked. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+#define GRAD_PREFIX "grad_"
+#define GRAD_PREFIX_LEN 5
+
+static int param_index(const tk_opdecl *d, const char *name) {
+    for (int i = 0; i < d->nparams; i++)
+        if (strcmp(d->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+static int output_index(const tk_opdecl *d, const char *name) {
+    for (int i = 0; i < d->noutputs; i++)
+        if (strcmp(d->outputs[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* The part after "grad_", or NULL if name does not start with it. */
+static const char *grad_of(const char *name) {
+    return strncmp(name, GRAD_PREFIX, GRAD_PREFIX_LEN) == 0 ? name + GRAD_PREFIX_LEN : NULL;
+}
+
+int tk_op_param_dtype_group(const tk_op *op, int i) {
+    if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_TENSOR) return -1;
+    return op->dtype_root[i];
+}
+
+int tk_op_param_differentiable(const tk_op *op, int i) {
+    int root = tk_op_param_dtype_group(op, i);
+    return root >= 0 && (op->decl->params[root].dtype_mask & TK_DTYPES_FLOAT) != 0;
+}
+
+/* 1 if forward output o can be a float tensor (it can carry a gradient). */
+static int output_differentiable(const tk_op *op, int o) {
+    int root = op->out_dtype_root[o];
+    if (root >= 0) return (op->decl->params[root].dtype_mask & TK_DTYPES_FLOAT) != 0;
+    return ((1u << op->out_dtype_fixed[o]) & TK_DTYPES_FLOAT) != 0;
+}
+
+/* Backward op b of op, or NULL (bad index or not loaded). */
+static const tk_op *backward_op(const tk_ctx *ctx, const tk_op *op, int b) {
+    if (!ctx || !op || b < 0 || b >= op->decl->nbackward) return NULL;
+    return tk_op_find(ctx, op->decl->backward[b]);
+}
+
+int tk_op_backward_source(const tk_ctx *ctx, const tk_op *op, int b, int j, int *index) {
+    const tk_op *bw = backward_op(ctx, op, b);
+    if (!bw || j < 0 || j >= bw->decl->nparams) return -1;
+    const char *name = bw->decl->params[j].name, *g = grad_of(name);
+    int i;
+    if ((i = param_index(op->decl, name)) >= 0) {
+        *index = i;
+        return TK_GRAD_FROM_PARAM;
+    }
+    if ((i = output_index(op->decl, name)) >= 0) {
+        *index = i;
+        return TK_GRAD_FROM_OUTPUT;
+    }
+    if (g && (i = output_index(op->decl, g)) >= 0) {
+        *index = i;
+        return TK_GRAD_FROM_GRAD;
+    }
+    return -1;
+}
+
+int tk_op_backward_target(const tk_ctx *ctx, const tk_op *op, int b, int j) {
+    const tk_op *bw = backward_op(ctx, op, b);
+    if (!bw || j < 0 || j >= bw->decl->noutputs) return -1;
+    const char *g = grad_of(bw->decl->outputs[j].name);
+    int i = g ? param_index(op->decl, g) : -1;
+    return i >= 0 && tk_op_param_differentiable(op, i) ? i : -1;
+}
+
+/* ---- tk_ctx_link ------------------------------------------------------------ */
+
+/* "file:line:col: error: backward op 'b' of 'f': msg" at the clause's name b;
+ * b < 0: "file:line:col: error: msg" at the clause's first name. */
+static tk_status link_fail(tk_ctx *ctx, const tk_op *op, int b, const char *fmt, ...) {
+    const tk_opdecl *d = op->decl;
+    tk_loc loc = d->backward_locs[b < 0 ? 0 : b];
+    int n = snprintf(ctx->err, sizeof ctx->err, "%s:%d:%d: error: ", d->file, loc.line, loc.col);
+    if (b >= 0 && n >= 0 && (size_t)n < sizeof ctx->err)
+        n += snprintf(ctx->err + n, sizeof ctx->err - (size_t)n, "backward op '%s' of '%s': ", d->backward[b],
+                      d->name);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof ctx->err) vsnprintf(ctx->err + n, sizeof ctx->err - (size_t)n, fmt, ap);
+    va_end(ap);
+    return TK_ERR_CHECK;
+}
+
+/* A forward parameter passed to a backward op must keep its kind. */
+static tk_status link_param(tk_ctx *ctx, const tk_op *op, int b, const tk_param *bp, const tk_param *fp) {
+    static const char *const kinds[] = {"a tensor", "an int", "a float", "a bool"}; /* ORDER tk_param_kind */
+    if (bp->kind != fp->kind)
+        return link_fail(ctx, op, b, "parameter '%s' is %s but '%s' is %s in '%s'", bp->name, kinds[bp->kind],
+                         fp->name, kinds[fp->kind], op->decl->name);
+    if (fp->optional && !bp->optional)
+        return link_fail(ctx, op, b, "parameter '%s' must be 'int?' like '%s' of '%s' (it may be None)",
+                         bp->name, fp->name, op->decl->name);
+    return TK_OK;
+}
+
+/* Checks backward op b's parameters; sets *takes_grad if one is grad_<out>. */
+static tk_status link_params(tk_ctx *ctx, const tk_op *op, int b, const tk_op *bw) {
+    int takes_grad = 0;
+    for (int j = 0; j < bw->decl->nparams; j++) {
+        const tk_param *bp = &bw->decl->params[j];
+        int i, src = tk_op_backward_source(ctx, op, b, j, &i);
+        if (src == TK_GRAD_FROM_PARAM) {
+            tk_status st = link_param(ctx, op, b, bp, &op->decl->params[i]);
+            if (st != TK_OK) return st;
+            continue;
+        }
+        if (src < 0)
+            return link_fail(ctx, op, b, "parameter '%s' (%s:%d:%d) is not a parameter of '%s', an output of "
+                             "'%s' or 'grad_<output>' (%s%s)", bp->name, bw->decl->file, bp->loc.line,
+                             bp->loc.col, op->decl->name, op->decl->name, GRAD_PREFIX,
+                             op->decl->outputs[0].name);
+        if (bp->kind != TK_P_TENSOR)
+            return link_fail(ctx, op, b, "parameter '%s' must be a tensor", bp->name);
+        if (src == TK_GRAD_FROM_GRAD) {
+            if (!output_differentiable(op, i))
+                return link_fail(ctx, op, b, "'%s' has no gradient: output '%s' of '%s' is not a float tensor",
+                                 bp->name, op->decl->outputs[i].name, op->decl->name);
+            takes_grad = 1;
+        }
+    }
+    if (!takes_grad)
+        return link_fail(ctx, op, b, "it takes no incoming gradient (a parameter named %s%s)", GRAD_PREFIX,
+                         op->decl->outputs[0].name);
+    return TK_OK;
+}
+
+/* Checks backward op b's outputs; records which op makes each gradient. */
+static tk_status link_outputs(tk_ctx *ctx, const tk_op *op, int b, const tk_op *bw, int *maker) {
+    for (int j = 0; j < bw->decl->noutputs; j++) {
+        const char *name = bw->decl->outputs[j].name;
+        int i = tk_op_backward_target(ctx, op, b, j);
+        if (i < 0)
+            return link_fail(ctx, op, b, "output '%s' must be named %s<p> for a float tensor parameter p of '%s'",
+                             name, GRAD_PREFIX, op->decl->name);
+        if (maker[i] >= 0)
+            return link_fail(ctx, op, b, "'%s' is also computed by backward op '%s'", name,
+                             op->decl->backward[maker[i]]);
+        maker[i] = b;
+    }
+    return TK_OK;
+}
+
+/* Checks op's backward clause: each op exists and links; each
+ * differentiable tensor parameter gets its gradient from exactly one. */
+static tk_status link_op(tk_ctx *ctx, const tk_op *op) {
+    const tk_opdecl *d = op->decl;
+    int maker[TK_MAX_TENSORS * 4];
+    for (int i = 0; i < d->nparams; i++) maker[i] = -1;
+    for (int b = 0; b < d->nbackward; b++) {
+        const tk_op *bw = tk_op_find(ctx, d->backward[b]);
+        if (!bw) return link_fail(ctx, op, b, "no such op (is its spec file loaded?)");
+        if (bw == op) return link_fail(ctx, op, b, "an op cannot be its own backward");
+        tk_status st = link_params(ctx, op, b, bw);
+        if (st == TK_OK) st = link_outputs(ctx, op, b, bw, maker);
+        if (st != TK_OK) return st;
+    }
+    for (int i = 0; d->nbackward > 0 && i < d->nparams; i++)
+        if (tk_op_param_differentiable(op, i) && maker[i] < 0)
+            return link_fail(ctx, op, -1, "no backward op of '%s' computes %s%s, the gradient "
+                             "of its parameter '%s'", d->name, GRAD_PREFIX, d->params[i].name,
+                             d->params[i].name);
+    return TK_OK;
+}
+
+tk_status tk_ctx_link(tk_ctx *ctx) {
+    if (!ctx) return TK_ERR_INVALID;
+    for (int i = 0; i < ctx->nops; i++) {
+        tk_status st = link_op(ctx, ctx->ops[i]);
+        if (st != TK_OK) return st;
+    }
+    return TK_OK;
+}
