@@ -132,7 +132,7 @@ def run_case(case: dict, device: str, repeat: int, log=print):
         med, times, out = time_median(fn, device, repeat)
         outputs[impl] = out
         rows.append(dict(op=case["op"], impl=impl, device=device, shape=case["shape"],
-                         median_ms=med * 1e3, times_ms=[t * 1e3 for t in times],
+                         median_ms=med * 1e3, min_ms=min(times) * 1e3, times_ms=[t * 1e3 for t in times],
                          napkin=napkin(case["work"], med), peak_mem_bytes=peak_memory(fn, device),
                          **case["work"]))
         log(f"  {case['op']:13s} {impl:10s} {device:5s} {med * 1e3:10.2f} ms  {rows[-1]['napkin']}")
@@ -160,6 +160,8 @@ def machine_info() -> dict:
     info = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                 cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 python=platform.python_version(), torch=torch.__version__)
+    if hasattr(os, "getloadavg"):  # other work on the machine skews CPU timings
+        info["load_average_1m_at_start"] = round(os.getloadavg()[0], 2)
     if torch.cuda.is_available():
         info["cuda_device"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
@@ -170,6 +172,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m torch_tk bench", description=__doc__.splitlines()[0])
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per case (median), after one warm-up")
+    ap.add_argument("--note", default="", help="free text stored in the JSON (e.g. which commit was built)")
     ap.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
                     help="'all' = cpu, plus cuda when available (default)")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -179,6 +182,7 @@ def main(argv=None) -> int:
 
     devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else \
         ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    machine = machine_info()
     rows = []
     for device in devices:
         for make in (brick_pad_cases, rwkv_cases):
@@ -190,10 +194,12 @@ def main(argv=None) -> int:
         result = dict(
             date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             command=shlex.join(["python", "-m", "torch_tk", "bench", *argv]),
-            machine=machine_info(),
+            machine=machine,
             torch=torch.__version__,
-            library=os.path.relpath(torch_tk.library_path()),
+            library=torch_tk.library_path(),
             repeat=args.repeat,
+            note=args.note,
+            load_average_1m_at_end=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
             results=rows,
         )
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
