@@ -195,11 +195,16 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
 
 }  // namespace
 
+const tk_op* op_of(const c10::OperatorHandle& handle) { return find_op(handle); }
+std::optional<tk_dtype> tk_dtype_of(at::ScalarType s) { return to_tk_dtype(s); }
+at::ScalarType scalar_type_of(tk_dtype d) { return to_scalar_type(d); }
+
 void boxed_cpu(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   boxed(op, stack, c10::Device(c10::DeviceType::CPU), true);
 }
 
 void boxed_meta(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  if (has_symbolic_sizes(op, *stack)) return boxed_meta_symbolic(op, stack);
   boxed(op, stack, c10::Device(c10::DeviceType::Meta), false);
 }
 

@@ -98,7 +98,7 @@ namespace tk_shim {
 namespace {
 
 struct Registrations {
-  std::unique_ptr<torch::Library> defs, cpu, meta, cuda;
+  std::unique_ptr<torch::Library> defs, cpu, meta, cuda, autograd, autocast_cpu, autocast_cuda;
 
   Registrations() {
     try {
@@ -115,6 +115,16 @@ struct Registrations {
       cuda = library(torch::Library::IMPL, c10::DispatchKey::CUDA, __LINE__);
       for_each_op([&](const tk_op* op) {
         cuda->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_cuda>());
+      });
+      autograd = library(torch::Library::IMPL, c10::DispatchKey::Autograd, __LINE__);
+      for_each_op([&](const tk_op* op) {
+        autograd->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_autograd>());
+      });
+      autocast_cpu = library(torch::Library::IMPL, c10::DispatchKey::AutocastCPU, __LINE__);
+      autocast_cuda = library(torch::Library::IMPL, c10::DispatchKey::AutocastCUDA, __LINE__);
+      for_each_op([&](const tk_op* op) {
+        autocast_cpu->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_autocast>());
+        autocast_cuda->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_autocast>());
       });
     } catch (const std::exception& e) {
       if (registration_error().empty())

@@ -7,6 +7,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <optional>
+
 #include "tk.h"
 
 namespace tk_shim {
@@ -30,6 +32,31 @@ void boxed_meta(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 // current stream of the tensors' device (run_cuda).
 void boxed_cuda(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                 torch::jit::Stack* stack);
+
+// Meta with symbolic sizes (torch.compile(dynamic=True), torch.export,
+// opcheck's test_aot_dispatch_dynamic): the spec's shape programs
+// (tk_op_shape_code) evaluated over c10::SymInt (meta.cpp). boxed_meta
+// takes this path when some tensor argument has symbolic sizes.
+bool has_symbolic_sizes(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+void boxed_meta_symbolic(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Autograd for every op (autograd.cpp): an op with backward ops records a
+// node whose apply() calls them through the dispatcher; an op without one
+// refuses inputs that require grad. Registered at the Autograd key, so
+// gradients work from Python, TorchScript and C++ alike.
+void boxed_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                    torch::jit::Stack* stack);
+// Autocast (AutocastCPU, AutocastCUDA; autocast.cpp): float tensor arguments
+// tied by 'x.dtype' whose dtypes differ are promoted to the widest of them;
+// nothing is cast down (docs/autograd.md).
+void boxed_autocast(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                    torch::jit::Stack* stack);
+
+// The tk op behind a dispatcher operator "tk::<name>"; dtype conversions
+// (kernels.cpp).
+const tk_op* op_of(const c10::OperatorHandle& op);
+std::optional<tk_dtype> tk_dtype_of(at::ScalarType s);
+at::ScalarType scalar_type_of(tk_dtype d);
 
 // Launches a bound call whose tensors are on cuda:<call.device_index>
 // (cuda.cpp): compiled with NVRTC on first use, cached on disk.

@@ -1,0 +1,222 @@
+// autograd.cpp - one boxed kernel at the Autograd key for every tk op.
+//
+// An op with backward ops ('backward a, b' in its spec): the call runs below
+// autograd, then a TkBackward node is recorded; its apply() calls each needed
+// backward op through the dispatcher with its arguments matched by name
+// (tk_op_backward_source: forward parameters, saved forward outputs,
+// grad_<output>) and returns grad_<param> for each forward tensor parameter.
+// An op without backward ops refuses inputs that require grad. Being a C++
+// kernel at the Autograd key, this works the same from Python, TorchScript,
+// C++ libtorch, torch.compile and torch.export. docs/autograd.md.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/saved_variable.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shim.h"
+
+namespace tk_shim {
+namespace {
+
+using torch::autograd::SavedVariable;
+using torch::autograd::variable_list;
+
+// How one backward op is called: where each argument comes from, and which
+// forward tensor parameter each of its outputs is the gradient of.
+struct BackwardCall {
+  std::string name;                      // "rwkv_backward_w"
+  c10::OperatorHandle handle;            // tk::rwkv_backward_w
+  std::vector<std::pair<int, int>> args; // per parameter: (tk_grad_source, index)
+  std::vector<int> targets;              // per output: forward parameter
+};
+
+// Everything the Autograd kernel needs to know about one forward op.
+struct Plan {
+  const tk_op* op = nullptr;
+  std::string name;                    // "rwkv_forward"
+  std::vector<BackwardCall> backward;  // empty: no backward
+  std::vector<int> tensor_params;      // forward parameters that are tensors (edge order)
+  std::vector<bool> save_param;        // per forward parameter
+  std::vector<bool> save_output;       // per forward output
+};
+
+Plan make_plan(const tk_op* op) {
+  const tk_ctx* ctx = context();
+  Plan p;
+  p.op = op;
+  p.name = tk_op_name(op);
+  p.save_param.assign(static_cast<size_t>(tk_op_nparams(op)), false);
+  p.save_output.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
+  for (int i = 0; i < tk_op_nparams(op); ++i)
+    if (tk_op_param_kind(op, i) == 0 /* TK_P_TENSOR */) p.tensor_params.push_back(i);
+  for (int b = 0; b < tk_op_nbackward(op); ++b) {
+    const tk_op* bw = tk_op_find(ctx, tk_op_backward_at(op, b));
+    TORCH_INTERNAL_ASSERT(bw != nullptr, "tk: backward op ", tk_op_backward_at(op, b), " of ", p.name,
+                          " is not loaded (tk_ctx_link should have said so)");
+    const std::string full = std::string("tk::") + tk_op_name(bw);
+    BackwardCall call{tk_op_name(bw), c10::Dispatcher::singleton().findSchemaOrThrow(full.c_str(), ""), {}, {}};
+    for (int j = 0; j < tk_op_nparams(bw); ++j) {
+      int index = -1;
+      const int src = tk_op_backward_source(ctx, op, b, j, &index);
+      TORCH_INTERNAL_ASSERT(src >= 0, "tk: ", full, " does not link to ", p.name);
+      if (src == TK_GRAD_FROM_PARAM) p.save_param[static_cast<size_t>(index)] = true;
+      if (src == TK_GRAD_FROM_OUTPUT) p.save_output[static_cast<size_t>(index)] = true;
+      call.args.emplace_back(src, index);
+    }
+    for (int j = 0; j < tk_op_noutputs(bw); ++j) call.targets.push_back(tk_op_backward_target(ctx, op, b, j));
+    p.backward.push_back(std::move(call));
+  }
+  return p;
+}
+
+// The plan of every op, made once (after the registrations: it looks up
+// the backward ops' handles).
+const Plan& plan_of(const c10::OperatorHandle& handle) {
+  static const std::map<const tk_op*, Plan> plans = [] {
+    std::map<const tk_op*, Plan> m;
+    const tk_ctx* ctx = context();
+    for (int i = 0; i < tk_op_count(ctx); ++i) m.emplace(tk_op_at(ctx, i), make_plan(tk_op_at(ctx, i)));
+    return m;
+  }();
+  return plans.at(op_of(handle));
+}
+
+// Runs the op below autograd (the CPU, CUDA or Meta kernel, or a tracer).
+void redispatch(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  handle.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+}
+
+// The autograd node of one call of an op with backward ops. Its inputs are
+// the gradients of the forward outputs; its edges are the forward tensor
+// parameters, in order.
+struct TkBackward : torch::autograd::Node {
+  const Plan* plan;
+  std::vector<c10::IValue> params;         // forward scalar arguments the backward ops take
+  std::vector<SavedVariable> saved_params; // forward tensor arguments the backward ops take
+  std::vector<SavedVariable> saved_outputs;
+  std::vector<bool> differentiable;        // per forward output
+
+  explicit TkBackward(const Plan* p) : plan(p) {}
+
+  std::string name() const override { return "tk::" + plan->name + "_backward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (SavedVariable& v : saved_params) v.reset_data();
+    for (SavedVariable& v : saved_outputs) v.reset_data();
+  }
+
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t o = 0; o < grads.size(); ++o)
+      if (!grads[o].defined() && differentiable[o]) grads[o] = input_metadata(o).zeros_like();
+    variable_list result(plan->tensor_params.size());
+    for (const BackwardCall& bw : plan->backward) {
+      if (!needed(bw)) continue;
+      torch::jit::Stack stack;
+      for (const auto& [src, index] : bw.args) stack.push_back(argument(src, static_cast<size_t>(index), grads));
+      check_no_double_backward(bw, stack);
+      bw.handle.callBoxed(stack);
+      TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
+      for (size_t j = 0; j < stack.size(); ++j) result[edge_of(bw.targets[j])] = stack[j].toTensor();
+    }
+    return result;
+  }
+
+ private:
+  size_t edge_of(int param) const {
+    for (size_t e = 0; e < plan->tensor_params.size(); ++e)
+      if (plan->tensor_params[e] == param) return e;
+    TORCH_INTERNAL_ASSERT(false, "tk: parameter ", param, " is not a tensor");
+  }
+
+  // Whether some gradient that backward op bw makes is wanted by this backward pass.
+  bool needed(const BackwardCall& bw) const {
+    for (int p : bw.targets)
+      if (task_should_compute_output(edge_of(p))) return true;
+    return false;
+  }
+
+  c10::IValue argument(int src, size_t index, const variable_list& grads) {
+    if (src == TK_GRAD_FROM_GRAD) return grads[index];
+    if (src == TK_GRAD_FROM_OUTPUT) return saved_outputs[index].unpack(getptr());
+    if (tk_op_param_kind(plan->op, static_cast<int>(index)) == 0 /* TK_P_TENSOR */)
+      return saved_params[index].unpack();
+    return params[index];
+  }
+
+  // With create_graph=True the backward ops would need backward ops of
+  // their own; say so instead of returning gradients that are not differentiable.
+  void check_no_double_backward(const BackwardCall& bw, const torch::jit::Stack& stack) const {
+    if (!torch::autograd::GradMode::is_enabled()) return;
+    for (size_t j = 0; j < stack.size(); ++j)
+      TORCH_CHECK(!stack[j].isTensor() || !stack[j].toTensor().requires_grad(), "tk.", plan->name,
+                  ": double backward is not supported: its backward op tk.", bw.name,
+                  " has no backward, and its argument '", tk_op_param_name(op_of(bw.handle), static_cast<int>(j)),
+                  "' requires grad (backward with create_graph=True through tk.", plan->name, ")");
+  }
+};
+
+// Whether any tensor argument requires grad (with grad mode on); the first such.
+const char* first_requiring_grad(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> args) {
+  if (!torch::autograd::GradMode::is_enabled()) return nullptr;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].isTensor() && args[i].toTensor().requires_grad())
+      return handle.schema().arguments()[i].name().c_str();
+  return nullptr;
+}
+
+// Records the node of this call (the outputs are on the stack).
+void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Stack* stack) {
+  auto node = c10::make_intrusive<TkBackward>(&plan);
+  std::vector<at::Tensor> edges;
+  for (int p : plan.tensor_params) edges.push_back(inputs[static_cast<size_t>(p)].toTensor());
+  node->set_next_edges(torch::autograd::collect_next_edges(edges));
+  node->params.resize(inputs.size());
+  node->saved_params.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!plan.save_param[i]) continue;
+    if (inputs[i].isTensor()) node->saved_params[i] = SavedVariable(inputs[i].toTensor(), false);
+    else node->params[i] = inputs[i];
+  }
+  const size_t nout = plan.save_output.size();
+  auto outs = torch::jit::last(*stack, nout);
+  node->saved_outputs.resize(nout);
+  for (size_t o = 0; o < nout; ++o) {
+    const at::Tensor& out = outs[o].toTensor();
+    const bool diff = at::isFloatingType(out.scalar_type());
+    node->differentiable.push_back(diff);
+    if (diff) torch::autograd::set_history(out, node);
+    else node->add_input_metadata(torch::autograd::Node::undefined_input());
+  }
+  for (size_t o = 0; o < nout; ++o)
+    if (plan.save_output[o] && node->differentiable[o]) node->saved_outputs[o] = SavedVariable(outs[o].toTensor(), true);
+}
+
+}  // namespace
+
+void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const Plan& plan = plan_of(handle);
+  auto args = torch::jit::last(*stack, handle.schema().arguments().size());
+  const char* needs_grad = first_requiring_grad(handle, args);
+  for (const c10::IValue& v : args)
+    TORCH_CHECK(!v.isTensor() || !torch::autograd::isFwGradDefined(v.toTensor()), "tk.", plan.name,
+                ": forward-mode AD is not supported (its backward ops give reverse mode only)");
+  if (needs_grad == nullptr) return redispatch(handle, keys, stack);
+  TORCH_CHECK(!plan.backward.empty(), "tk.", plan.name, ": argument '", needs_grad, "' requires grad but tk.",
+              plan.name, " has no backward");
+  std::vector<c10::IValue> inputs(args.begin(), args.end());
+  redispatch(handle, keys, stack);
+  record(plan, std::move(inputs), stack);
+}
+
+}  // namespace tk_shim
