@@ -39,6 +39,7 @@ typedef struct emitter {
     int in_segment;                 /* emitting the body of a segment loop */
     const tk_stmt *def[TK_MAX_LOCALS];  /* top-level single-assignment locals */
     int inline_locals;              /* name_ref expands def[] (segment starts) */
+    int plain;                      /* TK_EMIT_PLAIN */
     unsigned char hoisted_local[TK_MAX_LOCALS];
 } emitter;
 
@@ -417,7 +418,7 @@ static int reduction_vars(const emitter *E, const tk_stmt *loop, int *refs, int 
  * [c0, c1) (c0 == -1: no unroll copies). C target only. */
 static void simd_pragma(emitter *E, const tk_stmt *loop, int c0, int c1) {
     int refs[16];
-    int n = E->tg->gpu ? 0 : reduction_vars(E, loop, refs, 16);
+    int n = E->tg->gpu || E->plain ? 0 : reduction_vars(E, loop, refs, 16);
     if (n == 0) return;
     begin_line(E);
     tk_buf_puts(E->b, "#pragma omp simd reduction(+:");
@@ -448,10 +449,14 @@ static void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char 
     line(E, "}");
 }
 
+/* A range loop in its own block, so that its bounds are evaluated once and
+ * sibling loops may reuse the variable's name. */
 static void for_stmt(emitter *E, const tk_stmt *s) {
     char lo[96], hi[96], sfx[16] = "";
     if (E->copy >= 0) snprintf(sfx, sizeof sfx, "_%d", E->copy);
     snprintf(hi, sizeof hi, "v_%s_end%s", s->name, sfx);
+    line(E, "{");
+    E->indent++;
     begin_line(E);
     tk_buf_printf(E->b, "const tk_i64 %s = ", hi);
     expr(E, s->hi, TK_V_INT);
@@ -466,6 +471,8 @@ static void for_stmt(emitter *E, const tk_stmt *s) {
         snprintf(lo, sizeof lo, "0");
     }
     range_loop(E, s, lo, hi, E->copy, E->copy + 1);
+    E->indent--;
+    line(E, "}");
 }
 
 /* Unroll-and-jam of a top-level loop across the body copies: each copy j
@@ -790,7 +797,7 @@ static void plan_run(emitter *E) {
     memset(E->def, 0, sizeof E->def);
     E->nmemo = 0;
     E->segmented = 0;
-    if (E->tg->gpu || d->nloop == 0 || E->ncopies > 1 || d->nbody > (int)sizeof E->hoisted) return;
+    if (E->tg->gpu || E->plain || d->nloop == 0 || E->ncopies > 1 || d->nbody > (int)sizeof E->hoisted) return;
     count_assigns(d->body, d->nbody, count);
     for (int i = 0; i < d->nbody; i++) {
         const tk_stmt *s = d->body[i];
@@ -927,18 +934,19 @@ static void stride_arg(emitter *E, const tk_param *p, int slot, int unit) {
  * strides when they are 1, so the innermost accesses vectorise. */
 static void cpu_kernel(emitter *E) {
     const char *name = E->op->kernel_names[E->variant];
-    tk_buf_printf(E->b, "TK_BODY void %s_body(const tk_kargs *a, tk_i64 begin, tk_i64 end", name);
+    const char *sfx = E->plain ? "_plain" : "", *clones = E->plain ? "" : "TK_CPU_CLONES ";
+    tk_buf_printf(E->b, "TK_BODY void %s%s_body(const tk_kargs *a, tk_i64 begin, tk_i64 end", name, sfx);
     each_strided(E, stride_param, 0);
     tk_buf_puts(E->b, ") {\n");
     E->indent = 1;
     prologue(E);
-    E->ncopies = has_top_level_for(E->op->decl) && E->op->decl->nloop > 0 ? 4 : 1;
+    E->ncopies = !E->plain && has_top_level_for(E->op->decl) && E->op->decl->nloop > 0 ? 4 : 1;
     plan_run(E);
     cpu_loop(E);
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
-    tk_buf_printf(E->b, "TK_CPU_CLONES void %s%s;\n", name, E->tg->params);
-    tk_buf_printf(E->b, "TK_CPU_CLONES void %s%s {\n", name, E->tg->params);
+    tk_buf_printf(E->b, "%svoid %s%s%s;\n", clones, name, sfx, E->tg->params);
+    tk_buf_printf(E->b, "%svoid %s%s%s {\n", clones, name, sfx, E->tg->params);
     E->indent = 1;
     each_strided(E, stride_load, 0);
     size_t mark = E->b->len;
@@ -950,11 +958,11 @@ static void cpu_kernel(emitter *E) {
     if (E->b->len == cond) {       /* no strided tensor: one body */
         E->b->len = mark;
         E->b->p[mark] = 0;
-        line(E, "%s_body(a, begin, end);", name);
+        line(E, "%s%s_body(a, begin, end);", name, sfx);
     } else {
-        tk_buf_printf(E->b, ")\n        %s_body(a, begin, end", name);
+        tk_buf_printf(E->b, ")\n        %s%s_body(a, begin, end", name, sfx);
         each_strided(E, stride_arg, 1);
-        tk_buf_printf(E->b, ");\n    else\n        %s_body(a, begin, end", name);
+        tk_buf_printf(E->b, ");\n    else\n        %s%s_body(a, begin, end", name, sfx);
         each_strided(E, stride_arg, 0);
         tk_buf_puts(E->b, ");\n");
     }
@@ -994,7 +1002,8 @@ static void kernel(emitter *E) {
     tk_buf_puts(E->b, "}\n");
 }
 
-static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int last, tk_target target, char **out) {
+static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int last, tk_target target,
+                               unsigned flags, char **out) {
     if (!ctx || !cop || !out || (unsigned)target > TK_TARGET_CUDA) return TK_ERR_INVALID;
     tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST */
     tk_buf b = {0};
@@ -1016,6 +1025,7 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
         E.ftype = tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32;
         E.copy = -1;
         E.ncopies = 1;
+        E.plain = (flags & TK_EMIT_PLAIN) != 0;
         kernel(&E);
     }
     if (b.oom) {
@@ -1028,10 +1038,14 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
 }
 
 tk_status tk_emit(tk_ctx *ctx, const tk_op *op, tk_target target, char **out) {
-    return emit_variants(ctx, op, 0, op ? op->nvariants : 0, target, out);
+    return emit_variants(ctx, op, 0, op ? op->nvariants : 0, target, 0, out);
+}
+
+tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned flags, char **out) {
+    return emit_variants(ctx, op, 0, op ? op->nvariants : 0, target, flags, out);
 }
 
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, char **out) {
     if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
-    return emit_variants(ctx, op, variant, variant + 1, target, out);
+    return emit_variants(ctx, op, variant, variant + 1, target, 0, out);
 }

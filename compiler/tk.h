@@ -234,6 +234,12 @@ typedef enum tk_target { TK_TARGET_C, TK_TARGET_CUDA } tk_target;
 /* Generates the source of every variant of op for target. *out is malloc'd
  * (free with tk_free); it includes "tk_kernel.h" (tk_kernel_header()). */
 tk_status tk_emit(tk_ctx *ctx, const tk_op *op, tk_target target, char **out);
+/* Emission options (flags of tk_emit_ex). TK_EMIT_PLAIN: the CPU kernels
+ * without the optimising transformations (no hoisting, segments, unroll,
+ * SIMD pragmas or clones), named <kernel>_plain: the reference the
+ * optimised kernels are tested against. */
+#define TK_EMIT_PLAIN 1u
+tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned flags, char **out);
 /* Generates one variant only. */
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,
                           tk_target target, char **out);

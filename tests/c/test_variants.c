@@ -1,0 +1,200 @@
+/* test_variants.c - differential test of the CPU code generator: every op
+ * of ops/ and tests/specs/ is compiled twice at build time, optimised
+ * (tkv_opt_*) and plain (tkv_plain_*, no hoisting, segments, unrolling or
+ * SIMD), and both run on the same random inputs: random sizes, batch dims,
+ * every dtype variant, strided views, random scalars (zero and negative
+ * divisors included) and random chunkings of the index space. Outputs must
+ * agree (exactly for ints and bools; within rounding of reassociated sums
+ * for floats) and guard bytes around each output must stay untouched. */
+#include <math.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "tk_test.h"
+
+extern const tk_builtin_spec tkv_opt_specs[], tkv_plain_specs[];
+extern const int tkv_opt_nspecs, tkv_plain_nspecs;
+extern const tk_builtin_kernel tkv_opt_kernels[], tkv_plain_kernels[];
+extern const int tkv_opt_nkernels, tkv_plain_nkernels;
+
+#define GUARD 64
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_u64(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static int64_t rand_in(int64_t lo, int64_t hi) { return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1)); }
+
+/* Writes a random value of dtype dt at p. */
+static void rand_elem(void *p, tk_dtype dt) {
+    double f = (double)rand_in(-2000, 2000) / 1000.0;
+    int64_t i = rand_in(-60, 60);
+    switch (dt) {
+    case TK_BOOL: *(uint8_t *)p = (uint8_t)(i & 1); break;
+    case TK_U8: *(uint8_t *)p = (uint8_t)rand_in(0, 255); break;
+    case TK_I8: *(int8_t *)p = (int8_t)i; break;
+    case TK_I16: *(int16_t *)p = (int16_t)i; break;
+    case TK_I32: *(int32_t *)p = (int32_t)i; break;
+    case TK_I64: *(int64_t *)p = i; break;
+    case TK_F16: *(uint16_t *)p = tk_f32_to_f16_soft((float)f); break;
+    case TK_BF16: *(uint16_t *)p = tk_f32_to_bf16((float)f); break;
+    case TK_F32: *(float *)p = (float)f; break;
+    case TK_F64: *(double *)p = f; break;
+    default: break;
+    }
+}
+
+static double elem_as_double(const void *p, tk_dtype dt) {
+    switch (dt) {
+    case TK_F16: return tk_f16_to_f32_soft(*(const uint16_t *)p);
+    case TK_BF16: return tk_bf16_to_f32(*(const uint16_t *)p);
+    case TK_F32: return *(const float *)p;
+    case TK_F64: return *(const double *)p;
+    default: return 0;
+    }
+}
+
+/* Relative tolerance of a float output: sums may be reassociated. */
+static double tolerance(tk_dtype dt) {
+    return dt == TK_F64 ? 1e-12 : dt == TK_F32 ? 1e-5 : dt == TK_F16 ? 4e-3 : 3e-2;
+}
+
+typedef struct buffer {
+    unsigned char *base;    /* GUARD bytes, data, GUARD bytes */
+    size_t bytes;
+} buffer;
+
+static void *buf_new(buffer *b, size_t bytes, unsigned char fill) {
+    b->bytes = bytes;
+    b->base = malloc(bytes + 2 * GUARD);
+    memset(b->base, fill, bytes + 2 * GUARD);
+    return b->base + GUARD;
+}
+
+static int guards_intact(const buffer *b, unsigned char fill) {
+    for (size_t i = 0; i < GUARD; i++)
+        if (b->base[i] != fill || b->base[GUARD + b->bytes + i] != fill) return 0;
+    return 1;
+}
+
+/* One random call of op variant v; returns 1 if it ran and was compared. */
+static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
+    const tk_opdecl *d = opt->decl;
+    int64_t dimsize[TK_MAX_INTS];
+    for (int j = 0; j < opt->ndims; j++) dimsize[j] = rand_in(1, 9);
+    int nb = (int)rand_in(0, 2);
+    int64_t bsize[2] = {rand_in(1, 3), rand_in(1, 3)};
+    tk_arg args[32];
+    buffer inbufs[TK_MAX_TENSORS];
+    int nin = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        const tk_param *p = &d->params[i];
+        if (p->kind == TK_P_INT) args[i] = p->optional && rand_in(0, 1) ? tk_arg_none() : tk_arg_int(rand_in(-6, 12));
+        else if (p->kind == TK_P_FLOAT) args[i] = tk_arg_float((double)rand_in(-100, 100) / 10.0);
+        else if (p->kind == TK_P_BOOL) args[i] = tk_arg_bool((int)rand_in(0, 1));
+        if (p->kind != TK_P_TENSOR) continue;
+        int ell = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
+        int64_t sizes[TK_MAX_DIMS], strides[TK_MAX_DIMS];
+        int nd = 0;
+        if (ell)
+            for (int k = 0; k < nb; k++) sizes[nd++] = bsize[k];
+        for (int k = 0; k < p->ndims; k++) {
+            const tk_expr *e = p->dims[k];
+            if (e->kind == TK_E_INT) sizes[nd++] = e->ival;
+            else if (e->kind == TK_E_NAME) {
+                int idx;
+                tk_resolve_header(opt, e->name, &idx);
+                sizes[nd++] = dimsize[idx];
+            }
+        }
+        /* innermost stride 1 or 2 (every other element), rows packed after it */
+        int64_t step = rand_in(1, 2), total = 1;
+        for (int k = nd - 1; k >= 0; k--) {
+            strides[k] = (k == nd - 1 ? step : total);
+            total = strides[k] * sizes[k];
+        }
+        tk_dtype dt = tk_variant_dtype(opt, v, i);
+        size_t es = tk_dtype_size(dt);
+        unsigned char *data = buf_new(&inbufs[nin++], (size_t)total * es, 0);
+        for (int64_t e = 0; e < total; e++) rand_elem(data + (size_t)e * es, dt);
+        args[i] = tk_arg_tensor(tk_view(data, dt, nd, sizes, strides));
+    }
+    tk_call c1, c2;
+    int st1 = tk_bind(opt, args, d->nparams, &c1), st2 = tk_bind(plain, args, d->nparams, &c2);
+    CHECK(st1 == st2);
+    int ran = 0;
+    if (st1 == TK_OK && st2 == TK_OK) {
+        buffer out1[TK_MAX_TENSORS], out2[TK_MAX_TENSORS];
+        for (int o = 0; o < c1.noutputs; o++) {
+            int64_t strides[TK_MAX_DIMS], total = 1;
+            for (int k = c1.out_ndim[o] - 1; k >= 0; k--) {
+                strides[k] = total;
+                total *= c1.out_sizes[o][k];
+            }
+            size_t bytes = (size_t)total * tk_dtype_size(c1.out_dtype[o]);
+            void *p1 = buf_new(&out1[o], bytes, 0xA5), *p2 = buf_new(&out2[o], bytes, 0x5A);
+            CHECK(tk_set_output(&c1, o, tk_view(p1, c1.out_dtype[o], c1.out_ndim[o], c1.out_sizes[o], strides)) == TK_OK);
+            CHECK(tk_set_output(&c2, o, tk_view(p2, c2.out_dtype[o], c2.out_ndim[o], c2.out_sizes[o], strides)) == TK_OK);
+        }
+        for (int64_t b = 0; b < c1.kargs.numel;) {
+            int64_t e = b + rand_in(1, 40);
+            if (e > c1.kargs.numel) e = c1.kargs.numel;
+            CHECK(tk_run_cpu(&c1, b, e) == TK_OK);
+            b = e;
+        }
+        CHECK(tk_run_cpu(&c2, 0, c2.kargs.numel) == TK_OK);
+        for (int o = 0; o < c1.noutputs; o++) {
+            tk_dtype dt = c1.out_dtype[o];
+            size_t es = tk_dtype_size(dt), n = out1[o].bytes / es;
+            const unsigned char *a = out1[o].base + GUARD, *b = out2[o].base + GUARD;
+            int bad = 0;
+            for (size_t k = 0; k < n; k++) {
+                if (dt >= TK_F16) {
+                    double x = elem_as_double(a + k * es, dt), y = elem_as_double(b + k * es, dt);
+                    if (!(fabs(x - y) <= tolerance(dt) * (1.0 + fabs(y))) && !(isnan(x) && isnan(y))) bad++;
+                } else if (memcmp(a + k * es, b + k * es, es) != 0) {
+                    bad++;
+                }
+            }
+            if (bad)
+                fprintf(stderr, "%s (%s) output %d: %d of %zu elements differ from the plain kernel\n", d->name,
+                        opt->variant_codes[v], o, bad, n);
+            CHECK(bad == 0);
+            CHECK(guards_intact(&out1[o], 0xA5) && guards_intact(&out2[o], 0x5A));
+            free(out1[o].base);
+            free(out2[o].base);
+        }
+        ran = 1;
+    }
+    for (int k = 0; k < nin; k++) free(inbufs[k].base);
+    return ran;
+}
+
+int main(void) {
+    tk_ctx *opt = tk_ctx_new(), *plain = tk_ctx_new();
+    int s1 = tk_ctx_add_builtins(opt, tkv_opt_specs, tkv_opt_nspecs, tkv_opt_kernels, tkv_opt_nkernels);
+    int s2 = tk_ctx_add_builtins(plain, tkv_plain_specs, tkv_plain_nspecs, tkv_plain_kernels, tkv_plain_nkernels);
+    if (s1 || s2) fprintf(stderr, "%s%s\n", tk_ctx_error(opt), tk_ctx_error(plain));
+    CHECK(s1 == TK_OK && s2 == TK_OK);
+    CHECK(tk_op_count(opt) >= 9);
+    int total = 0;
+    for (int i = 0; i < tk_op_count(opt); i++) {
+        const tk_op *a = tk_op_at(opt, i), *b = tk_op_find(plain, tk_op_name(a));
+        CHECK(b != NULL);
+        if (!b) continue;
+        for (int v = 0; v < a->nvariants; v++) {
+            int ran = 0;
+            for (int t = 0; t < 12; t++) ran += one_trial(a, b, v);
+            total += ran;
+            if (ran < 3) fprintf(stderr, "%s (%s): only %d of 12 random calls bound\n", tk_op_name(a), a->variant_codes[v], ran);
+            CHECK(ran >= 3);
+        }
+    }
+    printf("test_variants: %d random calls compared over %d ops\n", total, tk_op_count(opt));
+    tk_ctx_free(opt);
+    tk_ctx_free(plain);
+    return tk_test_report("test_variants");
+}
