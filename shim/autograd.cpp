@@ -16,6 +16,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <string>
@@ -107,7 +108,20 @@ struct TkBackward : torch::autograd::Node {
 
   explicit TkBackward(const Plan* p) : plan(p) {}
 
-  std::string name() const override { return "tk::" + plan->name + "_backward"; }
+  // "TkRwkvForwardBackward" for rwkv_forward, in the style of torch's nodes.
+  std::string name() const override {
+    std::string s = "Tk";
+    bool up = true;
+    for (char ch : plan->name) {
+      if (ch == '_') {
+        up = true;
+        continue;
+      }
+      s += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+      up = false;
+    }
+    return s + "Backward";
+  }
 
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);

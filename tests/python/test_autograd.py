@@ -1,0 +1,339 @@
+"""Gradients of the tk ops: the backward specs (ops/*.tk) wired by the C++
+Autograd kernel (shim/autograd.cpp).
+
+- gradcheck in float64 on small shapes, with batch dims and non-contiguous inputs;
+- rwkv_forward against autograd of the F.conv1d formulation at B=4, C=64, T=128;
+- brick_pad against autograd of an independent torch gather (reference.brick_pad_index);
+- float16 / bfloat16 forward and backward against float64, with stated bounds;
+- torch.autocast (promotion of tied dtypes, nothing cast down), errors,
+  determinism, only the needed backward ops run.
+Every test runs on the CPU and, when torch.cuda.is_available(), on CUDA.
+"""
+
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+from torch_tk.reference import brick_pad_index, rwkv_conv1d, rwkv_inputs
+
+tk = torch.ops.tk
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")),
+]
+
+# Bounds on max|err| / max|ref| for half inputs, against float64 computed from
+# the same rounded inputs and the same rounded incoming gradient. tk
+# accumulates in float32, so the error is the final rounding to the half type:
+# half an ulp of the largest value, 2**-11 = 4.9e-4 (float16) and 2**-8 =
+# 3.9e-3 (bfloat16), plus float32 summation (<= T * 2**-24 ~ 3e-5 at T = 512).
+# The bounds leave ~4x margin. Accumulating in the half type instead would
+# miss them by far at T = 512 (errors ~ T * ulp).
+HALF_BOUND = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def rel_err(got, ref):
+    ref = ref.to(torch.float64)
+    return ((got.to(torch.float64) - ref).abs().max() / ref.abs().max()).item()
+
+
+def leaf(t):
+    """t as a leaf that requires grad, keeping its strides."""
+    return t.detach().requires_grad_(True)
+
+
+def noncontig(shape, dtype, device, seed):
+    """A non-contiguous tensor of shape: every other element of a wider one, transposed."""
+    gen = torch.Generator().manual_seed(seed)
+    wide = torch.rand(*shape[:-2], shape[-1], 2 * shape[-2], generator=gen, dtype=torch.float64)
+    t = wide[..., ::2].transpose(-1, -2).to(device=device, dtype=dtype)
+    assert t.shape == tuple(shape) and (not t.is_contiguous() or min(shape) == 1)
+    return t
+
+
+# ---- gradcheck (float64) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("B, C, T", [(1, 1, 1), (2, 3, 5), (3, 2, 8)])
+@pytest.mark.parametrize("layout", ["contiguous", "noncontiguous"])
+def test_gradcheck_rwkv(device, B, C, T, layout):
+    if layout == "contiguous":
+        w, k = rwkv_inputs(B, C, T, dtype=torch.float64, device=device, seed=B + C + T)
+    else:
+        w, k = noncontig((C, T), torch.float64, device, 1), noncontig((B, C, T), torch.float64, device, 2)
+    w, k = leaf(w - 0.5), leaf(k)
+    assert gradcheck(lambda w, k: tk.rwkv_forward(w, k, 0.25), (w, k))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "shape, pw, ph, stagger, height, width",
+    [
+        ((3, 4), 5, 3, 2, None, None),          # plain
+        ((2, 3, 4), 5, 3, -7, None, None),      # batch dim, negative stagger
+        ((2, 1, 3, 2), -1, 4, 3, 9, 5),         # two batch dims, negative pw, explicit size
+        ((2, 3), 0, 0, 1, 1, 1),                # a single output pixel
+    ],
+)
+@pytest.mark.parametrize("layout", ["contiguous", "noncontiguous"])
+def test_gradcheck_brick_pad(device, shape, pw, ph, stagger, height, width, layout):
+    if layout == "contiguous":
+        tile = torch.rand(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(device)
+    else:
+        tile = noncontig(shape, torch.float64, device, 3)
+    tile = leaf(tile)
+    assert gradcheck(lambda t: tk.brick_pad(t, pw, ph, stagger, height, width), (tile,))
+
+
+# ---- against autograd of independent formulations --------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, bound", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
+def test_rwkv_grads_match_conv1d(device, dtype, bound):
+    B, C, T = 4, 64, 128
+    w, k = rwkv_inputs(B, C, T, dtype=dtype, device=device, seed=7)
+    grad = torch.randn(B, C, T, dtype=dtype, generator=torch.Generator().manual_seed(8)).to(device)
+    w1, k1 = leaf(w), leaf(k)
+    tk.rwkv_forward(w1, k1, 0.1).backward(grad)
+    # the reference in float64, from the same inputs
+    w2, k2 = leaf(w.double()), leaf(k.double())
+    rwkv_conv1d(w2, k2, 0.1).backward(grad.double())
+    assert w1.grad.dtype == dtype and k1.grad.dtype == dtype
+    assert rel_err(w1.grad, w2.grad) < bound
+    assert rel_err(k1.grad, k2.grad) < bound
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "shape, pw, ph, stagger, height, width",
+    [
+        ((48, 32), 300, 200, 10, None, None),   # the seed's tile and stagger, a smaller image
+        ((2, 5, 7), 11, 6, -4, None, None),
+        ((3, 4, 6), -2, 9, 13, 21, 3),
+    ],
+)
+def test_brick_pad_grad_matches_gather(device, shape, pw, ph, stagger, height, width):
+    gen = torch.Generator().manual_seed(5)
+    tile = torch.rand(shape, dtype=torch.float64, generator=gen).to(device)
+    t1, t2 = leaf(tile), leaf(tile)
+    out = tk.brick_pad(t1, pw, ph, stagger, height, width)
+    grad = torch.randn(out.shape, dtype=torch.float64, generator=gen).to(device)
+    out.backward(grad)
+    brick_pad_index(t2, pw, ph, stagger, height, width).backward(grad)
+    torch.testing.assert_close(t1.grad, t2.grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_brick_pad_grad_counts_readers(device):
+    """With dL/dout = 1, dL/dtile[i, j] is the number of output pixels showing tile[i, j]."""
+    tile = leaf(torch.rand(5, 7, dtype=torch.float64, device=device))
+    out = tk.brick_pad(tile, 9, 4, 3)
+    out.sum().backward()
+    assert tile.grad.sum().item() == out.numel()
+    assert tile.grad.min().item() >= 1
+
+
+# ---- half precision --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rwkv_half_forward_backward_vs_float64(device, dtype):
+    B, C, T = 2, 4, 512
+    w, k = rwkv_inputs(B, C, T, dtype=dtype, device=device, seed=9)
+    w = w / T  # outputs of order 1
+    grad = torch.rand(B, C, T, generator=torch.Generator().manual_seed(10)).to(device=device, dtype=dtype)
+    w1, k1 = leaf(w), leaf(k)
+    out = tk.rwkv_forward(w1, k1, 0.1)
+    out.backward(grad)
+    w2, k2 = leaf(w.double()), leaf(k.double())
+    ref = rwkv_conv1d(w2, k2, 0.1)
+    ref.backward(grad.double())
+    assert out.dtype == dtype and w1.grad.dtype == dtype and k1.grad.dtype == dtype
+    bound = HALF_BOUND[dtype]
+    assert rel_err(out, ref) < bound
+    assert rel_err(w1.grad, w2.grad) < bound
+    assert rel_err(k1.grad, k2.grad) < bound
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_brick_pad_half_backward_vs_float64(device, dtype):
+    tile = torch.rand(2, 6, 5, generator=torch.Generator().manual_seed(11)).to(device=device, dtype=dtype)
+    t1, t2 = leaf(tile), leaf(tile.double())
+    out = tk.brick_pad(t1, 40, 30, 3)   # each tile pixel is read ~ 90 times
+    grad = torch.rand(out.shape, generator=torch.Generator().manual_seed(12)).to(device=device, dtype=dtype)
+    out.backward(grad)
+    brick_pad_index(t2, 40, 30, 3).backward(grad.double())
+    assert torch.equal(out.double(), brick_pad_index(tile.double(), 40, 30, 3))  # a copy: exact
+    assert t1.grad.dtype == dtype
+    assert rel_err(t1.grad, t2.grad) < HALF_BOUND[dtype]
+
+
+# ---- autocast ------------------------------------------------------------------------------
+
+AUTOCAST = [("cpu", torch.bfloat16),
+            pytest.param("cuda", torch.float16,
+                         marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))]
+
+
+@pytest.mark.parametrize("device, low", AUTOCAST)
+def test_autocast_promotes_tied_dtypes(device, low):
+    """A float32 parameter and a low-precision activation meet: computed in float32."""
+    w, k = rwkv_inputs(2, 3, 6, device=device, seed=13)
+    w1, k1 = leaf(w), leaf(k.to(low))
+    with torch.autocast(device, dtype=low):
+        out = tk.rwkv_forward(w1, k1, 0.1)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, tk.rwkv_forward(w, k.to(low).float(), 0.1))
+    out.sum().backward()
+    assert w1.grad.dtype == torch.float32 and k1.grad.dtype == low
+    with pytest.raises(RuntimeError, match="dtype"):    # the same call without autocast
+        tk.rwkv_forward(w, k.to(low), 0.1)
+
+
+@pytest.mark.parametrize("device, low", AUTOCAST)
+def test_autocast_casts_nothing_down(device, low):
+    w, k = rwkv_inputs(2, 3, 6, device=device, seed=14)
+    tile = torch.rand(3, 4, device=device)
+    with torch.autocast(device, dtype=low):
+        assert tk.rwkv_forward(w, k, 0.1).dtype == torch.float32
+        assert tk.rwkv_forward(w.to(low), k.to(low), 0.1).dtype == low
+        assert tk.brick_pad(tile, 2, 1, 3).dtype == torch.float32
+        assert tk.brick_pad(tile.to(torch.int32), 2, 1, 3).dtype == torch.int32
+
+
+@pytest.mark.parametrize("device, low", AUTOCAST)
+def test_autocast_training_step(device, low):
+    """Linear (autocast: low precision) -> rwkv with a float32 w: trains under autocast."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 6).to(device)
+    w = torch.nn.Parameter(torch.rand(6, 8, device=device) / 8)
+    x = torch.randn(3, 8, 6, device=device)
+    with torch.autocast(device, dtype=low):
+        k = lin(x).transpose(1, 2)                # (B, C, T) in low precision
+        assert k.dtype == low
+        loss = tk.rwkv_forward(w, k, 0.0).square().mean()
+    loss.backward()
+    assert w.grad is not None and torch.isfinite(w.grad).all() and w.grad.abs().sum() > 0
+    assert lin.weight.grad is not None and lin.weight.grad.dtype == torch.float32
+
+
+# ---- behaviour ---------------------------------------------------------------------------
+
+
+def test_grad_fn_is_the_cpp_node():
+    w, k = rwkv_inputs(1, 2, 3, seed=15)
+    out = tk.rwkv_forward(leaf(w), k, 0.1)
+    assert out.requires_grad and out.grad_fn.name() == "TkRwkvForwardBackward"
+    assert not tk.rwkv_forward(w, k, 0.1).requires_grad
+    with torch.no_grad():
+        assert not tk.rwkv_forward(leaf(w), k, 0.1).requires_grad
+
+
+def test_only_needed_backward_ops_run():
+    w, k = rwkv_inputs(2, 3, 6, seed=16)
+
+    def backward_ops(w, k):
+        out = tk.rwkv_forward(w, k, 0.1)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out.sum().backward()
+        return {e.key for e in prof.key_averages() if e.key.startswith("tk::")}
+
+    assert backward_ops(leaf(w), k) == {"tk::rwkv_backward_w"}
+    assert backward_ops(w, leaf(k)) == {"tk::rwkv_backward_k"}
+    assert backward_ops(leaf(w), leaf(k)) == {"tk::rwkv_backward_w", "tk::rwkv_backward_k"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_is_deterministic(device):
+    w, k = rwkv_inputs(3, 16, 64, device=device, seed=17)
+    tile = torch.rand(2, 6, 5, device=device)
+    grads = []
+    for _ in range(3):
+        w1, k1, t1 = leaf(w), leaf(k), leaf(tile)
+        (tk.rwkv_forward(w1, k1, 0.1).sum() + tk.brick_pad(t1, 30, 20, 7).square().sum()).backward()
+        grads.append((w1.grad, k1.grad, t1.grad))
+    for g in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads[0], g))
+
+
+def test_eps_and_ints_get_no_gradient():
+    """eps is a float scalar and pw/ph/stagger are ints: not tensors, so no gradient;
+    the gradient of the tensor inputs does not depend on eps."""
+    w, k = rwkv_inputs(2, 3, 6, seed=18)
+    grads = []
+    for eps in (0.0, 5.0):
+        w1 = leaf(w)
+        tk.rwkv_forward(w1, k, eps).square().sum().backward()
+        grads.append(w1.grad)
+    assert not torch.equal(grads[0], grads[1])   # through out, d(out^2) depends on eps ...
+    w1 = leaf(w)
+    tk.rwkv_forward(w1, k, 123.0).sum().backward()
+    w2 = leaf(w)
+    tk.rwkv_forward(w2, k, -7.0).sum().backward()
+    assert torch.equal(w1.grad, w2.grad)          # ... but d(out)/dw does not
+
+
+def test_int_tile_has_no_gradient_but_runs_under_grad_mode():
+    tile = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    out = tk.brick_pad(tile, 2, 1, 3)
+    assert out.dtype == torch.int32 and not out.requires_grad
+
+
+def test_backward_op_refuses_grad():
+    w, k = rwkv_inputs(2, 3, 6, seed=19)
+    with pytest.raises(RuntimeError, match=r"tk.rwkv_backward_k: argument 'w' requires grad but "
+                                           r"tk.rwkv_backward_k has no backward"):
+        tk.rwkv_backward_k(leaf(w), k)
+    with torch.no_grad():
+        assert tk.rwkv_backward_k(leaf(w), k).shape == k.shape
+
+
+def test_double_backward_is_a_clear_error():
+    w, k = rwkv_inputs(2, 3, 6, seed=20)
+    w1 = leaf(w)
+    out = tk.rwkv_forward(w1, leaf(k), 0.1)
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        torch.autograd.grad(out.sum(), w1, create_graph=True)
+
+
+def test_forward_mode_ad_is_a_clear_error():
+    import torch.autograd.forward_ad as fwAD
+
+    w, k = rwkv_inputs(2, 3, 6, seed=21)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(w, torch.ones_like(w))
+        with pytest.raises(RuntimeError, match="forward-mode AD is not supported"):
+            tk.rwkv_forward(dual, k, 0.1)
+
+
+def test_backward_twice_needs_retain_graph():
+    w, k = rwkv_inputs(2, 3, 6, seed=22)
+    out = tk.rwkv_forward(leaf(w), k, 0.1).sum()
+    out.backward(retain_graph=True)
+    out.backward()   # the saved tensors are still there
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.backward()
+
+
+def test_saved_tensor_modified_in_place_is_detected():
+    w, k = rwkv_inputs(2, 3, 6, seed=23)
+    w1 = leaf(w)
+    k1 = k.clone()
+    out = tk.rwkv_forward(w1, k1, 0.1)
+    k1.add_(1)   # k is saved for dL/dw
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_undefined_output_grad_is_zero():
+    """autograd.grad through a graph where tk's output is unused by the loss."""
+    w, k = rwkv_inputs(2, 3, 6, seed=24)
+    w1 = leaf(w)
+    out = tk.rwkv_forward(w1, k, 0.1)
+    (g,) = torch.autograd.grad(out.sum() * 0 + w1.sum(), w1)
+    torch.testing.assert_close(g, torch.ones_like(w))
