@@ -140,8 +140,7 @@ tk_ctx *tk_ctx_new(void) {
 
 void tk_ctx_free(tk_ctx *ctx) {
     if (!ctx) return;
-    tk_arena_free(&ctx->arena);
-    free(ctx->ops);
+    tk_arena_free(&ctx->arena);   /* the op tables live in the arena */
     free(ctx);
 }
 
@@ -155,10 +154,34 @@ static tk_status ctx_fail(tk_ctx *ctx, tk_status st, const char *fmt, ...) {
     return st;
 }
 
-static int find_op(const tk_ctx *ctx, const char *name) {
-    for (int i = 0; i < ctx->nops; i++)
-        if (strcmp(ctx->ops[i]->decl->name, name) == 0) return i;
-    return -1;
+/* The op table is append-only, so threads may look ops up while one thread
+ * loads (tk.h): a larger table is a new arena array (old ones stay valid),
+ * filled before it is published, and the count is published last. */
+static int op_count(const tk_ctx *ctx) { return __atomic_load_n(&ctx->nops, __ATOMIC_ACQUIRE); }
+static tk_op **op_table(const tk_ctx *ctx) { return __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE); }
+
+static const tk_op *find_op(const tk_ctx *ctx, const char *name) {
+    int n = op_count(ctx);
+    tk_op **ops = op_table(ctx);
+    for (int i = 0; i < n; i++)
+        if (strcmp(ops[i]->decl->name, name) == 0) return ops[i];
+    return NULL;
+}
+
+/* Appends ops[0..n) to ctx's table (writers are serialised by the caller). */
+static tk_status append_ops(tk_ctx *ctx, tk_op *const *ops, int n) {
+    tk_op **table = ctx->ops;
+    if (ctx->nops + n > ctx->cap) {
+        int cap = (ctx->cap ? ctx->cap * 2 : 8) + n;
+        table = tk_arena_alloc(&ctx->arena, sizeof *table * (size_t)cap);
+        if (!table) return ctx_fail(ctx, TK_ERR_NOMEM, "out of memory");
+        if (ctx->nops) memcpy(table, ctx->ops, sizeof *table * (size_t)ctx->nops);
+        ctx->cap = cap;
+    }
+    for (int i = 0; i < n; i++) table[ctx->nops + i] = ops[i];
+    __atomic_store_n(&ctx->ops, table, __ATOMIC_RELEASE);
+    __atomic_store_n(&ctx->nops, ctx->nops + n, __ATOMIC_RELEASE);
+    return TK_OK;
 }
 
 /* Checks every op of m; adds them all, or none on the first error. */
@@ -167,7 +190,7 @@ static tk_status add_module(tk_ctx *ctx, tk_module *m) {
     if (m->nops > 64) return ctx_fail(ctx, TK_ERR_CHECK, "too many ops in one file (limit 64)");
     for (int i = 0; i < m->nops; i++) {
         tk_opdecl *d = m->ops[i];
-        int dup = find_op(ctx, d->name) >= 0;
+        int dup = find_op(ctx, d->name) != NULL;
         for (int j = 0; j < i; j++) dup |= strcmp(m->ops[j]->name, d->name) == 0;
         if (dup)
             return ctx_fail(ctx, TK_ERR_CHECK, "%s:%d:%d: error: op '%s' is already defined",
@@ -175,15 +198,7 @@ static tk_status add_module(tk_ctx *ctx, tk_module *m) {
         tk_status st = tk_check_op(ctx, d, &ops[i], ctx->err, sizeof ctx->err);
         if (st != TK_OK) return st;
     }
-    if (ctx->nops + m->nops > ctx->cap) {
-        int cap = (ctx->cap ? ctx->cap * 2 : 8) + m->nops;
-        tk_op **p = realloc(ctx->ops, sizeof *p * (size_t)cap);
-        if (!p) return ctx_fail(ctx, TK_ERR_NOMEM, "out of memory");
-        ctx->ops = p;
-        ctx->cap = cap;
-    }
-    for (int i = 0; i < m->nops; i++) ctx->ops[ctx->nops++] = ops[i];
-    return TK_OK;
+    return append_ops(ctx, ops, m->nops);
 }
 
 tk_status tk_load_spec(tk_ctx *ctx, const char *file, const char *text, size_t len) {
@@ -194,20 +209,18 @@ tk_status tk_load_spec(tk_ctx *ctx, const char *file, const char *text, size_t l
     return add_module(ctx, m);
 }
 
-int tk_op_count(const tk_ctx *ctx) { return ctx ? ctx->nops : 0; }
+int tk_op_count(const tk_ctx *ctx) { return ctx ? op_count(ctx) : 0; }
 
 const tk_op *tk_op_at(const tk_ctx *ctx, int i) {
-    return ctx && i >= 0 && i < ctx->nops ? ctx->ops[i] : NULL;
+    return ctx && i >= 0 && i < op_count(ctx) ? op_table(ctx)[i] : NULL;
 }
 
 const tk_op *tk_op_find(const tk_ctx *ctx, const char *name) {
-    int i = ctx && name ? find_op(ctx, name) : -1;
-    return i >= 0 ? ctx->ops[i] : NULL;
+    return ctx && name ? find_op(ctx, name) : NULL;
 }
 
 tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name) {
-    int i = ctx && name ? find_op(ctx, name) : -1;
-    return i >= 0 ? ctx->ops[i] : NULL;
+    return (tk_op *)tk_op_find(ctx, name);
 }
 
 const char *tk_op_name(const tk_op *op) { return op->decl->name; }
@@ -247,6 +260,10 @@ tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn) {
     if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
     op->cpu_fns[variant] = fn;
     return TK_OK;
+}
+
+tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant) {
+    return op && variant >= 0 && variant < op->nvariants ? op->cpu_fns[variant] : NULL;
 }
 
 /* Attaches fn to the variant of some op whose kernel is named name. */

@@ -27,7 +27,12 @@
  * Errors: every fallible call returns a tk_status; the message is in
  * tk_ctx_error(ctx) (loading, emitting) or call->msg (binding, running).
  * Nothing here exits, aborts or keeps global state. A context may be read
- * from several threads once loading is done; tk_call is per call. */
+ * from several threads, also while one thread loads more specs into it (the
+ * op table is append-only and tk_op pointers stay valid); loads are
+ * serialised by the caller; tk_call is per call.
+ *
+ * Specs loaded at run time get their CPU kernels from the system C compiler:
+ * tk_cc.h (tk_cc_load_spec). */
 #ifndef TK_H
 #define TK_H
 
@@ -49,7 +54,8 @@ typedef enum tk_status {
     TK_ERR_ARG,         /* a call's arguments do not fit the op */
     TK_ERR_NOMEM,
     TK_ERR_NOTFOUND,    /* no such op or kernel */
-    TK_ERR_INVALID      /* misuse of the API */
+    TK_ERR_INVALID,     /* misuse of the API */
+    TK_ERR_COMPILE      /* the C compiler failed, or its output did not load */
 } tk_status;
 
 /* ORDER DTYPE: tk_dtype_name / tk_dtype_code in dtype.c follow this order. */
@@ -198,6 +204,7 @@ int tk_op_batch_param(const tk_op *op);
 int tk_op_nvariants(const tk_op *op);
 const char *tk_op_kernel_name(const tk_op *op, int variant); /* "tk_rwkv_forward__f32" */
 tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn);
+tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant);  /* NULL if none */
 tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name);
 
 /* A bound call: validated arguments, output shapes, kernel arguments. */
