@@ -1,0 +1,84 @@
+/* tk_cc.h - CPU kernels for specs loaded at run time: the generated C is
+ * compiled by the system C compiler into a shared object, kept in an on-disk
+ * cache, and loaded with dlopen (the way TorchInductor's C++ backend works).
+ * Built-in ops do not need this: their kernels are compiled into libtk.
+ *
+ * A worked example: compile a spec and run it on raw pointers.
+ *
+ *     tk_ctx *ctx = tk_ctx_new();
+ *     tk_cc *cc = tk_cc_new(NULL);                // once per process
+ *     char msg[8192];
+ *     if (tk_cc_load_spec(cc, ctx, "axpy.tk", src, strlen(src), msg, sizeof msg) != TK_OK)
+ *         fprintf(stderr, "%s\n", msg);   // spec error (file:line:col) or compiler output
+ *     const tk_op *op = tk_op_find(ctx, "axpy");
+ *     tk_call call;
+ *     tk_bind(op, args, nargs, &call);            // as in tk.h
+ *     tk_set_output(&call, 0, tk_view(y, TK_F32, 1, &n, &one));
+ *     tk_run_cpu(&call, 0, call.kargs.numel);
+ *
+ * For CUDA tensors the same op runs through tk_cuda_launch (tk_cuda.h); it
+ * needs no C compiler. examples/c_api/example.c is a complete program.
+ *
+ * The compile: every variant of the ops is emitted with tk_emit into one C
+ * file; key = SHA-256 of (that source, tk_kernel.h, the compiler's identity
+ * (first line of `cc --version`), the flags, TK_VERSION); the shared object
+ * is <cache>/cpu/<key>.so, built in a private folder and renamed into place,
+ * so processes racing on one entry never see a partial file. A cached file
+ * that does not load is rebuilt. When the cache folder cannot be written
+ * the compile happens in a private temporary folder (one warning, the op
+ * still loads). Shared objects are never unloaded.
+ *
+ * Environment (read by tk_cc_new): TK_CC, else CC, else "cc" (a command,
+ * arguments allowed: "ccache gcc"); TK_CACHE_DIR (default $XDG_CACHE_HOME/tk
+ * or ~/.cache/tk; CPU entries go to its cpu/ folder); TK_DEBUG=1 prints the
+ * source and the command of every compile. docs/runtime.md says more. */
+#ifndef TK_CC_H
+#define TK_CC_H
+
+#include <stddef.h>
+
+#include "tk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The flags every kernel file is compiled with (and that go into the key). */
+#define TK_CC_FLAGS "-O3 -fwrapv -fopenmp-simd -shared -fPIC -std=c11"
+
+typedef struct tk_cc tk_cc;
+
+typedef struct tk_cc_options {
+    const char *compiler;   /* NULL: $TK_CC, else $CC, else "cc" */
+    const char *cache_dir;  /* NULL: <tk_cache_default_dir>/cpu; "": no disk cache */
+    int debug;              /* 1: print sources and commands; -1: from $TK_DEBUG */
+} tk_cc_options;
+
+/* The compiler state (its command, identity and cache folder). The compiler
+ * is not run until the first compile, so this fails (NULL) only when out of
+ * memory. opt may be NULL (defaults). Thread-safe once made. */
+tk_cc *tk_cc_new(const tk_cc_options *opt);
+/* Frees cc; the kernels it loaded stay loaded (ops keep pointing at them). */
+void tk_cc_free(tk_cc *cc);
+
+const char *tk_cc_compiler(const tk_cc *cc);   /* the command, as configured */
+const char *tk_cc_cache_dir(const tk_cc *cc);  /* "" when the disk cache is off */
+
+/* Compiles the CPU kernels of ops[0..nops) (every variant) into one shared
+ * object, or finds it in the cache, and attaches them (tk_op_set_cpu_kernel).
+ * Emitting annotates the ops: nothing else may emit them meanwhile. Errors
+ * (msg): no compiler (TK_ERR_NOTFOUND), the compiler's output for a failed
+ * compile, a file that does not load (TK_ERR_COMPILE). */
+tk_status tk_cc_compile(tk_cc *cc, tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_t msglen);
+
+/* tk_load_spec + tk_ctx_link + tk_cc_compile of the ops the spec added: one
+ * call from spec text to runnable ops. A spec error (TK_ERR_SYNTAX,
+ * TK_ERR_CHECK) is "file:line:col: error: ..." and adds nothing; after a
+ * link or compile error the ops stay in ctx without CPU kernels. */
+tk_status tk_cc_load_spec(tk_cc *cc, tk_ctx *ctx, const char *file, const char *text, size_t len, char *msg,
+                          size_t msglen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,176 @@
+/* test_cc.c - CPU kernels of run-time specs (compiler/tk_cc.h): a spec
+ * compiled by the system C compiler and run through the C API; the disk
+ * cache (a second tk_cc finds the entry, a damaged entry is rebuilt, an
+ * unwritable folder falls back to a temporary one); the errors for a missing
+ * compiler, a failing compile and a spec error. Needs `cc` on PATH.
+ * Usage: test_cc OPS_DIR TESTS_DIR */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tk.h"
+#include "tk_cc.h"
+#include "tk_test.h"
+
+static const char *k_axpy =
+    "# y = a * x + b, elementwise, any float dtype\n"
+    "op axpy(x: float[..., N], b: x.dtype[..., N], a: float) -> y: x.dtype[..., N]:\n"
+    "    for i in y:\n"
+    "        y[i] = a * x[i] + b[i]\n"
+    "op axpy_backward_x(grad_y: float[..., N], a: float) -> grad_x: grad_y.dtype[..., N]:\n"
+    "    for i in grad_x:\n"
+    "        grad_x[i] = a * grad_y[i]\n";
+
+static char cache_root[256];
+
+/* Runs axpy on a (3, 5) float32 x whose storage is transposed (strides 1, 3). */
+static void run_axpy(const tk_ctx *ctx) {
+    const tk_op *op = tk_op_find(ctx, "axpy");
+    CHECK(op != NULL);
+    if (!op) return;
+    float xs[15], b[15], y[15];
+    for (int i = 0; i < 15; i++) {
+        xs[i] = (float)i;
+        b[i] = 0.5f * (float)i;
+        y[i] = NAN;
+    }
+    int64_t sz[2] = {3, 5}, xst[2] = {1, 3}, st[2] = {5, 1};
+    tk_arg args[3] = {tk_arg_tensor(tk_view(xs, TK_F32, 2, sz, xst)), tk_arg_tensor(tk_view(b, TK_F32, 2, sz, st)),
+                      tk_arg_float(2.0)};
+    tk_call call;
+    CHECK(tk_bind(op, args, 3, &call) == TK_OK);
+    CHECK(tk_set_output(&call, 0, tk_view(y, TK_F32, 2, sz, st)) == TK_OK);
+    CHECK(tk_run_cpu(&call, 0, 7) == TK_OK);   /* two chunks */
+    CHECK(tk_run_cpu(&call, 7, call.kargs.numel) == TK_OK);
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 5; c++) CHECK(y[r * 5 + c] == 2.0f * xs[r + 3 * c] + b[r * 5 + c]);
+}
+
+static tk_cc *new_cc(const char *compiler, const char *dir) {
+    tk_cc_options opt = {compiler, dir, 0};
+    return tk_cc_new(&opt);
+}
+
+/* Number of *.so files in dir. */
+static int count_entries(const char *dir) {
+    char cmd[512], out[64] = "";
+    snprintf(cmd, sizeof cmd, "ls %s 2>/dev/null | grep -c '\\.so$'", dir);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    if (!fgets(out, sizeof out, p)) out[0] = 0;
+    pclose(p);
+    return atoi(out);
+}
+
+static void test_compile_and_cache(void) {
+    char dir[300], msg[16384];
+    snprintf(dir, sizeof dir, "%s/cpu", cache_root);
+    tk_ctx *ctx = tk_ctx_new();
+    tk_cc *cc = new_cc(NULL, dir);
+    CHECK(strcmp(tk_cc_cache_dir(cc), dir) == 0);
+    tk_status st = tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "%s\n", msg);
+    CHECK(st == TK_OK);
+    CHECK(count_entries(dir) == 1);
+    run_axpy(ctx);
+    for (int v = 0; v < tk_op_nvariants(tk_op_find(ctx, "axpy_backward_x")); v++)
+        CHECK(tk_op_cpu_kernel(tk_op_find(ctx, "axpy_backward_x"), v) != NULL);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+
+    /* a fresh context and compiler find the entry (same key, nothing added) */
+    ctx = tk_ctx_new();
+    cc = new_cc(NULL, dir);
+    CHECK(tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg) == TK_OK);
+    CHECK(count_entries(dir) == 1);
+    run_axpy(ctx);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+}
+
+/* A damaged entry does not load: it is rebuilt in place. */
+static void test_damaged_entry(void) {
+    char dir[300], msg[16384], cmd[700];
+    snprintf(dir, sizeof dir, "%s/damaged", cache_root);
+    tk_ctx *ctx = tk_ctx_new();
+    tk_cc *cc = new_cc(NULL, dir);
+    CHECK(tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg) == TK_OK);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+    snprintf(cmd, sizeof cmd, "for f in %s/*.so; do mv \"$f\" \"$f.old\" && head -c 100 \"$f.old\" > \"$f\" && rm \"$f.old\"; done", dir);
+    CHECK(system(cmd) == 0);
+    ctx = tk_ctx_new();
+    cc = new_cc(NULL, dir);
+    tk_status st = tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "%s\n", msg);
+    CHECK(st == TK_OK);
+    run_axpy(ctx);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+}
+
+/* A cache folder that cannot be made: compiled in a temporary folder. */
+static void test_unwritable_cache(void) {
+    char msg[16384];
+    tk_ctx *ctx = tk_ctx_new();
+    tk_cc *cc = new_cc(NULL, "/proc/tk-cannot-write-here/cpu");
+    tk_status st = tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "%s\n", msg);
+    CHECK(st == TK_OK);
+    run_axpy(ctx);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+}
+
+static void test_errors(void) {
+    char msg[16384];
+    /* no such compiler */
+    tk_ctx *ctx = tk_ctx_new();
+    tk_cc *cc = new_cc("/nonexistent/bin/cc", "");
+    CHECK(tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(strstr(msg, "tk: no C compiler: '/nonexistent/bin/cc' could not be run (No such file or directory)") == msg);
+    CHECK(strstr(msg, "set TK_CC") != NULL);
+    CHECK(tk_op_cpu_kernel(tk_op_find(ctx, "axpy"), 0) == NULL);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+
+    /* the compiler fails: its own message comes back */
+    ctx = tk_ctx_new();
+    cc = new_cc("cc -include /nonexistent/tk_missing.h", "");
+    CHECK(tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg) == TK_ERR_COMPILE);
+    CHECK(strstr(msg, "tk: compiling the CPU kernels of axpy, axpy_backward_x failed (cc -include") == msg);
+    CHECK(strstr(msg, "tk_missing.h") != NULL);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+
+    /* a spec error is the loader's, with its location; nothing is compiled */
+    ctx = tk_ctx_new();
+    cc = new_cc("/nonexistent/bin/cc", "");
+    const char *bad = "op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[j]\n";
+    CHECK(tk_cc_load_spec(cc, ctx, "bad.tk", bad, strlen(bad), msg, sizeof msg) == TK_ERR_CHECK);
+    CHECK(strncmp(msg, "bad.tk:3:18: error: ", 20) == 0);
+    CHECK(tk_op_count(ctx) == 0);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    snprintf(cache_root, sizeof cache_root, "%s/tk-test-cc-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(cache_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_compile_and_cache();
+    test_damaged_entry();
+    test_unwritable_cache();
+    test_errors();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);
+    if (system(cmd) != 0) fprintf(stderr, "test_cc: could not remove %s\n", cache_root);
+    return tk_test_report("test_cc");
+}
