@@ -2,6 +2,9 @@
  * libcuda.so.1), one loaded module per (op, variant, device), launches on
  * the caller's stream. Compiling goes through nvrtc.c and cache.c.
  *
+ * A module is loaded, and a kernel launched, with the device's primary
+ * context current: pushed for the duration unless it already is current.
+ *
  * Why the driver API and not the runtime's cudaLibraryLoadData: it needs
  * no particular libcudart soname (torch ships one, the system another), it
  * names the context a module lives in (the device's primary context, the
@@ -42,6 +45,7 @@ typedef struct driver_api {
     CUresult (*ctx_release)(CUdevice d);
     CUresult (*ctx_push)(CUcontext c);
     CUresult (*ctx_pop)(CUcontext *c);
+    CUresult (*ctx_current)(CUcontext *c);
     CUresult (*module_load)(CUmodule *m, const void *image);
     CUresult (*module_function)(CUfunction *f, CUmodule m, const char *name);
     CUresult (*module_unload)(CUmodule m);
@@ -54,7 +58,7 @@ typedef struct driver_api {
 static const char *const k_driver_names[] = {   /* ORDER DRIVER_FN */
     "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute",
     "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2",
-    "cuCtxPopCurrent_v2", "cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload", "cuLaunchKernel",
+    "cuCtxPopCurrent_v2", "cuCtxGetCurrent", "cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload", "cuLaunchKernel",
     "cuGetErrorString", "cuGetErrorName",
 };
 #define DRIVER_NFN (sizeof k_driver_names / sizeof k_driver_names[0])
@@ -127,6 +131,9 @@ static int env_flag(const char *name) {
 
 /* ---- state ---------------------------------------------------------------- */
 
+static CUresult enter(tk_cuda *cu, const device *d, int *pushed);
+static void leave(tk_cuda *cu, int pushed);
+
 tk_cuda *tk_cuda_new(const tk_cuda_options *opt) {
     tk_cuda *cu = calloc(1, sizeof *cu);
     if (!cu) return NULL;
@@ -149,12 +156,10 @@ tk_cuda *tk_cuda_new(const tk_cuda_options *opt) {
 
 /* Unloads one kernel's module inside its device's context. */
 static void unload(tk_cuda *cu, kernel *k) {
-    if (!k->mod) return;
-    CUcontext prev;
-    if (cu->cu.ctx_push(cu->devices[k->device].ctx) == 0) {
-        cu->cu.module_unload(k->mod);
-        cu->cu.ctx_pop(&prev);
-    }
+    int pushed;
+    if (!k->mod || enter(cu, &cu->devices[k->device], &pushed) != 0) return;
+    cu->cu.module_unload(k->mod);
+    leave(cu, pushed);
 }
 
 void tk_cuda_free(tk_cuda *cu) {
@@ -194,6 +199,22 @@ static const char *cu_error(tk_cuda *cu, CUresult r, char *buf, size_t n) {
     if (cu->cu.error_string) cu->cu.error_string(r, &text);
     snprintf(buf, n, "%s: %s", name ? name : "CUDA error", text ? text : "?");
     return buf;
+}
+
+/* Makes d's primary context current unless it already is (torch usually
+ * made it current on this thread); *pushed says whether leave() must pop. */
+static CUresult enter(tk_cuda *cu, const device *d, int *pushed) {
+    CUcontext cur = NULL;
+    *pushed = 0;
+    if (cu->cu.ctx_current(&cur) == 0 && cur == d->ctx) return 0;
+    CUresult r = cu->cu.ctx_push(d->ctx);
+    *pushed = r == 0;
+    return r;
+}
+
+static void leave(tk_cuda *cu, int pushed) {
+    CUcontext prev;
+    if (pushed) cu->cu.ctx_pop(&prev);
 }
 
 /* Opens the driver and runs cuInit once; caller holds cu->lock. */
@@ -377,12 +398,12 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, why, n);
     if (st != TK_OK) return st;
     char err[256];
-    CUcontext prev;
-    CUresult r = cu->cu.ctx_push(d->ctx);
+    int pushed;
+    CUresult r = enter(cu, d, &pushed);
     if (r == 0) {
         r = cu->cu.module_load(&k->mod, bin.data);
         if (r == 0) r = cu->cu.module_function(&k->fn, k->mod, tk_op_kernel_name(k->op, k->variant));
-        cu->cu.ctx_pop(&prev);
+        leave(cu, pushed);
     }
     tk_binary_free(&bin);
     if (r != 0) {
@@ -468,12 +489,12 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
     tk_kargs kargs = call->kargs;       /* the kernel's single parameter, by value */
     void *params[] = {&kargs};
     char err[256];
-    CUcontext prev;
-    CUresult r = cu->cu.ctx_push(d->ctx);
+    int pushed;
+    CUresult r = enter(cu, d, &pushed);
     if (r == 0) {
         r = cu->cu.launch(k->fn, tk_cuda_grid_size(kargs.numel, d->nsm), 1, 1, TK_CUDA_BLOCK, 1, 1, 0,
                           (CUstream)stream, params, NULL);
-        cu->cu.ctx_pop(&prev);
+        leave(cu, pushed);
     }
     if (r != 0) {
         put(msg, msglen, "tk.%s: launching %s on cuda:%d failed: %s", tk_op_name(call->op),

@@ -24,7 +24,9 @@ typedef struct fake_cuda_stats {
 
 static fake_cuda_stats g_stats;     /* a test double: plain process state */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread int g_current = -1; /* device of the pushed context */
+static __thread int g_stack[8];     /* this thread's context stack: device numbers */
+static __thread int g_depth;
+static __thread int g_current = -1; /* device of the current context, -1 none */
 
 #define EXPORT __attribute__((visibility("default")))
 enum { OK = 0, INVALID_VALUE = 1, INVALID_IMAGE = 200, NOT_FOUND = 500 };
@@ -40,6 +42,8 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice d);
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d);
 EXPORT CUresult cuCtxPushCurrent_v2(void *ctx);
 EXPORT CUresult cuCtxPopCurrent_v2(void **ctx);
+EXPORT CUresult cuCtxGetCurrent(void **ctx);
+EXPORT void fake_cuda_set_current(int device);
 EXPORT CUresult cuModuleLoadData(void **mod, const void *image);
 EXPORT CUresult cuModuleGetFunction(void **fn, void *mod, const char *name);
 EXPORT CUresult cuModuleUnload(void *mod);
@@ -88,6 +92,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     return OK;
 }
 CUresult cuCtxPushCurrent_v2(void *ctx) {
+    if (g_depth == 8) return INVALID_VALUE;
+    g_stack[g_depth++] = g_current;
     g_current = (int)((char *)ctx - g_contexts);
     pthread_mutex_lock(&g_lock);
     g_stats.pushes++;
@@ -95,13 +101,20 @@ CUresult cuCtxPushCurrent_v2(void *ctx) {
     return OK;
 }
 CUresult cuCtxPopCurrent_v2(void **ctx) {
+    if (g_depth == 0) return INVALID_VALUE;
     *ctx = g_current >= 0 ? &g_contexts[g_current] : NULL;
-    g_current = -1;
+    g_current = g_stack[--g_depth];
     pthread_mutex_lock(&g_lock);
     g_stats.pops++;
     pthread_mutex_unlock(&g_lock);
     return OK;
 }
+CUresult cuCtxGetCurrent(void **ctx) {
+    *ctx = g_current >= 0 ? &g_contexts[g_current] : NULL;
+    return OK;
+}
+/* What torch's runtime does when a thread uses a device: makes its primary context current. */
+void fake_cuda_set_current(int device) { g_current = device; }
 CUresult cuModuleLoadData(void **mod, const void *image) {
     if (g_current < 0) return INVALID_VALUE;            /* no context pushed */
     if (memcmp(image, "\177ELF", 4) != 0) return INVALID_IMAGE;

@@ -535,9 +535,15 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(st->module_loads == 2 && st->loads_per_device[1] == 1 && st->launches == N + 1);
     CHECK(st->last_grid == 108 * 32 && st->last_stream == NULL);
     CHECK(tk_cache_list(dir, NULL, NULL) == 2);      /* sm_80 and sm_90 cubins */
-    /* one launch per call, no new module */
+    /* one launch per call, no new module; the context is pushed only when not current */
+    void (*set_current)(int) = NULL;
+    *(void **)&set_current = dlsym(lib, "fake_cuda_set_current");
+    CHECK(set_current != NULL);
+    if (set_current) set_current(1);
+    int pushes = st->pushes;
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->module_loads == 2 && st->launches == N + 2);
+    CHECK(st->module_loads == 2 && st->launches == N + 2 && st->pushes == pushes);
+    if (set_current) set_current(-1);
     /* an empty index space launches nothing */
     CHECK(rwkv_call(ctx, 0, 0, 3, 5, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->launches == N + 2);
