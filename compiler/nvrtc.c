@@ -46,6 +46,7 @@ _Static_assert(sizeof(nvrtc_api) == NVRTC_NFN * sizeof(void *), "k_nvrtc_names a
 
 struct tk_nvrtc {
     void *lib;
+    void *builtins;         /* libnvrtc-builtins, preloaded from lib's folder (or NULL) */
     char path[1024];
     nvrtc_api api;
     int major, minor;
@@ -186,6 +187,23 @@ static void *find_library(tk_nvrtc *nv, const char *const *dirs, int ndirs, char
     return NULL;
 }
 
+/* Loads libnvrtc-builtins.so.<major>.<minor> from the folder NVRTC came
+ * from. NVRTC dlopens it by name at the first compile, which relies on
+ * NVRTC's own RUNPATH; when dlopen is intercepted (ASan) that lookup fails
+ * with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. Loaded first, it is found by
+ * its soname. A miss is harmless: NVRTC then searches as usual. */
+static void preload_builtins(tk_nvrtc *nv) {
+    Dl_info info;
+    void *fn;
+    memcpy(&fn, &nv->api.version, sizeof fn);
+    if (!dladdr(fn, &info) || !info.dli_fname || !strchr(info.dli_fname, '/')) return;
+    const char *slash = strrchr(info.dli_fname, '/');
+    char path[1200];
+    snprintf(path, sizeof path, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - info.dli_fname), info.dli_fname,
+             nv->major, nv->minor);
+    nv->builtins = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
 tk_status tk_nvrtc_open(const char *const *dirs, int ndirs, tk_nvrtc **out, char *msg, size_t msglen) {
     if (!out) return TK_ERR_INVALID;
     *out = NULL;
@@ -201,13 +219,14 @@ tk_status tk_nvrtc_open(const char *const *dirs, int ndirs, tk_nvrtc **out, char
         return TK_ERR_NOTFOUND;
     }
     query(nv);
+    preload_builtins(nv);
     *out = nv;
     return TK_OK;
 }
 
+/* The libraries stay loaded: NVRTC's static constructors allocate memory
+ * that unloading would leak (and a later tk_nvrtc_open reuses them). */
 void tk_nvrtc_close(tk_nvrtc *nv) {
-    if (!nv) return;
-    dlclose(nv->lib);
     free(nv);
 }
 

@@ -62,7 +62,7 @@ typedef struct tk_arch {
  * /usr/local/cuda/lib64, then by name on the system's search path. On
  * failure msg says what was searched and how to get NVRTC. */
 tk_status tk_nvrtc_open(const char *const *dirs, int ndirs, tk_nvrtc **out, char *msg, size_t msglen);
-void tk_nvrtc_close(tk_nvrtc *nv);
+void tk_nvrtc_close(tk_nvrtc *nv);            /* frees nv; the library stays loaded */
 
 const char *tk_nvrtc_path(const tk_nvrtc *nv);  /* the file opened, as found */
 int tk_nvrtc_version(const tk_nvrtc *nv);      /* 1000 * major + 10 * minor: 13050 */
