@@ -40,6 +40,8 @@ typedef struct emitter {
     const tk_stmt *def[TK_MAX_LOCALS];  /* top-level single-assignment locals */
     int inline_locals;              /* name_ref expands def[] (segment starts) */
     int plain;                      /* TK_EMIT_PLAIN */
+    const char *shared[8];          /* loop variables shared by all jam copies */
+    int nshared;
     unsigned char hoisted_local[TK_MAX_LOCALS];
 } emitter;
 
@@ -479,8 +481,80 @@ static void for_stmt(emitter *E, const tk_stmt *s) {
  * runs [lo_j, hi_j); the part common to all copies runs as one loop whose
  * body holds every copy (loads of copy-invariant values are shared and the
  * accumulators are independent), the rest per copy before and after it. */
+/* Whether e has the same value in every unroll copy: it reads neither the
+ * innermost loop variable nor a local other than a shared loop variable. */
+static int copy_invariant(const emitter *E, const tk_expr *e) {
+    if (!e) return 1;
+    if (e->kind == TK_E_NAME) {
+        const tk_opdecl *d = E->op->decl;
+        int idx;
+        if (strcmp(e->name, d->loop_vars[d->nloop - 1]) == 0) return 0;
+        for (int i = 0; i < d->nloop; i++)
+            if (strcmp(e->name, d->loop_vars[i]) == 0) return 1;
+        if (tk_resolve_header(E->op, e->name, &idx) != TK_SYM_NONE) return 1;
+        for (int i = 0; i < E->nshared; i++)
+            if (strcmp(E->shared[i], e->name) == 0) return 1;
+        return 0;
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (!copy_invariant(E, e->args[i])) return 0;
+    return 1;
+}
+
+static void jammed_for(emitter *E, const tk_stmt *s);
+
+/* Statements of a jammed region: loops are jammed, the rest copied. */
+static void jam_block(emitter *E, tk_stmt **body, int n) {
+    for (int i = 0; i < n; i++) {
+        if (body[i]->kind == TK_S_FOR) {
+            jammed_for(E, body[i]);
+            continue;
+        }
+        for (int c = 0; c < E->ncopies; c++) {
+            E->copy = c;
+            block(E, &body[i], 1);
+        }
+    }
+}
+
+/* A loop whose bounds are the same in every copy runs once for all of
+ * them, with the copies' statements (and jammed inner loops) inside. */
+static void shared_for(emitter *E, const tk_stmt *s) {
+    int refs[16];
+    E->copy = 0;
+    line(E, "{");
+    E->indent++;
+    begin_line(E);
+    tk_buf_printf(E->b, "const tk_i64 v_%s_lo = ", s->name);
+    if (s->lo) expr(E, s->lo, TK_V_INT);
+    else tk_buf_puts(E->b, "0");
+    tk_buf_printf(E->b, ", v_%s_end = ", s->name);
+    expr(E, s->hi, TK_V_INT);
+    tk_buf_puts(E->b, ";\n");
+    char lo[96], hi[96];
+    snprintf(lo, sizeof lo, "v_%s_lo", s->name);
+    snprintf(hi, sizeof hi, "v_%s_end", s->name);
+    E->shared[E->nshared++] = s->name;
+    if (reduction_vars(E, s, refs, 16) > 0) {
+        range_loop(E, s, lo, hi, 0, E->ncopies);
+    } else {
+        line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
+        E->indent++;
+        jam_block(E, s->body, s->nbody);
+        E->indent--;
+        line(E, "}");
+    }
+    E->nshared--;
+    E->indent--;
+    line(E, "}");
+}
+
 static void jammed_for(emitter *E, const tk_stmt *s) {
     int U = E->ncopies;
+    if (copy_invariant(E, s->lo) && copy_invariant(E, s->hi) && E->nshared < 8) {
+        shared_for(E, s);
+        return;
+    }
     line(E, "{");
     E->indent++;
     for (int c = 0; c < U; c++) {
@@ -526,17 +600,7 @@ static void jammed_for(emitter *E, const tk_stmt *s) {
 
 /* The body unrolled ncopies times along the innermost loop variable. */
 static void jammed_body(emitter *E) {
-    const tk_opdecl *d = E->op->decl;
-    for (int i = 0; i < d->nbody; i++) {
-        if (d->body[i]->kind == TK_S_FOR) {
-            jammed_for(E, d->body[i]);
-            continue;
-        }
-        for (int c = 0; c < E->ncopies; c++) {
-            E->copy = c;
-            block(E, &d->body[i], 1);
-        }
-    }
+    jam_block(E, E->op->decl->body, E->op->decl->nbody);
     E->copy = -1;
 }
 

@@ -539,150 +539,72 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
             float v_s_2 = 0.0f;
             float v_s_3 = 0.0f;
             {
-                const tk_i64 lo_0 = 0, hi_0 = d_B;
-                const tk_i64 lo_1 = 0, hi_1 = d_B;
-                const tk_i64 lo_2 = 0, hi_2 = d_B;
-                const tk_i64 lo_3 = 0, hi_3 = d_B;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    for (tk_i64 v_b = lo_0; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    {
+                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
+                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
+                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
+                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
+                        tk_i64 lo = lo_0, hi = hi_0;
+                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                        if (lo <= hi) {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
                                 v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
                                 v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
                                 v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
                                 v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo; v_b < hi; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
                                 v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
                                 v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
                                 v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
                                 v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
                                 v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
                                 v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
                                 v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
                                 v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                } else {
-                    for (tk_i64 v_b = lo_0; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                        } else {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
                                 v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
                                 v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
                                 v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
                                 v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
                         }
@@ -751,150 +673,72 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
             float v_s_2 = 0.0f;
             float v_s_3 = 0.0f;
             {
-                const tk_i64 lo_0 = 0, hi_0 = d_B;
-                const tk_i64 lo_1 = 0, hi_1 = d_B;
-                const tk_i64 lo_2 = 0, hi_2 = d_B;
-                const tk_i64 lo_3 = 0, hi_3 = d_B;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    for (tk_i64 v_b = lo_0; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    {
+                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
+                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
+                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
+                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
+                        tk_i64 lo = lo_0, hi = hi_0;
+                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                        if (lo <= hi) {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
                                 v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
                                 v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
                                 v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
                                 v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo; v_b < hi; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
                                 v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
                                 v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
                                 v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
                                 v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
                                 v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
                                 v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
                                 v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
                                 v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                } else {
-                    for (tk_i64 v_b = lo_0; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                        } else {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
                                 v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
                                 v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
                                 v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
                                 v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                             }
                         }
@@ -963,150 +807,72 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
             float v_s_2 = 0.0f;
             float v_s_3 = 0.0f;
             {
-                const tk_i64 lo_0 = 0, hi_0 = d_B;
-                const tk_i64 lo_1 = 0, hi_1 = d_B;
-                const tk_i64 lo_2 = 0, hi_2 = d_B;
-                const tk_i64 lo_3 = 0, hi_3 = d_B;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    for (tk_i64 v_b = lo_0; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    {
+                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
+                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
+                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
+                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
+                        tk_i64 lo = lo_0, hi = hi_0;
+                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                        if (lo <= hi) {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo; v_b < hi; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                } else {
-                    for (tk_i64 v_b = lo_0; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                        } else {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
                         }
@@ -1175,150 +941,72 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
             double v_s_2 = 0.0;
             double v_s_3 = 0.0;
             {
-                const tk_i64 lo_0 = 0, hi_0 = d_B;
-                const tk_i64 lo_1 = 0, hi_1 = d_B;
-                const tk_i64 lo_2 = 0, hi_2 = d_B;
-                const tk_i64 lo_3 = 0, hi_3 = d_B;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    for (tk_i64 v_b = lo_0; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    {
+                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
+                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
+                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
+                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
+                        tk_i64 lo = lo_0, hi = hi_0;
+                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
+                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
+                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
+                        if (lo <= hi) {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < lo; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo; v_b < hi; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
+                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = hi; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                } else {
-                    for (tk_i64 v_b = lo_0; v_b < hi_0; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_0 = (v_j + 1LL);
+                        } else {
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
                                 v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_1; v_b < hi_1; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_1 = ((v_j + 1) + 1LL);
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
                                 v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_2; v_b < hi_2; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_2 = ((v_j + 2) + 1LL);
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
                                 v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
-                        }
-                    }
-                    for (tk_i64 v_b = lo_3; v_b < hi_3; ++v_b) {
-                        {
-                            const tk_i64 v_u_end_3 = ((v_j + 3) + 1LL);
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
                                 v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
                         }
