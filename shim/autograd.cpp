@@ -78,16 +78,17 @@ Plan make_plan(const tk_op* op) {
   return p;
 }
 
-// The plan of every op, made once (after the registrations: it looks up
-// the backward ops' handles).
+// The plan of an op, made on its first call (after the registrations: it
+// looks up the backward ops' handles). Ops registered at run time arrive
+// later, so the table grows; map nodes stay put, so references stay valid.
 const Plan& plan_of(const c10::OperatorHandle& handle) {
-  static const std::map<const tk_op*, Plan> plans = [] {
-    std::map<const tk_op*, Plan> m;
-    const tk_ctx* ctx = context();
-    for (int i = 0; i < tk_op_count(ctx); ++i) m.emplace(tk_op_at(ctx, i), make_plan(tk_op_at(ctx, i)));
-    return m;
-  }();
-  return plans.at(op_of(handle));
+  static std::mutex mutex;
+  static std::map<const tk_op*, Plan> plans;
+  const tk_op* op = op_of(handle);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(op);
+  if (it == plans.end()) it = plans.emplace(op, make_plan(op)).first;
+  return it->second;
 }
 
 // Runs the op below autograd (the CPU, CUDA or Meta kernel, or a tracer).

@@ -1,6 +1,6 @@
 // registry.cpp - the process-wide tk context and the operator registrations:
-// one TORCH_LIBRARY block of schemas, one TORCH_LIBRARY_IMPL per dispatch key,
-// each a loop over the built-in spec table.
+// register_op defines one op and registers the generic kernel of every
+// dispatch key for it; the built-in ops are a loop over the spec table.
 #include <torch/library.h>
 
 #include <memory>
@@ -82,6 +82,22 @@ const char* load_error() {
   return l.ctx == nullptr ? l.error.c_str() : registration_error().c_str();
 }
 
+// Defines op's schema in lib and registers the generic boxed kernel of every
+// dispatch key for it. Built-in ops use it on the library below, run-time
+// specs on a FRAGMENT library of their own (runtime.cpp).
+void register_op(torch::Library& lib, const tk_op* op) {
+  using c10::DispatchKey;
+  using torch::CppFunction;
+  const char* name = tk_op_name(op);
+  lib.def(tk_op_schema(op));
+  lib.impl(name, torch::dispatch(DispatchKey::CPU, CppFunction::makeFromBoxedFunction<&boxed_cpu>()));
+  lib.impl(name, torch::dispatch(DispatchKey::Meta, CppFunction::makeFromBoxedFunction<&boxed_meta>()));
+  lib.impl(name, torch::dispatch(DispatchKey::CUDA, CppFunction::makeFromBoxedFunction<&boxed_cuda>()));
+  lib.impl(name, torch::dispatch(DispatchKey::Autograd, CppFunction::makeFromBoxedFunction<&boxed_autograd>()));
+  lib.impl(name, torch::dispatch(DispatchKey::AutocastCPU, CppFunction::makeFromBoxedFunction<&boxed_autocast>()));
+  lib.impl(name, torch::dispatch(DispatchKey::AutocastCUDA, CppFunction::makeFromBoxedFunction<&boxed_autocast>()));
+}
+
 }  // namespace tk_shim
 
 // For the Python loader (ctypes): why the library has no ops, "" if it has.
@@ -89,53 +105,24 @@ extern "C" __attribute__((visibility("default"))) const char* tk_shim_load_error
   return tk_shim::load_error();
 }
 
-// The registrations: one library of schemas, one per dispatch key, each a
-// loop over the spec table. They are the TORCH_LIBRARY / TORCH_LIBRARY_IMPL
-// blocks written out, so that a failure while the library is being loaded
-// (e.g. a second copy of libtk claiming the namespace tk) is recorded for
-// tk_shim_load_error() instead of terminating the process.
+// The registration of the built-in ops: the TORCH_LIBRARY block written out
+// (one DEF library, register_op per op), so that a failure while the library
+// is being loaded (e.g. a second copy of libtk claiming the namespace tk) is
+// recorded for tk_shim_load_error() instead of terminating the process.
 namespace tk_shim {
 namespace {
 
 struct Registrations {
-  std::unique_ptr<torch::Library> defs, cpu, meta, cuda, autograd, autocast_cpu, autocast_cuda;
+  std::unique_ptr<torch::Library> lib;
 
   Registrations() {
     try {
-      defs = library(torch::Library::DEF, std::nullopt, __LINE__);
-      for_each_op([&](const tk_op* op) { defs->def(tk_op_schema(op)); });
-      cpu = library(torch::Library::IMPL, c10::DispatchKey::CPU, __LINE__);
-      for_each_op([&](const tk_op* op) {
-        cpu->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_cpu>());
-      });
-      meta = library(torch::Library::IMPL, c10::DispatchKey::Meta, __LINE__);
-      for_each_op([&](const tk_op* op) {
-        meta->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_meta>());
-      });
-      cuda = library(torch::Library::IMPL, c10::DispatchKey::CUDA, __LINE__);
-      for_each_op([&](const tk_op* op) {
-        cuda->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_cuda>());
-      });
-      autograd = library(torch::Library::IMPL, c10::DispatchKey::Autograd, __LINE__);
-      for_each_op([&](const tk_op* op) {
-        autograd->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_autograd>());
-      });
-      autocast_cpu = library(torch::Library::IMPL, c10::DispatchKey::AutocastCPU, __LINE__);
-      autocast_cuda = library(torch::Library::IMPL, c10::DispatchKey::AutocastCUDA, __LINE__);
-      for_each_op([&](const tk_op* op) {
-        autocast_cpu->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_autocast>());
-        autocast_cuda->impl(tk_op_name(op), torch::CppFunction::makeFromBoxedFunction<&boxed_autocast>());
-      });
+      lib = std::make_unique<torch::Library>(torch::Library::DEF, "tk", std::nullopt, __FILE__, __LINE__);
+      for_each_op([&](const tk_op* op) { register_op(*lib, op); });
     } catch (const std::exception& e) {
       if (registration_error().empty())
         registration_error() = std::string("tk: registering the operators failed: ") + e.what();
     }
-  }
-
-  static std::unique_ptr<torch::Library> library(torch::Library::Kind kind,
-                                                 std::optional<c10::DispatchKey> key,
-                                                 uint32_t line) {
-    return std::make_unique<torch::Library>(kind, "tk", key, __FILE__, line);
   }
 };
 

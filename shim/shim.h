@@ -11,14 +11,26 @@
 
 #include "tk.h"
 
+namespace torch {
+class Library;
+}
+
 namespace tk_shim {
 
-// The process-wide context with every built-in op; created on first use and
-// never freed. Throws c10::Error with the core's message if loading failed.
+// The process-wide context with every built-in op (and every spec registered
+// at run time: runtime.cpp adds them while kernels may run, which the core's
+// append-only op table allows); created on first use and never freed.
+// Throws c10::Error with the core's message if loading failed.
 const tk_ctx* context();
 
 // The error of loading or registering the built-in ops, "" if none.
 const char* load_error();
+
+// Defines op's schema in lib and registers the generic kernels below at
+// every dispatch key (CPU, Meta, CUDA, Autograd, AutocastCPU/CUDA): the one
+// place an op becomes a torch operator, for built-in and run-time specs
+// alike (registry.cpp; run-time specs: runtime.cpp, docs/runtime.md).
+void register_op(torch::Library& lib, const tk_op* op);
 
 // Boxed kernels for every tk op: arguments are converted to tk_arg[], bound
 // by tk_bind, outputs are allocated with torch's allocator and pushed on

@@ -4,16 +4,21 @@ spec compiler and registered as torch.ops.tk.<name>.
     import torch, torch_tk
     out = torch_tk.ops.brick_pad(torch.rand(48, 32), 4, 2, 10)   # (52, 40)
 
+Ops from spec text at run time: torch_tk.kernel(text) / torch_tk.load(path)
+(torch_tk.runtime, docs/runtime.md).
+
 Importing the package loads libtk.so (see torch_tk._lib for where it looks).
 """
 import torch
 
-from ._lib import library_path, load
+from ._lib import library_path
+from ._lib import load as _load_library
+from .runtime import SpecError, kernel, load
 
 __version__ = "0.1.0"
-__all__ = ["ops", "library_path", "__version__"]
+__all__ = ["ops", "kernel", "load", "SpecError", "library_path", "__version__"]
 
-load()
+_load_library()
 
 #: The operator namespace: torch_tk.ops.rwkv_forward is torch.ops.tk.rwkv_forward.
 ops = torch.ops.tk

@@ -1,0 +1,121 @@
+"""Operators from spec text at run time: torch_tk.kernel and torch_tk.load.
+
+    import torch, torch_tk
+    scale = torch_tk.kernel('''
+    op scale(x: float[..., N], a: float) -> y: x.dtype[..., N]:
+        for i in y:
+            y[i] = a * x[i]
+    ''')
+    scale(torch.ones(3), 2.0)            # torch.ops.tk.scale: a real PyTorch operator
+
+The spec is parsed and checked, its CPU kernels are compiled by the system C
+compiler into a cached shared object, and every op in it is registered as
+torch.ops.tk.<name> with CPU, CUDA (NVRTC), Meta and Autograd kernels: it works
+from Python, inside torch.compile(fullgraph=True) and in torch.jit.script.
+docs/runtime.md has the details (cache, environment variables, errors).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+
+import torch
+
+from . import _lib
+
+__all__ = ["SpecError", "kernel", "load"]
+
+# tk_status values (compiler/tk.h)
+_TK_OK, _TK_ERR_SYNTAX, _TK_ERR_CHECK = 0, 1, 2
+
+_OUT_SIZE = 1 << 16
+_names_by_text: dict[str, list[str]] = {}
+_lock = threading.Lock()
+_register = None
+
+
+class SpecError(ValueError):
+    """A malformed run-time spec (a ValueError: the spec text is a bad value).
+
+    str(error) is the compiler's "file:line:col: error: message", then the
+    offending line and a caret under the column. The parts are attributes:
+    file, line, col (1-based; 0 when the message has no location), message.
+    """
+
+    def __init__(self, text: str, file: str, line: int, col: int, message: str):
+        super().__init__(text)
+        self.file, self.line, self.col, self.message = file, line, col, message
+
+
+def _spec_error(report: str, file: str, source: str) -> SpecError:
+    """The SpecError for the core's report about `source` (named `file`)."""
+    m = re.match(r"(\d+):(\d+): error: (.*)", report[len(file) + 1:], re.S) if report.startswith(file + ":") else None
+    if m is None:
+        return SpecError(report, file, 0, 0, report)
+    line, col, message = int(m.group(1)), int(m.group(2)), m.group(3)
+    lines = source.encode("utf-8").split(b"\n")
+    if not 1 <= line <= len(lines):
+        return SpecError(report, file, line, col, message)
+    raw = lines[line - 1].rstrip(b"\r")
+    text = raw.decode("utf-8", "replace")
+    before = raw[: max(col - 1, 0)].decode("utf-8", "replace")  # columns count bytes
+    caret = "".join(c if c == "\t" else " " for c in before) + "^"
+    return SpecError(f"{report}\n{text}\n{caret}", file, line, col, message)
+
+
+def _register_fn():
+    global _register
+    if _register is None:
+        fn = ctypes.CDLL(_lib.load()).tk_shim_register  # libtk is already loaded: same handle
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        fn.restype = ctypes.c_int
+        _register = fn
+    return _register
+
+
+def _register_spec(text: str, file: str) -> list[str]:
+    """Registers every op of the spec; their names in spec order."""
+    key = file + "\0" + text
+    names = _names_by_text.get(key)
+    if names is not None:
+        return names
+    out = ctypes.create_string_buffer(_OUT_SIZE)
+    # ctypes releases the GIL: other threads run (and register) meanwhile
+    status = _register_fn()(file.encode("utf-8"), text.encode("utf-8"), out, _OUT_SIZE)
+    result = out.value.decode("utf-8", "replace")
+    if status in (_TK_ERR_SYNTAX, _TK_ERR_CHECK):
+        raise _spec_error(result, file, text)
+    if status != _TK_OK:
+        raise RuntimeError(result)
+    names = result.split()
+    if not names:
+        raise SpecError(f"{file}: error: the spec defines no op", file, 0, 0, "the spec defines no op")
+    with _lock:
+        _names_by_text[key] = names
+    return names
+
+
+def kernel(spec: str, file: str = "<string>") -> torch._ops.OpOverloadPacket:
+    """Registers every op of the spec text as torch.ops.tk.<name> and returns
+    the first one (the op a file defines first; the others, e.g. its backward
+    ops, are on torch.ops.tk too).
+
+    Registering the same text again returns the same op and does nothing
+    else. A name already registered from a different spec, or a built-in
+    op's name, raises RuntimeError. A malformed spec raises SpecError
+    (file:line:col, the line and a caret); a failing C compile raises
+    RuntimeError with the compiler's output.
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"torch_tk.kernel: the spec must be a str, got {type(spec).__name__}")
+    names = _register_spec(spec, file)
+    return getattr(torch.ops.tk, names[0])
+
+
+def load(path: str | os.PathLike) -> torch._ops.OpOverloadPacket:
+    """torch_tk.kernel of a spec file: errors name the file as given."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return kernel(text, file=os.fspath(path))
