@@ -41,12 +41,11 @@ static tk_status eval_binary(tk_opc op, int64_t a, int64_t b, int64_t *r, char *
     case TK_OPC_FLOORDIV:
         if (!floordiv_ok(a, b, r)) return eval_fail(err, errlen, "division by zero or overflow");
         break;
-    case TK_OPC_MOD: {
-        int64_t q;
-        if (!floordiv_ok(a, b, &q)) return eval_fail(err, errlen, "modulo by zero or overflow");
-        *r = a - q * b;
+    case TK_OPC_MOD:    /* Python's: the sign of b; x % -1 is 0 (INT64_MIN % -1 traps in C) */
+        if (b == 0) return eval_fail(err, errlen, "modulo by zero");
+        *r = b == -1 ? 0 : a % b;
+        if (*r != 0 && ((*r < 0) != (b < 0))) *r += b;
         break;
-    }
     case TK_OPC_EQ: *r = a == b; break;
     case TK_OPC_NE: *r = a != b; break;
     case TK_OPC_LT: *r = a < b; break;
@@ -150,10 +149,7 @@ static tk_status bind_dtype(binder *b, int i) {
     tk_dtype dt = b->args[i].t.dtype;
     if ((unsigned)dt >= TK_DTYPE_COUNT) return call_fail(b->call, "argument '%s': unknown dtype", p->name);
     if (p->dtype_of) {
-        int src = -1;
-        for (int j = 0; j < i; j++)
-            if (strcmp(op->decl->params[j].name, p->dtype_of) == 0) src = j;
-        tk_dtype want = b->args[src].t.dtype;
+        tk_dtype want = b->args[op->dtype_src[i]].t.dtype;
         if (dt != want)
             return call_fail(b->call, "argument '%s': dtype %s must match %s's dtype %s", p->name,
                              tk_dtype_name(dt), p->dtype_of, tk_dtype_name(want));
@@ -199,13 +195,14 @@ static tk_status bind_shape(binder *b, int i) {
     const tk_tensor_view *v = &b->args[i].t;
     int ell = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
     int nexp = tk_explicit_dims(p);
-    char dt[160];
-    dims_text(p, dt, sizeof dt);
     if (v->ndim < 0 || v->ndim > TK_MAX_DIMS)
         return call_fail(b->call, "argument '%s': %d dims is more than the %d supported", p->name, v->ndim, TK_MAX_DIMS);
-    if (ell ? v->ndim < nexp : v->ndim != nexp)
+    if (ell ? v->ndim < nexp : v->ndim != nexp) {
+        char dt[160];
+        dims_text(p, dt, sizeof dt);
         return call_fail(b->call, "argument '%s': expected %s%d dims (%s), got %d", p->name,
                          ell ? "at least " : "", nexp, dt, v->ndim);
+    }
     for (int d = 0; d < v->ndim; d++)
         if (v->sizes[d] < 0) return call_fail(b->call, "argument '%s': negative size in dim %d", p->name, d);
     int nb = v->ndim - nexp;
@@ -229,9 +226,7 @@ static tk_status bind_shape(binder *b, int i) {
             return call_fail(b->call, "argument '%s': dim %d must be %lld, got %lld", p->name, nb + axis,
                              (long long)e->ival, (long long)size);
         if (e->kind == TK_E_NAME) {
-            int idx;
-            tk_resolve_header(op, e->name, &idx);
-            const tk_dimsym *ds = &op->dims[idx];
+            const tk_dimsym *ds = &op->dims[op->dim_sym[i][j]];
             if (!b->ibound[ds->slot]) {
                 b->call->kargs.i[ds->slot] = size;
                 b->ibound[ds->slot] = 1;
@@ -286,6 +281,39 @@ static tk_status bind_defaults(binder *b) {
     return TK_OK;
 }
 
+/* Marks in seen[] the arguments whose values expression e reads: the tensor
+ * that binds each dim, each int parameter (through its default when it was
+ * passed as None). */
+static void mark_sources(const binder *b, const tk_expr *e, int *seen, int depth) {
+    if (!e || depth > 16) return;
+    int idx;
+    if (e->kind == TK_E_NAME) {
+        tk_sym_kind k = tk_resolve_header(b->op, e->name, &idx);
+        if (k == TK_SYM_DIM) seen[b->op->dims[idx].param] = 1;
+        else if (k == TK_SYM_INT && b->args[idx].is_none) mark_sources(b, b->op->decl->params[idx].default_value, seen, depth + 1);
+        else if (k == TK_SYM_INT) seen[idx] = 1;
+        return;
+    }
+    for (int i = 0; i < e->nargs; i++) mark_sources(b, e->args[i], seen, depth + 1);
+}
+
+/* " (from arguments 'a', 'b')" for the arguments marked in seen[]; "" if none. */
+static const char *sources_text(const binder *b, const int *seen, char *buf, size_t n) {
+    const tk_opdecl *d = b->op->decl;
+    int count = 0;
+    for (int i = 0; i < d->nparams; i++) count += seen[i] != 0;
+    buf[0] = 0;
+    if (count == 0) return buf;
+    size_t len = (size_t)snprintf(buf, n, " (from argument%s ", count > 1 ? "s" : "");
+    for (int i = 0, k = 0; i < d->nparams && len < n; i++)
+        if (seen[i]) {
+            int w = snprintf(buf + len, n - len, "%s'%s'", k++ ? ", " : "", d->params[i].name);
+            if (w > 0) len += (size_t)w;
+        }
+    if (len + 2 < n) strcat(buf, ")");
+    return buf;
+}
+
 /* Computes each output's shape; all outputs share the loop output's shape. */
 static tk_status bind_outputs(binder *b) {
     const tk_op *op = b->op;
@@ -309,13 +337,17 @@ static tk_status bind_outputs(binder *b) {
                 for (int k = 0; k < nb; k++) call->out_sizes[o][nd++] = bref->sizes[k];
                 continue;
             }
-            char err[128];
+            char err[128], from[256];
             int64_t v;
-            if (tk_eval_int(op, e, call->kargs.i, b->ibound, &v, err, sizeof err))
-                return call_fail(call, "output '%s': dim %d cannot be computed: %s", p->name, nd, err);
+            int seen[TK_MAX_TENSORS * 4] = {0};
+            tk_status st = tk_eval_int(op, e, call->kargs.i, b->ibound, &v, err, sizeof err);
+            if (st != TK_OK || v < 0) mark_sources(b, e, seen, 0);   /* the arguments to blame */
+            if (st != TK_OK)
+                return call_fail(call, "output '%s': dim %d cannot be computed: %s%s", p->name, nd, err,
+                                 sources_text(b, seen, from, sizeof from));
             if (v < 0)
-                return call_fail(call, "output '%s': dim %d would be %lld; it must be >= 0", p->name, nd,
-                                 (long long)v);
+                return call_fail(call, "output '%s': dim %d would be %lld; it must be >= 0%s", p->name, nd,
+                                 (long long)v, sources_text(b, seen, from, sizeof from));
             call->out_sizes[o][nd++] = v;
         }
         call->out_ndim[o] = nd;
@@ -325,8 +357,16 @@ static tk_status bind_outputs(binder *b) {
     int64_t numel = 1;
     for (int j = 0; j < call->out_ndim[lo]; j++)
         if (__builtin_mul_overflow(numel, call->out_sizes[lo][j], &numel) ||
-            numel > INT64_MAX / 16)
-            return call_fail(call, "output '%s' is too large (its element count overflows)", d->outputs[lo].name);
+            numel > INT64_MAX / 16) {
+            char from[256];
+            int seen[TK_MAX_TENSORS * 4] = {0};
+            const tk_param *p = &d->outputs[lo];
+            for (int k = 0; k < p->ndims; k++)
+                if (p->dims[k]->kind == TK_E_ELLIPSIS) seen[b->batch_param] = 1;
+                else mark_sources(b, p->dims[k], seen, 0);
+            return call_fail(call, "output '%s' is too large (its element count overflows)%s", p->name,
+                             sources_text(b, seen, from, sizeof from));
+        }
     for (int o = 0; o < d->noutputs; o++) {
         int same = call->out_ndim[o] == call->out_ndim[lo];
         for (int j = 0; same && j < call->out_ndim[o]; j++) same = call->out_sizes[o][j] == call->out_sizes[lo][j];

@@ -103,6 +103,7 @@ static tk_status bind_tensor_dims(checker *c, int i) {
     int axis = 0;
     if (p->ndims - (has_ellipsis(p) ? 1 : 0) > TK_MAX_DIMS)
         return fail(c, p->loc, "tensor '%s' has more than %d dims", p->name, TK_MAX_DIMS);
+    memset(op->dim_sym[i], -1, sizeof op->dim_sym[i]);
     for (int j = 0; j < p->ndims; j++) {
         const tk_expr *e = p->dims[j];
         if (e->kind == TK_E_ELLIPSIS) {
@@ -129,9 +130,11 @@ static tk_status bind_tensor_dims(checker *c, int i) {
             ds->name = e->name;
             ds->param = i;
             ds->axis = axis;
+            idx = op->ndims - 1;
         } else if (k != TK_SYM_DIM) {
             return fail(c, e->loc, "dim '%s' has the name of a parameter", e->name);
         }
+        op->dim_sym[i][j] = (signed char)idx;
         axis++;
     }
     return TK_OK;
@@ -172,8 +175,11 @@ static tk_status check_params(checker *c) {
             if (op->ntensors >= TK_MAX_TENSORS - d->noutputs)
                 return fail(c, p->loc, "too many tensors (limit %d with outputs)", TK_MAX_TENSORS);
             op->slot[i] = op->ntensors++;
+            op->dtype_src[i] = -1;
             if (p->dtype_of) {
                 TRY(resolve_dtype_of(c, p, i, &op->dtype_root[i]));
+                for (int j = 0; j < i; j++)
+                    if (strcmp(d->params[j].name, p->dtype_of) == 0) op->dtype_src[i] = j;
             } else {
                 if (p->dtype_mask == 0) return fail(c, p->dtype_loc, "empty dtype set");
                 op->dtype_root[i] = i;

@@ -40,6 +40,8 @@ struct tk_op {
     char *schema;
     /* per parameter (decl->params): kargs slot, tensor dtype root */
     int slot[TK_MAX_TENSORS * 4];
+    int dtype_src[TK_MAX_TENSORS * 4];   /* the parameter named by `x.dtype`, -1 if none */
+    signed char dim_sym[TK_MAX_TENSORS * 4][TK_MAX_DIMS + 1];  /* dims[j]: index in dims[] or -1 */
     int dtype_root[TK_MAX_TENSORS * 4];  /* tensor param whose dtype it shares (itself if a class) */
     int out_slot[TK_MAX_TENSORS];
     int out_dtype_root[TK_MAX_TENSORS];  /* -1 if a concrete dtype */
