@@ -27,7 +27,9 @@ extern char **environ;
 #define OUTPUT_MAX 16384    /* bytes of compiler output kept for a message */
 
 static const char *const k_flags[] = {"-O3", "-fwrapv", "-fopenmp-simd", "-shared", "-fPIC", "-std=c11"};
+static const char *const k_native_flags[] = {"-march=native", "-DTK_NO_CLONES"};
 #define NFLAGS ((int)(sizeof k_flags / sizeof k_flags[0]))
+#define NNATIVE ((int)(sizeof k_native_flags / sizeof k_native_flags[0]))
 
 struct tk_cc {
     char command[1024];         /* as configured: "cc", "ccache gcc" */
@@ -35,6 +37,7 @@ struct tk_cc {
     int nwords;
     char command_words[1024];
     char cache_dir[4096];       /* "" when off */
+    char cpu[160];              /* this CPU ("" if unknown: portable flags) */
     int debug;
     pthread_mutex_t lock;       /* identity, warned */
     int identity_state;         /* 0 not asked, 1 known, -1 failed */
@@ -89,6 +92,31 @@ static const char *env_nonempty(const char *name) {
     return v && *v ? v : NULL;
 }
 
+/* This CPU as /proc/cpuinfo names it: model and a hash of its feature
+ * flags ("" when unreadable). Kernels built with -march=native are keyed by
+ * it, so a cache folder shared between machines never hands one machine
+ * another's instructions. */
+static void cpu_identity(char *out, size_t n) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[8192], model[96] = "", flags[TK_SHA256_SIZE * 2 + 1] = "";
+    while (fgets(line, sizeof line, f) && (!model[0] || !flags[0])) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        const char *value = colon + 1 + (colon[1] == ' ');
+        if (!model[0] && (strncmp(line, "model name", 10) == 0 || strncmp(line, "CPU part", 8) == 0)) {
+            fmt(model, sizeof model, "%.*s", (int)strcspn(value, "\n"), value);
+        } else if (!flags[0] && (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0)) {
+            unsigned char digest[TK_SHA256_SIZE];
+            tk_sha256_of(value, strlen(value), digest);
+            tk_sha256_hex(digest, flags);
+        }
+    }
+    fclose(f);
+    if (flags[0]) fmt(out, n, "%s | %.16s", model, flags);
+}
+
 tk_cc *tk_cc_new(const tk_cc_options *opt) {
     tk_cc *cc = calloc(1, sizeof *cc);
     if (!cc) return NULL;
@@ -105,6 +133,7 @@ tk_cc *tk_cc_new(const tk_cc_options *opt) {
         if (tk_cache_default_dir(base, sizeof base)) fits = fmt(cc->cache_dir, sizeof cc->cache_dir, "%s/cpu", base);
     }
     if (!fits) cc->cache_dir[0] = 0;   /* a path that long: no disk cache */
+    cpu_identity(cc->cpu, sizeof cc->cpu);
     const char *dbg = getenv("TK_DEBUG");
     cc->debug = opt && opt->debug >= 0 ? opt->debug : (dbg && *dbg && strcmp(dbg, "0") != 0);
     pthread_mutex_init(&cc->lock, NULL);
@@ -291,8 +320,8 @@ static char *emit_all(tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_
 static void key_of(const tk_cc *cc, const char *src, char hex[2 * TK_SHA256_SIZE + 1]) {
     tk_sha256 s;
     tk_sha256_init(&s);
-    const char *parts[] = {"tk-cpu-kernels\n", TK_VERSION, "\n", cc->identity, "\n", TK_CC_FLAGS, "\n",
-                           tk_kernel_header(), "\n", src};
+    const char *parts[] = {"tk-cpu-kernels", TK_VERSION, cc->identity, TK_CC_FLAGS,
+                           cc->cpu[0] ? TK_CC_NATIVE_FLAGS : "", cc->cpu, tk_kernel_header(), src};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) tk_sha256_update(&s, parts[i], strlen(parts[i]) + 1);
     unsigned char key[TK_SHA256_SIZE];
     tk_sha256_final(&s, key);
@@ -325,6 +354,7 @@ static tk_status compile_file(tk_cc *cc, const char *build, const char *hex, con
     int k = 0;
     for (int i = 0; i < cc->nwords; i++) argv[k++] = cc->words[i];
     for (int i = 0; i < NFLAGS; i++) argv[k++] = (char *)k_flags[i];
+    for (int i = 0; cc->cpu[0] && i < NNATIVE; i++) argv[k++] = (char *)k_native_flags[i];
     argv[k++] = "-o";
     argv[k++] = sopath;
     argv[k++] = cpath;

@@ -1,0 +1,468 @@
+"""Run-time specs: torch_tk.kernel / torch_tk.load (docs/runtime.md).
+
+The three worked examples of examples/specs/ against their torch formulations
+(CPU; CUDA when there is a GPU), their gradients (gradcheck, float64),
+torch.compile(fullgraph=True) and torch.jit.script with a run-time op, the
+re-registration rules, malformed specs with their exact messages, four
+threads registering at once, and the C compiler's errors and disk cache (in
+fresh processes). Compiled kernels are cached (~/.cache/tk/cpu or
+$TK_CACHE_DIR/cpu), so a second run compiles nothing.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import torch_tk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPECS = os.path.join(ROOT, "examples", "specs")
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")),
+]
+
+
+def spec(name):
+    """The op of examples/specs/<name>.tk (registered once per process)."""
+    return torch_tk.load(os.path.join(SPECS, name + ".tk"))
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+# ---- torch formulations of the worked examples ----------------------------------
+
+def rotary_torch(q, cos, sin):
+    """q * cos + rotate_half(q) * sin, as Hugging Face's Llama writes it."""
+    half = q.shape[-1] // 2
+    rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+    return q * cos + rotated * sin
+
+
+def rotary_tables(T, D, dtype=torch.float64, base=10000.0):
+    inv_freq = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def reflect_brick_pad_torch(tile, pw, ph, stagger, height=None, width=None):
+    """The index arithmetic of examples/specs/reflect_brick_pad.tk in torch ops."""
+    TH, TW = tile.shape[-2:]
+    H = TH + 2 * ph if height is None else height
+    W = TW + 2 * pw if width is None else width
+    y = torch.arange(H) - ph
+    v = torch.div(y, TH, rounding_mode="floor")
+    y2 = y - v * TH
+    i = torch.where(v % 2 == 0, y2, TH - 1 - y2)                     # (H,)
+    x = torch.arange(W)[None, :] - pw - v[:, None] * stagger
+    u = torch.div(x, TW, rounding_mode="floor")
+    x2 = x - u * TW
+    j = torch.where(u % 2 == 0, x2, TW - 1 - x2)                     # (H, W)
+    return tile[..., i[:, None], j]
+
+
+def wkv_loop(w, u, k, v):
+    """The RWKV-4 recurrence as a Python loop over t (float64), vectorised over
+    (B, C): the reference the spec was written from (docs/tutorial.md)."""
+    w, u, k, v = (t.double() for t in (w, u, k, v))
+    B, T, C = k.shape
+    aa = torch.zeros(B, C, dtype=torch.float64)
+    bb = torch.zeros(B, C, dtype=torch.float64)
+    pp = torch.full((B, C), -1e38, dtype=torch.float64)
+    y = torch.empty(B, T, C, dtype=torch.float64)
+    for t in range(T):
+        kk, vv = k[:, t], v[:, t]
+        ww = u + kk
+        p = torch.maximum(pp, ww)
+        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        y[:, t] = (e1 * aa + e2 * vv) / (e1 * bb + e2)
+        ww = w + pp
+        p = torch.maximum(ww, kk)
+        e1, e2 = torch.exp(ww - p), torch.exp(kk - p)
+        aa, bb, pp = e1 * aa + e2 * vv, e1 * bb + e2, p
+    return y
+
+
+def wkv_inputs(B=2, T=6, C=3, dtype=torch.float64, seed=0, requires_grad=False):
+    g = gen(seed)
+    w = -torch.exp(torch.randn(C, generator=g, dtype=torch.float64))   # decay <= 0
+    u = torch.randn(C, generator=g, dtype=torch.float64)
+    k = torch.randn(B, T, C, generator=g, dtype=torch.float64)
+    v = torch.randn(B, T, C, generator=g, dtype=torch.float64)
+    return [t.to(dtype).requires_grad_(requires_grad) for t in (w, u, k, v)]
+
+
+# ---- the worked examples ----------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rotary_matches_torch(device, dtype):
+    rotary = spec("rotary")
+    q = torch.randn(2, 3, 5, 8, generator=gen(1), dtype=dtype).to(device)
+    cos, sin = (t.to(device) for t in rotary_tables(5, 8, dtype))
+    torch.testing.assert_close(rotary(q, cos, sin), rotary_torch(q, cos, sin))
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)   # non-contiguous: read in place
+    torch.testing.assert_close(rotary(qt, cos, sin), rotary_torch(qt, cos, sin))
+
+
+def test_rotary_gradients():
+    rotary = spec("rotary")
+    q = torch.randn(2, 2, 3, 4, generator=gen(2), dtype=torch.float64, requires_grad=True)
+    cos, sin = (t.requires_grad_() for t in rotary_tables(3, 4))
+    assert torch.autograd.gradcheck(rotary, (q, cos, sin))
+    grads = torch.autograd.grad(rotary(q, cos, sin).sum(), (q, cos, sin))
+    want = torch.autograd.grad(rotary_torch(q, cos, sin).sum(), (q, cos, sin))
+    for got, ref in zip(grads, want):
+        torch.testing.assert_close(got, ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
+@pytest.mark.parametrize(
+    "shape, pw, ph, stagger, hw",
+    [((4, 5), 3, 2, 0, None), ((3, 4), 9, 7, 2, None), ((2, 3, 4), 5, 6, -3, None),
+     ((3, 5), -1, 0, 1, (7, 9)), ((1, 1), 2, 2, 5, None)],
+)
+def test_reflect_brick_pad_matches_torch(device, dtype, shape, pw, ph, stagger, hw):
+    op = spec("reflect_brick_pad")
+    tile = torch.randint(0, 100, shape, generator=gen(3)).to(dtype).to(device)
+    height, width = hw if hw else (None, None)
+    out = op(tile, pw, ph, stagger, height, width)
+    assert torch.equal(out, reflect_brick_pad_torch(tile, pw, ph, stagger, height, width))
+
+
+def test_reflect_brick_pad_is_numpys_symmetric_pad():
+    op = spec("reflect_brick_pad")
+    tile = torch.arange(20.0).reshape(4, 5)
+    for pw, ph in [(0, 0), (1, 2), (5, 4), (3, 1)]:
+        want = np.pad(tile.numpy(), ((ph, ph), (pw, pw)), mode="symmetric")
+        assert np.array_equal(op(tile, pw, ph, 0).numpy(), want), (pw, ph)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_wkv_matches_the_recurrence(device, dtype, tol):
+    wkv = spec("wkv")
+    w, u, k, v = wkv_inputs(B=2, T=9, C=4, dtype=dtype, seed=4)
+    k = k * 8   # large exponents: the stable recurrence must not overflow
+    got = wkv(*(t.to(device) for t in (w, u, k, v))).cpu()
+    want = wkv_loop(w, u, k, v)
+    assert got.dtype == dtype
+    assert ((got.double() - want).abs().max() / want.abs().max()).item() < tol
+
+
+def test_wkv_gradients():
+    wkv = spec("wkv")
+    inputs = wkv_inputs(B=2, T=5, C=3, seed=5, requires_grad=True)
+    assert torch.autograd.gradcheck(wkv, inputs)
+    grads = torch.autograd.grad((wkv(*inputs) * torch.linspace(-1, 1, 30).reshape(2, 5, 3)).sum(), inputs)
+    want = torch.autograd.grad((wkv_loop(*inputs) * torch.linspace(-1, 1, 30).reshape(2, 5, 3)).sum(), inputs)
+    for got, ref in zip(grads, want):
+        torch.testing.assert_close(got, ref)
+
+
+def test_meta_shapes():
+    rotary, pad = spec("rotary"), spec("reflect_brick_pad")
+    q = torch.empty(2, 3, 5, 8, device="meta")
+    assert rotary(q, torch.empty(5, 8, device="meta"), torch.empty(5, 8, device="meta")).shape == (2, 3, 5, 8)
+    assert pad(torch.empty(6, 3, 4, device="meta", dtype=torch.int16), 2, 1, 3).shape == (6, 5, 8)
+
+
+# ---- torch.compile, TorchScript, opcheck -------------------------------------------
+
+SQUARE_SPEC = """
+op rt_square(x: float[..., N]) -> y: x.dtype[..., N]:
+    backward rt_square_backward
+    for i in y:
+        y[i] = x[i] * x[i]
+op rt_square_backward(x: float[..., N], grad_y: x.dtype[..., N]) -> grad_x: x.dtype[..., N]:
+    for i in grad_x:
+        grad_x[i] = 2.0 * x[i] * grad_y[i]
+"""
+
+
+def test_torch_compile_fullgraph():
+    torch._dynamo.reset()
+    square, rotary = torch_tk.kernel(SQUARE_SPEC), spec("rotary")
+    cos, sin = rotary_tables(4, 6, torch.float32)
+
+    def f(x):
+        return square(rotary(torch.tanh(x), cos, sin)).sum(dim=-1)
+
+    x = torch.randn(2, 3, 4, 6, generator=gen(6), requires_grad=True)
+    compiled = torch.compile(f, fullgraph=True)  # raises on a graph break
+    y1, y2 = f(x), compiled(x)
+    torch.testing.assert_close(y2, y1)
+    (g1,) = torch.autograd.grad(y1.sum(), x)
+    (g2,) = torch.autograd.grad(y2.sum(), x)
+    torch.testing.assert_close(g2, g1)
+    torch._dynamo.reset()
+
+
+def test_torch_jit_script():
+    torch_tk.kernel(SQUARE_SPEC)
+
+    @torch.jit.script
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.tk.rt_square(x) + 1.0
+
+    x = torch.randn(3, 4, generator=gen(7))
+    torch.testing.assert_close(f(x), x * x + 1)
+    assert "tk::rt_square" in str(f.graph)
+
+
+def test_opcheck():
+    square = torch_tk.kernel(SQUARE_SPEC)
+    x = torch.randn(3, 5, generator=gen(8), requires_grad=True)
+    torch.library.opcheck(square.default, (x,))
+
+
+def test_ten_line_training_script():
+    """The README's example, verbatim in spirit: a new op in a training step."""
+    swish = torch_tk.kernel("""
+op rt_swish(x: float[..., N], beta: float) -> y: x.dtype[..., N]:
+    backward rt_swish_backward
+    for i in y:
+        y[i] = x[i] * sigmoid(beta * x[i])
+op rt_swish_backward(x: float[..., N], beta: float, grad_y: x.dtype[..., N]) -> grad_x: x.dtype[..., N]:
+    for i in grad_x:
+        s = sigmoid(beta * x[i])
+        grad_x[i] = grad_y[i] * (s + beta * x[i] * s * (1.0 - s))
+""")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, target = torch.randn(16, 8), torch.randn(16, 8)
+    losses = []
+    for _ in range(5):
+        loss = ((swish(model(x), 1.5) - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    h = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: swish(t, 1.5), (h,))
+
+
+# ---- registration rules --------------------------------------------------------------
+
+def test_same_spec_again_is_a_no_op():
+    a = torch_tk.kernel(SQUARE_SPEC)
+    b = torch_tk.kernel(SQUARE_SPEC, file="another_name.tk")   # same text: same op
+    assert a is torch.ops.tk.rt_square and b is torch.ops.tk.rt_square
+    path = os.path.join(SPECS, "rotary.tk")
+    assert torch_tk.load(path) is torch_tk.load(path) is torch.ops.tk.rotary
+
+
+def test_different_spec_same_name_is_an_error():
+    torch_tk.kernel(SQUARE_SPEC)
+    other = SQUARE_SPEC.replace("x[i] * x[i]", "x[i] * x[i] * 1.0")
+    with pytest.raises(RuntimeError, match=r"^tk\.rt_square is already registered from a different spec "
+                                           r"\(<string>\); an op cannot be redefined in a running process: "
+                                           r"give it a new name, or restart the process$"):
+        torch_tk.kernel(other)
+    x = torch.randn(4)
+    torch.testing.assert_close(torch.ops.tk.rt_square(x), x * x)   # the first one stays
+
+
+@pytest.mark.parametrize("name", ["brick_pad", "rwkv_backward_k"])
+def test_builtin_op_cannot_be_replaced(name):
+    text = f"op {name}(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n"
+    with pytest.raises(RuntimeError, match=rf"^tk\.{name} is a built-in op \(ops/\w+\.tk\) and cannot be "
+                                           r"replaced: give your op another name$"):
+        torch_tk.kernel(text)
+
+
+def test_backward_in_an_earlier_spec():
+    torch_tk.kernel("op rt_twice_backward(grad_y: float[N]) -> grad_x: grad_y.dtype[N]:\n"
+                    "    for i in grad_x:\n        grad_x[i] = 2.0 * grad_y[i]\n")
+    twice = torch_tk.kernel("op rt_twice(x: float[N]) -> y: x.dtype[N]:\n    backward rt_twice_backward\n"
+                            "    for i in y:\n        y[i] = 2.0 * x[i]\n")
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(twice, (x,))
+
+
+# ---- malformed specs: the message, the line and the caret -----------------------------
+
+ID = "op {n}(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n"
+MALFORMED = [
+    ("op bad_a(x: float[N]) -> y: x.dtype[N]\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:39: error: expected ':' after the output list, found NEWLINE\n"
+     "op bad_a(x: float[N]) -> y: x.dtype[N]\n"
+     "                                      ^"),
+    (ID.format(n="bad_b") + "        y[i] = x[i] +\n",
+     "bad.tk:3:22: error: expected an expression, found NEWLINE\n"
+     "        y[i] = x[i] +\n"
+     "                     ^"),
+    (ID.format(n="bad_c") + "\ty[i] = x[i]\n",
+     "bad.tk:3:1: error: tab in indentation (indent with spaces)\n"
+     "\ty[i] = x[i]\n"
+     "^"),
+    ("op bad_d(x: float[N]) -> y: x.dtype[M]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:37: error: unknown name 'M' in an output dim\n"
+     "op bad_d(x: float[N]) -> y: x.dtype[M]:\n"
+     "                                    ^"),
+    ("op bad_e(x: floaty[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:13: error: expected a dtype (any, float, int, bool, uint8, int8, int16, int32, int64, float16, "
+     "bfloat16, float32, float64) or 'x.dtype', found 'floaty'\n"
+     "op bad_e(x: floaty[N]) -> y: x.dtype[N]:\n"
+     "            ^"),
+    (ID.format(n="bad_f") + "        y[0] = x[i]\n",
+     "bad.tk:3:9: error: an output can only be written at the loop index: y[i] (in the f16 variant)\n"
+     "        y[0] = x[i]\n"
+     "        ^"),
+    (ID.format(n="bad_g") + "        n = 1\n        n = x[i]\n        y[i] = n\n",
+     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the f16 variant)\n"
+     "        n = x[i]\n"
+     "        ^"),
+    (ID.format(n="bad_h") + "        y[i] = x[i, i]\n",
+     "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 2 (in the f16 variant)\n"
+     "        y[i] = x[i, i]\n"
+     "               ^"),
+    ("op bad_i(x: float[N]) -> y: x.dtype[N]:\n    backward bad_i_grad\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:14: error: backward op 'bad_i_grad' of 'bad_i': no such op (is its spec file loaded?)\n"
+     "    backward bad_i_grad\n"
+     "             ^"),
+    (ID.format(n="bad_j") + "        x[i] = 1.0\n",
+     "bad.tk:3:9: error: input 'x' is read-only (in the f16 variant)\n"
+     "        x[i] = 1.0\n"
+     "        ^"),
+    (ID.format(n="bad_k") + "        y[i] = cos(x[i])\n",
+     "bad.tk:3:16: error: unknown function 'cos' (in the f16 variant)\n"
+     "        y[i] = cos(x[i])\n"
+     "               ^"),
+    ("op bad_l(x: float[N], x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:23: error: 'x' is declared twice (first at line 1)\n"
+     "op bad_l(x: float[N], x: float[N]) -> y: x.dtype[N]:\n"
+     "                      ^"),
+    ("op bad_m(x: float[N]) -> y: x.dtype[N]:\n    for i, j in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:17: error: 'y' has 1 explicit dims, so the loop needs 1 variables, not 2\n"
+     "    for i, j in y:\n"
+     "                ^"),
+    (ID.format(n="bad_n") + "        y[i] = x[i]  # café\n        z = é\n",
+     "bad.tk:4:13: error: invalid character '\\xc3'\n"
+     "        z = é\n"
+     "            ^"),
+    ("# a comment and nothing else\n", "bad.tk: error: the spec defines no op"),
+]
+
+
+@pytest.mark.parametrize("text, message", MALFORMED, ids=[f"malformed{i}" for i in range(len(MALFORMED))])
+def test_malformed_spec(text, message):
+    with pytest.raises(torch_tk.SpecError) as info:
+        torch_tk.kernel(text, file="bad.tk")
+    assert str(info.value) == message
+    assert isinstance(info.value, ValueError)
+    assert info.value.file == "bad.tk"
+    name = text.split("(")[0].removeprefix("op ")
+    assert not hasattr(torch.ops.tk, name)   # nothing registered
+
+
+def test_spec_error_from_a_file(tmp_path):
+    path = tmp_path / "broken.tk"
+    path.write_text("op broken(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] * q\n")
+    with pytest.raises(torch_tk.SpecError) as info:
+        torch_tk.load(path)
+    err = info.value
+    assert (err.file, err.line, err.col) == (str(path), 3, 23)
+    assert str(err).splitlines() == [f"{path}:3:23: error: unknown name 'q' (in the f16 variant)",
+                                     "        y[i] = x[i] * q", "                      ^"]
+
+
+# ---- threads -------------------------------------------------------------------------
+
+def test_four_threads_register_at_once():
+    """Two threads register one spec, two others two more, while built-in ops
+    run: every thread gets a working op, the shared one is registered once."""
+    shared = "op rt_conc_shared(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] + 1.0\n"
+    texts = [shared, shared] + [
+        f"op rt_conc_{n}(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] * {n}.0\n"
+        for n in (2, 3)]
+    wants = [lambda x: x + 1, lambda x: x + 1, lambda x: x * 2, lambda x: x * 3]
+    barrier = threading.Barrier(5)
+    results, errors, stop = [None] * 4, [], threading.Event()
+
+    def register(i):
+        try:
+            barrier.wait()
+            op = torch_tk.kernel(texts[i])
+            x = torch.randn(100, generator=gen(i))
+            results[i] = (op, torch.allclose(op(x), wants[i](x)))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def run_builtin():
+        barrier.wait()
+        tile = torch.rand(5, 6, generator=gen(9))
+        want = torch.ops.tk.brick_pad(tile, 3, 2, 1)
+        while not stop.is_set():
+            assert torch.equal(torch.ops.tk.brick_pad(tile, 3, 2, 1), want)
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(4)]
+    runner = threading.Thread(target=run_builtin)
+    for t in threads + [runner]:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    stop.set()
+    runner.join(timeout=60)
+    assert not errors, errors
+    assert all(ok for _, ok in results), results
+    assert results[0][0] is results[1][0] is torch.ops.tk.rt_conc_shared
+
+
+# ---- the C compiler, in fresh processes -------------------------------------------------
+
+def run_python(code, tmp_path, **env):
+    full = dict(os.environ, TK_CACHE_DIR=str(tmp_path / "cache"), **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=full)
+
+
+CACHE_SCRIPT = """
+import torch, torch_tk
+op = torch_tk.kernel('op rt_cached(x: float[N]) -> y: x.dtype[N]:\\n    for i in y:\\n        y[i] = x[i] - 1.0\\n')
+assert torch.equal(op(torch.ones(3)), torch.zeros(3))
+print("ok")
+"""
+
+
+def test_kernels_are_cached_on_disk(tmp_path):
+    first = run_python(CACHE_SCRIPT, tmp_path, TK_DEBUG="1")
+    assert first.returncode == 0, first.stderr
+    assert "tk: compiling the CPU kernels of rt_cached:" in first.stderr
+    entries = sorted(os.listdir(tmp_path / "cache" / "cpu"))
+    assert len(entries) == 1 and entries[0].endswith(".so") and len(entries[0]) == 64 + 3, entries
+    second = run_python(CACHE_SCRIPT, tmp_path, TK_DEBUG="1")
+    assert second.returncode == 0, second.stderr
+    assert "tk: CPU kernels of rt_cached: from the cache" in second.stderr
+    assert "compiling" not in second.stderr
+
+
+def test_no_c_compiler(tmp_path):
+    code = ("import torch, torch_tk\ntry:\n    torch_tk.kernel('op rt_nocc(x: float[N]) -> y: x.dtype[N]:\\n"
+            "    for i in y:\\n        y[i] = x[i]\\n')\nexcept RuntimeError as e:\n    print(e)\n"
+            "print(hasattr(torch.ops.tk, 'rt_nocc'))\n")
+    r = run_python(code, tmp_path, TK_CC="/nonexistent/bin/cc")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ("tk: no C compiler: '/nonexistent/bin/cc' could not be run (No such file or directory). "
+                        "Run-time specs need one for their CPU kernels: install gcc or clang, or set TK_CC to a "
+                        "C compiler\nFalse\n")
+
+
+def test_compile_error_shows_the_compiler_output(tmp_path):
+    code = ("import torch_tk\ntry:\n    torch_tk.kernel('op rt_ccfail(x: float[N]) -> y: x.dtype[N]:\\n"
+            "    for i in y:\\n        y[i] = x[i]\\n')\nexcept RuntimeError as e:\n    print(e)\n")
+    r = run_python(code, tmp_path, TK_CC="cc -include /nonexistent/tk_missing.h")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("tk: compiling the CPU kernels of rt_ccfail failed (cc -include "
+                               "/nonexistent/tk_missing.h, exit status 1; TK_DEBUG=1 prints the source):\n")
+    assert "tk_missing.h" in r.stdout.split("\n", 1)[1]
