@@ -68,8 +68,21 @@ fi
 # ---- build ----------------------------------------------------------------------
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
+# tk needs no CUDA, but the CMake config of a CUDA build of torch insists on
+# finding the toolkit, NVRTC included: point it at /usr/local/cuda and, if the
+# toolkit has no NVRTC, at the one from torch's nvidia wheels.
+HINTS=()
+if [ -d /usr/local/cuda ]; then
+  HINTS+=(-DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda -DCUDAToolkit_ROOT=/usr/local/cuda)
+fi
+if ! ls /usr/local/cuda/lib64/libnvrtc.so* >/dev/null 2>&1; then
+  NVRTC_LIB=$($PY -c 'import glob, site
+c = [f for p in site.getsitepackages() for f in sorted(glob.glob(p + "/nvidia/*/lib/libnvrtc.so*"))]
+print(c[0] if c else "")')
+  [ -n "$NVRTC_LIB" ] && HINTS+=(-DCUDA_nvrtc_LIBRARY="$NVRTC_LIB")
+fi
 run_step build 150 build.log bash -c "
-  cmake -S . -B '$BUILD' ${GEN[*]} -DCMAKE_BUILD_TYPE=Release -DTK_WERROR=OFF \
+  cmake -S . -B '$BUILD' ${GEN[*]} ${HINTS[*]+${HINTS[*]}} -DCMAKE_BUILD_TYPE=Release -DTK_WERROR=OFF \
         -DPython_EXECUTABLE=\$(command -v $PY) &&
   cmake --build '$BUILD' -j\$(nproc) --target tk tkc test_nvrtc tk_fake_cuda"
 
