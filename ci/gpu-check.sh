@@ -5,9 +5,11 @@
 #   build      CMake (+ Ninja when present) against the machine's torch: libtk,
 #              tkc, test_nvrtc (the CPU-only test programs are left out for time)
 #   ctest      test_nvrtc: NVRTC compiles of every op x variant, cache, launcher
-#   pytest     tests/python with the CUDA parametrisations (test_cuda.py: seed
-#              brick_pad bit-equal to torch_pad, rwkv vs F.conv1d with TF32 off,
-#              dtypes, non-contiguous, CUDA graphs, threads, cuda:1 when present)
+#   pytest     the CUDA tests of tests/python (ids matching cuda or gpu): all of
+#              test_cuda.py (seed brick_pad bit-equal to torch_pad, rwkv vs
+#              F.conv1d with TF32 off, dtypes, non-contiguous, CUDA graphs,
+#              threads, cuda:1 when present) and the cuda parametrisations of
+#              the other files (autograd, opcheck, compile...); the CPU suite is CI's
 #   bench      bench/gpu_bench.py: brick_pad vs torch_pad, rwkv vs F.conv1d,
 #              kernels per call (profiler), NVRTC cold / warm first-call latency
 #   sanitizer  compute-sanitizer memcheck on ci/gpu_small_case.py, where it works
@@ -91,7 +93,9 @@ if [ -f "$BUILD/libtk.so" ]; then
   run_step ctest 60 ctest.log ctest --test-dir "$BUILD" --output-on-failure -R '^test_nvrtc$'
   XDIST=()
   $PY -c 'import xdist' 2>/dev/null && XDIST=(-n 8)
-  run_step pytest 120 pytest.log $PY -m pytest -q -rs -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} tests/python
+  # the CUDA tests of every file (test ids naming cuda or gpu); CI runs the CPU suite
+  run_step pytest 120 pytest.log $PY -m pytest -q -rs -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} \
+    -k "cuda or gpu" tests/python
 
   # ---- benchmarks -----------------------------------------------------------------
   run_step bench 90 bench.log $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json"
