@@ -11,8 +11,18 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
   rwkv_forward  B=32, C=768, T=768 float32, eps=0.1
                 tk vs eps + F.conv1d (the seed's one-liner)
                 napkin maths: B*C*T*(T+1) = 14.5 GFLOP / time -> GFLOP/s
+  memset        torch.empty + fill_ of the brick_pad output's size: the
+                bandwidth floor brick_pad is compared with (both allocate)
+  rwkv backward the same sizes: tk's backward specs (through autograd) vs
+                autograd of the F.conv1d formulation; gradients compared
+  rwkv loop     B=1, C=2, T=16: tk vs the Python reference loop (tiny only)
+  call overhead a tiny rwkv_forward vs torch.add of the same size through the
+                dispatcher (torch.ops.aten.add.Tensor), median of many calls
+  Taichi        the seed's two kernels re-written from the formulas, when
+                `import taichi` works (skipped cleanly otherwise)
 Peak memory: extra bytes held during one call (CUDA: torch's allocator peak;
 CPU: growth of the process's peak RSS, Linux only, else null).
+With --png PATH, a bar chart of every case's speed-up over its reference.
 """
 
 from __future__ import annotations
@@ -119,7 +129,142 @@ def rwkv_cases(device: str, dtype=torch.float32):
                 impls=[("tk", tk), ("F.conv1d", conv1d)], check=rel_err, error="max rel error")
 
 
+def memset_cases(device: str):
+    """The floor for brick_pad: allocate and fill a tensor of the output's size."""
+    s = ref.SEED
+
+    def fill():
+        return torch.empty(s.H, s.W, device=device).fill_(0.5)
+
+    work = {"bytes_written": s.H * s.W * 4}
+    return dict(op="memset", shape=f"{s.H}x{s.W} f32 (empty + fill_)", work=work,
+                impls=[("torch.fill_", fill)], check=lambda a, b: 0.0, error="max abs error")
+
+
+def rwkv_backward_cases(device: str, dtype=torch.float32):
+    """dL/dw and dL/dk: tk's backward kernels vs autograd of the conv1d form."""
+    r = ref.RWKV_SEED
+    w, k = ref.rwkv_inputs(r.B, r.C, r.T, dtype=dtype, device=device, seed=0)
+    g = torch.rand(r.B, r.C, r.T, dtype=dtype, device=device)
+    wt, kt = w.clone().requires_grad_(), k.clone().requires_grad_()
+    wc, kc = w.clone().requires_grad_(), k.clone().requires_grad_()
+    out_tk = torch.ops.tk.rwkv_forward(wt, kt, r.eps)
+    out_conv = ref.rwkv_conv1d(wc, kc, r.eps)
+
+    def tk():
+        return torch.cat([x.flatten() for x in torch.autograd.grad(out_tk, (wt, kt), g, retain_graph=True)])
+
+    def conv1d():
+        return torch.cat([x.flatten() for x in torch.autograd.grad(out_conv, (wc, kc), g, retain_graph=True)])
+
+    work = {"flop": 2 * r.B * r.C * r.T * (r.T + 1)}  # two triangular sums of B*C*T(T+1)/2 FMAs
+    return dict(op="rwkv_backward", shape=f"B={r.B} C={r.C} T={r.T} {str(dtype)[6:]}", work=work,
+                impls=[("tk", tk), ("F.conv1d", conv1d)], check=rel_err, error="max rel error")
+
+
+def rwkv_loop_cases(device: str):
+    """Tiny sizes only: the Python reference loop is ~1e6 times slower."""
+    B, C, T = 1, 2, 16
+    w, k = ref.rwkv_inputs(B, C, T, dtype=torch.float64, device=device, seed=1)
+
+    def tk():
+        return torch.ops.tk.rwkv_forward(w, k, 0.1)
+
+    def loop():
+        return ref.rwkv_loop(w.cpu(), k.cpu(), 0.1).to(device)
+
+    work = {"flop": B * C * T * (T + 1)}
+    return dict(op="rwkv_tiny", shape=f"B={B} C={C} T={T} f64", work=work,
+                impls=[("tk", tk), ("python loop", loop)], check=rel_err, error="max rel error")
+
+
+def call_overhead_cases(device: str):
+    """Per-call cost on a tiny input: a tk op vs a native op of the same size."""
+    w, k = torch.rand(2, 4, device=device), torch.rand(1, 2, 4, device=device)
+    x = torch.rand(1, 2, 4, device=device)
+    add = torch.ops.aten.add.Tensor
+    rwkv = torch.ops.tk.rwkv_forward.default
+    n = 2000
+
+    def tk():
+        for _ in range(n):
+            out = rwkv(w, k, 0.1)
+        return out
+
+    def native():
+        for _ in range(n):
+            out = add(x, x)
+        return out
+
+    return dict(op="call_overhead", shape=f"8 elements, {n} calls per run", work={"calls": n},
+                impls=[("tk", tk), ("aten.add", native)], check=lambda a, b: 0.0, error="max abs error")
+
+
+def taichi_cases(device: str):
+    """The seed's Taichi kernels (written from the formulas), if Taichi imports."""
+    try:
+        import taichi as ti
+    except Exception:  # not installed (or broken): the bench goes on without it
+        return []
+    arch = ti.cuda if device == "cuda" else ti.cpu
+    ti.init(arch=arch, default_fp=ti.f32, offline_cache=True, log_level=ti.ERROR)
+    s, r = ref.SEED, ref.RWKV_SEED
+    H, W, TH, TW, pw, ph, sx = s.H, s.W, s.TH, s.TW, s.pw, s.ph, s.stagger
+
+    @ti.kernel
+    def ti_pad(out: ti.types.ndarray(), tile: ti.types.ndarray()):
+        for row, col in ti.ndrange(H, W):
+            x1 = col - pw
+            y1 = H - 1 - row + ph
+            v = ti.floor(y1 / TH, ti.i32)
+            u = ti.floor((x1 - v * sx) / TW, ti.i32)
+            x2 = x1 - u * TW - v * sx
+            y2 = y1 - v * TH
+            out[row, col] = tile[TH - 1 - y2, x2]
+
+    B, C, T = r.B, r.C, r.T
+
+    @ti.kernel
+    def ti_rwkv(out: ti.types.ndarray(), w: ti.types.ndarray(), k: ti.types.ndarray(), eps: ti.f32):
+        for b, c, t in ti.ndrange(B, C, T):
+            acc = eps
+            for u in range(t + 1):
+                acc += w[c, T - 1 - t + u] * k[b, c, u]
+            out[b, c, t] = acc
+
+    tile = ref.seed_tile(device)
+    wall = torch.empty(H, W, device=device)
+    w, k = ref.rwkv_inputs(B, C, T, dtype=torch.float32, device=device, seed=0)
+    out = torch.empty(B, C, T, device=device)
+
+    def pad_tk():
+        return torch.ops.tk.brick_pad(tile, pw, ph, sx)
+
+    def pad_ti():
+        ti_pad(wall, tile)
+        ti.sync()
+        return wall
+
+    def rwkv_tk():
+        return torch.ops.tk.rwkv_forward(w, k, r.eps)
+
+    def rwkv_ti():
+        ti_rwkv(out, w, k, r.eps)
+        ti.sync()
+        return out
+
+    def max_err(got, want):
+        return 0.0 if torch.equal(got, want) else (got - want).abs().max().item()
+
+    return [dict(op="brick_pad", shape="seed config (Taichi)", work={"bytes_written": H * W * 4},
+                 impls=[("tk", pad_tk), ("taichi", pad_ti)], check=max_err, error="max abs error"),
+            dict(op="rwkv_forward", shape=f"B={B} C={C} T={T} f32 (Taichi)", work={"flop": B * C * T * (T + 1)},
+                 impls=[("tk", rwkv_tk), ("taichi", rwkv_ti)], check=rel_err, error="max rel error")]
+
+
 def napkin(work: dict, seconds: float) -> str:
+    if "calls" in work:
+        return f"{seconds / work['calls'] * 1e6:.2f} us/call"
     if "bytes_written" in work:
         return f"{work['bytes_written'] / seconds / 1e9:.2f} GB/s"
     return f"{work['flop'] / seconds / 1e9:.2f} GFLOP/s"
@@ -156,6 +301,56 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
+def summarize(rows) -> list:
+    """The ratios the performance targets are stated in, one line each."""
+    def med(op, impl, device):
+        return next((r["median_ms"] for r in rows if r["op"] == op and r["impl"] == impl
+                     and r["device"] == device and "Taichi" not in r["shape"]), None)
+    lines = []
+    for device in sorted({r["device"] for r in rows}):
+        pad, fill = med("brick_pad", "tk", device), med("memset", "torch.fill_", device)
+        if pad and fill:
+            lines.append(f"[{device}] brick_pad bandwidth = {fill / pad * 100:.0f}% of empty+fill_ (target >= 70%)")
+        for op in ("rwkv_forward", "rwkv_backward"):
+            tk, conv = med(op, "tk", device), med(op, "F.conv1d", device)
+            if tk and conv:
+                lines.append(f"[{device}] {op}: {conv / tk:.1f}x F.conv1d (target >= 5x on CPU)")
+        tk, add = med("call_overhead", "tk", device), med("call_overhead", "aten.add", device)
+        if tk and add:
+            lines.append(f"[{device}] per-call: tk {tk / 2:.2f} us vs aten.add {add / 2:.2f} us = "
+                         f"{tk / add:.2f}x (target <= 1.5x)")
+    return lines
+
+
+def plot(rows, path: str) -> None:
+    """A horizontal bar chart (log scale) of each row's speed-up over its
+    case's reference, drawn with Pillow (no plotting library needed)."""
+    import math
+    from PIL import Image, ImageDraw
+
+    items = []
+    for r in rows:
+        speed = next(v for k, v in r.items() if k.startswith("speedup_vs_"))
+        ref_name = next(k for k in r if k.startswith("speedup_vs_"))[len("speedup_vs_"):]
+        if r["impl"] != ref_name:
+            items.append((f"{r['op']} [{r['device']}] {r['impl']} vs {ref_name}", speed))
+    width, bar, left = 900, 26, 360
+    img = Image.new("RGB", (width, 40 + bar * max(len(items), 1)), "white")
+    d = ImageDraw.Draw(img)
+    d.text((10, 10), "speed-up over the reference (log scale; 1x at the grey line)", fill="black")
+    top = max([abs(math.log10(max(v, 1e-9))) for _, v in items] + [1.0])
+    scale = (width - left - 80) / (2 * top)
+    mid = left + (width - left - 80) / 2
+    d.line([(mid, 30), (mid, img.height)], fill=(160, 160, 160))
+    for i, (label, v) in enumerate(items):
+        y = 35 + i * bar
+        x = mid + math.log10(max(v, 1e-9)) * scale
+        d.rectangle([min(mid, x), y, max(mid, x), y + bar - 8], fill=(46, 125, 50) if v >= 1 else (198, 40, 40))
+        d.text((10, y + 2), label, fill="black")
+        d.text((max(mid, x) + 6, y + 2), f"{v:.3g}x", fill="black")
+    img.save(path)
+
+
 def machine_info() -> dict:
     info = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                 cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
@@ -173,6 +368,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per case (median), after one warm-up")
     ap.add_argument("--note", default="", help="free text stored in the JSON (e.g. which commit was built)")
+    ap.add_argument("--png", metavar="PATH", help="write a bar chart of the speed-ups to PATH")
+    ap.add_argument("--quick", action="store_true", help="only the seed cases (no backward, tiny, Taichi)")
     ap.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
                     help="'all' = cpu, plus cuda when available (default)")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -184,11 +381,22 @@ def main(argv=None) -> int:
         ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     machine = machine_info()
     rows = []
+    makers = [brick_pad_cases, memset_cases, rwkv_cases]
+    if not args.quick:
+        makers += [rwkv_backward_cases, rwkv_loop_cases, call_overhead_cases, taichi_cases]
     for device in devices:
-        for make in (brick_pad_cases, rwkv_cases):
-            rows += run_case(make(device), device, args.repeat)
+        for make in makers:
+            cases = make(device)
+            for case in cases if isinstance(cases, list) else [cases]:
+                rows += run_case(case, device, args.repeat)
     print()
     print(format_table(rows))
+    summary = summarize(rows)
+    for line in summary:
+        print(line)
+    if args.png:
+        plot(rows, args.png)
+        print(f"wrote {args.png}")
 
     if args.json:
         result = dict(
@@ -201,6 +409,7 @@ def main(argv=None) -> int:
             note=args.note,
             load_average_1m_at_end=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
             results=rows,
+            summary=summary,
         )
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
