@@ -1,20 +1,29 @@
 # tk: `make test` and `make demo` work on a fresh machine (they run setup).
 #   make setup   install what the build and tests need (quick when done)
 #   make build   configure + build into build/ (Ninja, Release)
-#   make test    setup, build, run every test through ctest
+#   make test    setup, build, run every test through ctest, then test-asan
+#                and test-fuzz (docs/reliability.md)
+#   make test-asan  ASan + UBSan build in build-asan/: C tests, fuzz corpus
+#                replay, Python tests under LD_PRELOAD=libasan
+#   make test-fuzz  libFuzzer build (clang) in build-fuzz/: fuzz_smoke (~1 min)
 #   make demo    setup, build, run `python -m torch_tk demo`
 #   make golden  regenerate the golden files under tests/golden
 #   make clean   remove build/
 PYTHON ?= python3
 BUILD ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+# The large-tensor tests (tests/python/test_large.py, ~2.2 GB each) run in CI.
+export TK_SLOW_TESTS ?= 1
 JOBS ?= 2
 TORCH_VERSION ?= 2.13.0
 PIP = $(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore
 
 PY_MODULES = pytest numpy PIL expecttest scikit_build_core ninja
-APT_PACKAGES = libbenchmark-dev libgtest-dev
+# clang: libFuzzer for tests/fuzz (Debian's clang ships it)
+APT_PACKAGES = libbenchmark-dev libgtest-dev clang
 
-.PHONY: setup build test demo golden clean
+.PHONY: setup build test test-asan test-fuzz demo golden clean
 
 setup:
 	@$(PYTHON) -c 'import torch' 2>/dev/null || $(PIP) torch==$(TORCH_VERSION)
@@ -43,6 +52,28 @@ build:
 
 test: setup build
 	ctest --test-dir $(BUILD) --output-on-failure
+	$(MAKE) --no-print-directory test-asan test-fuzz
+
+# Debug -O1 with -fsanitize=address,undefined: the core, the shim, the
+# built-in kernels and the C tests; pytest_asan loads that libtk into Python.
+test-asan: setup
+	@if [ ! -f $(ASAN_BUILD)/build.ninja ]; then \
+	  cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTK_SANITIZE=ON \
+	    -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+	    -DPython_EXECUTABLE=$$(command -v $(PYTHON)); \
+	fi
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure
+
+# libFuzzer over the front end and both emitters, about a minute.
+test-fuzz: setup
+	@if ! command -v clang >/dev/null; then echo "test-fuzz: clang not found (make setup installs it as root): skipped"; exit 0; fi; \
+	if [ ! -f $(FUZZ_BUILD)/build.ninja ]; then \
+	  CC=clang cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTK_FUZZ=ON \
+	    -DTK_BUILD_TORCH=OFF -DTK_WERROR=OFF -DPython_EXECUTABLE=$$(command -v $(PYTHON)) >/dev/null; \
+	fi; \
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_spec fuzz_replay && \
+	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -R '^fuzz_'
 
 demo: setup build
 	PYTHONPATH=python TK_LIBRARY=$(BUILD)/libtk.so $(PYTHON) -m torch_tk demo
@@ -51,4 +82,4 @@ golden: build
 	$(PYTHON) tests/update_golden.py
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -248,6 +248,22 @@ int tk_op_param_optional(const tk_op *op, int i) {
     return i >= 0 && i < op->decl->nparams ? op->decl->params[i].optional : 0;
 }
 
+unsigned tk_op_param_dtypes(const tk_op *op, int i) {
+    if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_TENSOR) return 0;
+    return op->decl->params[op->dtype_root[i]].dtype_mask;
+}
+
+int tk_op_param_dim(const tk_op *op, int i, int j, const char **name, int64_t *value) {
+    if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_TENSOR) return -1;
+    const tk_param *p = &op->decl->params[i];
+    if (j < 0 || j >= p->ndims) return -1;
+    const tk_expr *e = p->dims[j];
+    if (name) *name = e->kind == TK_E_NAME ? e->name : NULL;
+    if (value) *value = e->kind == TK_E_INT ? e->ival : 0;
+    if (e->kind == TK_E_ELLIPSIS) return TK_DIM_BATCH;
+    return e->kind == TK_E_NAME ? TK_DIM_NAME : TK_DIM_FIXED;
+}
+
 const char *tk_op_output_name(const tk_op *op, int i) {
     return i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].name : NULL;
 }

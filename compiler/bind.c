@@ -263,6 +263,9 @@ static tk_status bind_scalar(binder *b, int i) {
     return TK_OK;
 }
 
+static void mark_sources(const binder *b, const tk_expr *e, int *seen, int depth);
+static const char *sources_text(const binder *b, const int *seen, char *buf, size_t n);
+
 static tk_status bind_defaults(binder *b) {
     const tk_opdecl *d = b->op->decl;
     for (int i = 0; i < d->nparams; i++) {
@@ -273,8 +276,13 @@ static tk_status bind_defaults(binder *b) {
             return call_fail(b->call, "argument '%s': None is not allowed (it has no default)", p->name);
         char err[128];
         int64_t v;
-        if (tk_eval_int(b->op, p->default_value, b->call->kargs.i, b->ibound, &v, err, sizeof err))
-            return call_fail(b->call, "argument '%s': its default cannot be computed: %s", p->name, err);
+        if (tk_eval_int(b->op, p->default_value, b->call->kargs.i, b->ibound, &v, err, sizeof err)) {
+            char from[256];
+            int seen[TK_MAX_TENSORS * 4] = {0};
+            mark_sources(b, p->default_value, seen, 0);
+            return call_fail(b->call, "argument '%s': its default cannot be computed: %s%s", p->name, err,
+                             sources_text(b, seen, from, sizeof from));
+        }
         b->call->kargs.i[slot] = v;
         b->ibound[slot] = 1;
     }

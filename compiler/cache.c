@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,17 @@ static int read_payload(FILE *f, const header *h, void **out, char *msg, size_t 
     return 1;
 }
 
+/* Opens path for reading if it is a regular file; NULL otherwise (a FIFO
+ * would block fopen, a folder or device file is no entry). */
+static FILE *open_regular(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "rb") : NULL;
+    if (!f) close(fd);
+    return f;
+}
+
 /* Why h does not describe the entry asked for ("" if it does). */
 static const char *mismatch(const header *h, const unsigned char *key, int nvrtc_version) {
     if (h->format != TK_CACHE_FORMAT) return "written by another tk cache format";
@@ -160,7 +172,7 @@ tk_status tk_cache_load(const char *dir, const unsigned char key[TK_CACHE_KEY_SI
     memset(out, 0, sizeof *out);
     if (msglen) msg[0] = 0;
     if (!dir || !dir[0] || !tk_cache_path(dir, key, path, sizeof path)) return TK_ERR_NOTFOUND;
-    FILE *f = fopen(path, "rb");
+    FILE *f = open_regular(path);
     if (!f) return TK_ERR_NOTFOUND;
     unsigned char raw[HEADER_SIZE];
     header h;
@@ -268,7 +280,7 @@ tk_status tk_cache_store(const char *dir, const unsigned char key[TK_CACHE_KEY_S
 /* Fills e from the file at path (its header and size). */
 static void list_one(const char *path, tk_cache_entry *e) {
     memset(e, 0, sizeof *e);
-    FILE *f = fopen(path, "rb");
+    FILE *f = open_regular(path);
     if (!f) return;
     unsigned char raw[HEADER_SIZE];
     header h;

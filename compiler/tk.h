@@ -135,6 +135,15 @@ const char *tk_op_output_name(const tk_op *op, int i);
 int tk_op_param_dtype_group(const tk_op *op, int i);
 /* 1 if tensor parameter i accepts a float dtype (it can carry a gradient). */
 int tk_op_param_differentiable(const tk_op *op, int i);
+/* Tensor parameter i's allowed dtypes, a mask of (1u << tk_dtype) bits (its
+ * dtype group's for 'x.dtype'); 0 for a scalar or a bad i. */
+unsigned tk_op_param_dtypes(const tk_op *op, int i);
+/* Declared dim j of tensor parameter i (0 <= j < tk_op_shape_ndims(op,
+ * TK_SHAPE_INPUT, i)): TK_DIM_BATCH for '...', TK_DIM_NAME (a symbolic dim:
+ * *name) or TK_DIM_FIXED (a literal size: *value); -1 for a bad (i, j).
+ * name and value may be NULL. */
+enum { TK_DIM_BATCH, TK_DIM_NAME, TK_DIM_FIXED };
+int tk_op_param_dim(const tk_op *op, int i, int j, const char **name, int64_t *value);
 
 /* ---- backward ops (docs/autograd.md) ----------------------------------------
  * An op names the ops that compute its gradients ('backward a, b'). They are

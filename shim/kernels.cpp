@@ -155,7 +155,19 @@ void allocate_outputs(Call& c, const c10::Device& device) {
   for (int i = 0; i < c.call.noutputs; ++i) {
     const auto options =
         at::TensorOptions().dtype(to_scalar_type(c.call.out_dtype[i])).device(device);
-    at::Tensor out = at::empty(at::IntArrayRef(c.call.out_sizes[i], c.call.out_ndim[i]), options);
+    const at::IntArrayRef sizes(c.call.out_sizes[i], c.call.out_ndim[i]);
+    at::Tensor out;
+    try {
+      out = at::empty(sizes, options);
+    } catch (const c10::Error& e) {  // the allocator's message names neither op nor output
+      const std::string msg = std::string("tk.") + tk_op_name(c.op) + ": output '" +
+                              tk_op_output_name(c.op, i) + "' of shape " + c10::str(sizes) + " (" +
+                              c10::str(options.dtype()) + ") cannot be allocated: " +
+                              e.what_without_backtrace();
+      if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr)
+        TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+      TORCH_CHECK(false, msg);
+    }
     const Where w{tk_op_name(c.op), tk_op_output_name(c.op, i)};
     TORCH_CHECK(tk_set_output(&c.call, i, to_view(out, true, w)) == TK_OK, c.call.msg);
     c.outputs.push_back(std::move(out));

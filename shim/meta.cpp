@@ -46,9 +46,14 @@ c10::SymInt floordiv(const tk_op* op, const c10::SymInt& a, const c10::SymInt& b
   auto x = a.maybe_as_int(), y = b.maybe_as_int();
   if (!x || !y) return mod ? a % b : a / b;
   TORCH_CHECK(*y != 0, "tk.", tk_op_name(op), ": a shape expression divides by zero");
-  int64_t q = *x / *y;
-  if ((*x % *y != 0) && ((*x < 0) != (*y < 0))) q -= 1;
-  return c10::SymInt(mod ? *x - q * *y : q);
+  // INT64_MIN / -1 traps (SIGFPE): x // -1 is -x, x % -1 is 0.
+  if (*y == -1) {
+    TORCH_CHECK(mod || *x != INT64_MIN, "tk.", tk_op_name(op), ": a shape expression overflows");
+    return c10::SymInt(mod ? 0 : -*x);
+  }
+  int64_t q = *x / *y, r = *x % *y;
+  if (r != 0 && ((r < 0) != (*y < 0))) q -= 1, r += *y;
+  return c10::SymInt(mod ? r : q);
 }
 
 // Evaluates shape code with the call's arguments; None ints use their default.

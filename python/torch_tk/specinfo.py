@@ -1,0 +1,132 @@
+"""What each built-in op's spec declares, read from the C core in libtk
+(ctypes): parameter kinds, allowed dtypes, declared dims, outputs, backward
+ops. Tests generate their inputs from it (tests/python/test_bad_inputs.py),
+so a new spec in ops/ gets them without a line of test code.
+
+    >>> info = torch_tk.specinfo.spec_info("rwkv_forward")
+    >>> [(p.name, p.kind, p.dims) for p in info.params]
+    [('w', 'tensor', ('C', 'T')), ('k', 'tensor', ('B', 'C', 'T')), ('eps', 'float', ())]
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ._lib import library_path
+
+# ORDER DTYPE (compiler/tk.h)
+DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64)
+KINDS = ("tensor", "int", "float", "bool")  # tk_param_kind
+DIM_BATCH, DIM_NAME, DIM_FIXED = 0, 1, 2    # tk_op_param_dim
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str                       # "tensor", "int", "float" or "bool"
+    optional: bool = False          # 'int?': may be None
+    dtypes: tuple = ()              # allowed torch dtypes (tensors)
+    dtype_group: int = -1           # the parameter whose dtype this one shares (itself if a class)
+    dims: tuple = ()                # per declared dim: "...", a dim name, or an int
+
+    @property
+    def explicit_dims(self) -> int:
+        return sum(1 for d in self.dims if d != "...")
+
+    @property
+    def has_batch(self) -> bool:
+        return bool(self.dims) and self.dims[0] == "..."
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    name: str
+    file: str
+    schema: str
+    params: tuple
+    outputs: tuple                  # output names
+    backward: tuple                 # names of the ops that compute its gradients
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+
+class _BuiltinSpec(ctypes.Structure):
+    _fields_ = [("file", ctypes.c_char_p), ("text", ctypes.c_char_p)]
+
+
+def _bind(lib):
+    P, I, C = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    sig = {
+        "tk_ctx_new": (P, []), "tk_ctx_free": (None, [P]), "tk_ctx_error": (C, [P]),
+        "tk_load_spec": (I, [P, C, C, ctypes.c_size_t]), "tk_ctx_link": (I, [P]),
+        "tk_op_count": (I, [P]), "tk_op_at": (P, [P, I]),
+        "tk_op_name": (C, [P]), "tk_op_file": (C, [P]), "tk_op_schema": (C, [P]),
+        "tk_op_nbackward": (I, [P]), "tk_op_backward_at": (C, [P, I]),
+        "tk_op_nparams": (I, [P]), "tk_op_param_kind": (I, [P, I]),
+        "tk_op_param_name": (C, [P, I]), "tk_op_param_optional": (I, [P, I]),
+        "tk_op_param_dtypes": (ctypes.c_uint, [P, I]), "tk_op_param_dtype_group": (I, [P, I]),
+        "tk_op_shape_ndims": (I, [P, I, I]),
+        "tk_op_param_dim": (I, [P, I, I, ctypes.POINTER(C), ctypes.POINTER(ctypes.c_int64)]),
+        "tk_op_noutputs": (I, [P]), "tk_op_output_name": (C, [P, I]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+def _param(lib, op, i) -> Param:
+    name = lib.tk_op_param_name(op, i).decode()
+    kind = KINDS[lib.tk_op_param_kind(op, i)]
+    if kind != "tensor":
+        return Param(name, kind, optional=bool(lib.tk_op_param_optional(op, i)))
+    mask = lib.tk_op_param_dtypes(op, i)
+    dims = []
+    for j in range(lib.tk_op_shape_ndims(op, 0, i)):  # TK_SHAPE_INPUT
+        dname, value = ctypes.c_char_p(), ctypes.c_int64()
+        k = lib.tk_op_param_dim(op, i, j, ctypes.byref(dname), ctypes.byref(value))
+        dims.append("..." if k == DIM_BATCH else dname.value.decode() if k == DIM_NAME else value.value)
+    return Param(name, kind, dtypes=tuple(d for t, d in enumerate(DTYPES) if mask >> t & 1),
+                 dtype_group=lib.tk_op_param_dtype_group(op, i), dims=tuple(dims))
+
+
+@functools.lru_cache(maxsize=None)
+def builtin_ops() -> dict:
+    """{name: OpInfo} for every op compiled into libtk (ops/*.tk), in spec order."""
+    lib = _bind(ctypes.CDLL(library_path()))
+    nspecs = ctypes.c_int.in_dll(lib, "tk_builtin_nspecs").value
+    specs = (_BuiltinSpec * nspecs).in_dll(lib, "tk_builtin_specs")
+    ctx = lib.tk_ctx_new()
+    try:
+        for s in specs:
+            if lib.tk_load_spec(ctx, s.file, s.text, len(s.text)) != 0:
+                raise RuntimeError(lib.tk_ctx_error(ctx).decode())
+        if lib.tk_ctx_link(ctx) != 0:
+            raise RuntimeError(lib.tk_ctx_error(ctx).decode())
+        ops = {}
+        for k in range(lib.tk_op_count(ctx)):
+            op = lib.tk_op_at(ctx, k)
+            ops[lib.tk_op_name(op).decode()] = OpInfo(
+                name=lib.tk_op_name(op).decode(),
+                file=lib.tk_op_file(op).decode(),
+                schema=lib.tk_op_schema(op).decode(),
+                params=tuple(_param(lib, op, i) for i in range(lib.tk_op_nparams(op))),
+                outputs=tuple(lib.tk_op_output_name(op, o).decode() for o in range(lib.tk_op_noutputs(op))),
+                backward=tuple(lib.tk_op_backward_at(op, b).decode() for b in range(lib.tk_op_nbackward(op))),
+            )
+        return ops
+    finally:
+        lib.tk_ctx_free(ctx)
+
+
+def spec_info(name: str) -> OpInfo:
+    """What the spec of built-in op `name` declares; KeyError if there is none."""
+    ops = builtin_ops()
+    if name not in ops:
+        raise KeyError(f"torch_tk: no built-in op {name!r} (have: {', '.join(ops)})")
+    return ops[name]

@@ -1,0 +1,135 @@
+"""8 threads calling every tk op at once on the CPU (forward, and backward
+through autograd where an op has one) get exactly the single-threaded
+results. Also the first calls of a fresh process, made by 8 threads at the
+same moment (the lazy spec context and autograd plans are built then).
+The CUDA side (first-call NVRTC compilation races) is in the GPU check.
+"""
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from spec_calls import OPS, as_tuple, tk_op, valid_call
+
+THREADS = 8
+ROUNDS = 20
+
+
+def prepared_calls():
+    """(name, args) per op, large enough that at::parallel_for splits them
+    (more than its grain of 2048 elements) and with float64 so that results
+    compare exactly."""
+    calls = []
+    for name, info in OPS.items():
+        c = valid_call(info, first_size=12, batch=(3,))
+        for p in info.params:
+            if p.kind == "tensor" and torch.float64 in info.params[p.dtype_group].dtypes:
+                c.dtypes[p.name] = torch.float64
+        calls.append((name, c.args()))
+    return calls
+
+
+def run_all(calls, grads):
+    """Every op once, and backward through every op that has one."""
+    results = [as_tuple(tk_op(name)(*args)) for name, args in calls]
+    for name, args in calls:
+        if not OPS[name].backward:
+            continue
+        leaves = [a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                  else a for a in args]
+        out = as_tuple(tk_op(name)(*leaves))
+        inputs = [a for a in leaves if isinstance(a, torch.Tensor) and a.requires_grad]
+        loss = sum((o * g).sum() for o, g in zip(out, grads[name]))
+        results.append(torch.autograd.grad(loss, inputs))
+    return results
+
+
+def same(a, b):
+    return len(a) == len(b) and all(
+        len(x) == len(y) and all(torch.equal(u, v) for u, v in zip(x, y)) for x, y in zip(a, b))
+
+
+def test_threads_match_single_threaded():
+    calls = prepared_calls()
+    grads = {}
+    for name, args in calls:
+        if OPS[name].backward:
+            grads[name] = [torch.randn_like(o) for o in as_tuple(tk_op(name)(*args))]
+    want = run_all(calls, grads)
+    errors, mismatches = [], []
+    start = threading.Barrier(THREADS)
+
+    def worker():
+        try:
+            start.wait()
+            for _ in range(ROUNDS):
+                if not same(run_all(calls, grads), want):
+                    mismatches.append(threading.get_ident())
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker) for _ in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors[:3]
+    assert not mismatches, f"{len(mismatches)} rounds differ from the single-threaded results"
+
+
+FIRST_CALLS_SCRIPT = r"""
+import sys, threading
+sys.path[:0] = sys.argv[1:3]
+import torch
+import torch_tk  # loads libtk; no op has run yet
+from spec_calls import OPS, as_tuple, tk_op, valid_call
+
+calls = [(n, valid_call(i, first_size=12).args()) for n, i in OPS.items()]
+results, errors = [None] * 8, []
+barrier = threading.Barrier(8)
+
+def worker(k):
+    try:
+        barrier.wait()
+        results[k] = [as_tuple(tk_op(n)(*a)) for n, a in calls]
+    except Exception as e:
+        errors.append(repr(e))
+
+threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert not errors, errors
+for r in results[1:]:
+    assert all(torch.equal(x, y) for a, b in zip(r, results[0]) for x, y in zip(a, b))
+print("first calls OK")
+"""
+
+
+def test_concurrent_first_calls_in_fresh_process():
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    pkg = os.path.join(os.path.dirname(os.path.dirname(here)), "python")
+    proc = subprocess.run([sys.executable, "-c", FIRST_CALLS_SCRIPT, here, pkg],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "first calls OK" in proc.stdout
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_thread_results_do_not_depend_on_intra_op_threads(name):
+    """The same call with 1 intra-op thread and the default number gives
+    identical results (chunking of the index space does not matter)."""
+    c = valid_call(OPS[name], first_size=12, batch=(3,))
+    args = c.args()
+    want = as_tuple(tk_op(name)(*args))
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        got = as_tuple(tk_op(name)(*args))
+    finally:
+        torch.set_num_threads(n)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
