@@ -9,11 +9,12 @@
  *
  * Build and run (CTest does this as `c_api_example`):
  *   cmake --build build --target c_api_example
- *   build/c_api_example examples/specs/rotary.tk
+ *   build/c_api_example examples/specs/rotary.tk [NVRTC_DIR...]
  * or by hand:
  *   cc -std=c11 -Icompiler examples/c_api/example.c build/libtkcore.a -lm -ldl -lpthread
- * The CUDA part needs the NVIDIA driver (libcuda.so.1) and NVRTC (found as
- * tk_cuda.h says; TK_NVRTC_PATH names it). Without a driver it is skipped.
+ * The CUDA part needs the NVIDIA driver (libcuda.so.1) and NVRTC (searched
+ * in the NVRTC_DIRs given, then as tk_cuda.h says; TK_NVRTC_PATH names it).
+ * Without a driver or a GPU it is skipped.
  * Exit status 0 when every result matches. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -136,7 +137,7 @@ static int open_driver(cuda_driver *cu) {
     return cu->init(0) == 0 && cu->device_count(&n) == 0 && n > 0;
 }
 
-static int run_cuda(tk_ctx *ctx, const tk_op *op, const float *want) {
+static int run_cuda(tk_ctx *ctx, const tk_op *op, const float *want, char **nvrtc_dirs, int ndirs) {
     cuda_driver cu;
     if (!open_driver(&cu)) {
         printf("cuda  skipped: no NVIDIA driver or no GPU\n");
@@ -159,7 +160,8 @@ static int run_cuda(tk_ctx *ctx, const tk_op *op, const float *want) {
     if (!bind(op, (void *)(uintptr_t)q, (void *)(uintptr_t)cs, (void *)(uintptr_t)sn, (void *)(uintptr_t)out,
               TK_CUDA, &call))
         return 0;
-    tk_cuda *gpu = tk_cuda_new(NULL);   /* NVRTC: TK_NVRTC_PATH, CUDA_HOME, the system path */
+    tk_cuda_options opt = {(const char *const *)nvrtc_dirs, ndirs, NULL, NULL, -1};
+    tk_cuda *gpu = tk_cuda_new(&opt);   /* NVRTC: TK_NVRTC_PATH, nvrtc_dirs, CUDA_HOME, the system path */
     char msg[16384];
     if (tk_cuda_launch(gpu, ctx, &call, NULL, msg, sizeof msg) != TK_OK) {   /* NULL: the default stream */
         fprintf(stderr, "%s\n", msg);
@@ -173,8 +175,8 @@ static int run_cuda(tk_ctx *ctx, const tk_op *op, const float *want) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s examples/specs/rotary.tk\n", argv[0]);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s examples/specs/rotary.tk [NVRTC_DIR...]\n", argv[0]);
         return 2;
     }
     size_t len;
@@ -207,7 +209,7 @@ int main(int argc, char **argv) {
     int ok = compare("cpu", got, want, B * H * T * D);
 
     /* 3. the same op on CUDA: the CUDA C is emitted and compiled by NVRTC on first launch */
-    ok = run_cuda(ctx, op, want) && ok;
+    ok = run_cuda(ctx, op, want, argv + 2, argc - 2) && ok;
 
     tk_cc_free(cc);
     tk_ctx_free(ctx);
