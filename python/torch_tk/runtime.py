@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import textwrap
 import threading
 
 import torch
@@ -102,6 +103,10 @@ def kernel(spec: str, file: str = "<string>") -> torch._ops.OpOverloadPacket:
     the first one (the op a file defines first; the others, e.g. its backward
     ops, are on torch.ops.tk too).
 
+    The text's common leading indentation is removed first (textwrap.dedent),
+    so a spec may be indented like the code around it; error columns count
+    in the dedented text, which the message shows.
+
     Registering the same text again returns the same op and does nothing
     else. A name already registered from a different spec, or a built-in
     op's name, raises RuntimeError. A malformed spec raises SpecError
@@ -110,7 +115,7 @@ def kernel(spec: str, file: str = "<string>") -> torch._ops.OpOverloadPacket:
     """
     if not isinstance(spec, str):
         raise TypeError(f"torch_tk.kernel: the spec must be a str, got {type(spec).__name__}")
-    names = _register_spec(spec, file)
+    names = _register_spec(textwrap.dedent(spec), file)
     return getattr(torch.ops.tk, names[0])
 
 
@@ -118,4 +123,5 @@ def load(path: str | os.PathLike) -> torch._ops.OpOverloadPacket:
     """torch_tk.kernel of a spec file: errors name the file as given."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    return kernel(text, file=os.fspath(path))
+    names = _register_spec(text, os.fspath(path))
+    return getattr(torch.ops.tk, names[0])

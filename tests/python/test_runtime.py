@@ -261,6 +261,25 @@ def test_same_spec_again_is_a_no_op():
     assert torch_tk.load(path) is torch_tk.load(path) is torch.ops.tk.rotary
 
 
+def test_indented_spec_text():
+    def make():
+        return torch_tk.kernel("""
+            op rt_indented(x: float[N]) -> y: x.dtype[N]:
+                for i in y:
+                    y[i] = x[i] + 2.0
+        """)
+
+    assert torch.equal(make()(torch.zeros(2)), torch.full((2,), 2.0))
+    with pytest.raises(torch_tk.SpecError) as info:
+        torch_tk.kernel("""
+            op rt_indented_bad(x: float[N]) -> y: x.dtype[N]:
+                for i in y:
+                    y[i] = x[i] + z
+        """)
+    assert str(info.value).splitlines() == ["<string>:4:23: error: unknown name 'z' (in the f16 variant)",
+                                            "        y[i] = x[i] + z", "                      ^"]
+
+
 def test_different_spec_same_name_is_an_error():
     torch_tk.kernel(SQUARE_SPEC)
     other = SQUARE_SPEC.replace("x[i] * x[i]", "x[i] * x[i] * 1.0")
