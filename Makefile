@@ -58,7 +58,7 @@ test: setup build
 # built-in kernels and the C tests; pytest_asan loads that libtk into Python.
 test-asan: setup
 	@if [ ! -f $(ASAN_BUILD)/build.ninja ]; then \
-	  cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTK_SANITIZE=ON \
+	  cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTK_SANITIZE=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON \
 	    -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
 	    -DPython_EXECUTABLE=$$(command -v $(PYTHON)); \
 	fi
