@@ -189,10 +189,11 @@ def _mixed_devices(info):
         return
     names = [q.name for q in params]
     for p in params:
-        def sub(c, p=p):
-            c.devices[p.name] = "meta"
-            expect_error(c, names, also=["meta", "cpu"])
-        yield sub, f"{p.name}-meta"
+        for dev in ["meta"] + (["cuda"] if torch.cuda.is_available() else []):
+            def sub(c, p=p, dev=dev):
+                c.devices[p.name] = dev
+                expect_error(c, names, also=[dev, "cpu"])
+            yield sub, f"{p.name}-{dev}"
 
 
 @case("zero_size")
