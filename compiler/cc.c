@@ -26,8 +26,14 @@ extern char **environ;
 #define MAX_ARGS 64         /* words of the compiler command + ours */
 #define OUTPUT_MAX 16384    /* bytes of compiler output kept for a message */
 
-static const char *const k_flags[] = {"-O3", "-fwrapv", "-fopenmp-simd", "-shared", "-fPIC", "-std=c11"};
+/* as the built-in kernels (CMakeLists.txt, TK_KERNEL_FLAGS) */
+static const char *const k_flags[] = {"-O3", "-fwrapv", "-fopenmp-simd", "-ffp-contract=fast", "-shared", "-fPIC",
+                                      "-std=c11"};
+#if defined(__x86_64__)
+static const char *const k_native_flags[] = {"-march=native", "-DTK_NO_CLONES", "-mprefer-vector-width=512"};
+#else
 static const char *const k_native_flags[] = {"-march=native", "-DTK_NO_CLONES"};
+#endif
 #define NFLAGS ((int)(sizeof k_flags / sizeof k_flags[0]))
 #define NNATIVE ((int)(sizeof k_native_flags / sizeof k_native_flags[0]))
 

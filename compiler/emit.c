@@ -43,6 +43,15 @@ typedef struct emitter {
     const char *shared[8];          /* loop variables shared by all jam copies */
     int nshared;
     unsigned char hoisted_local[TK_MAX_LOCALS];
+    int gdim;                       /* loop variable the copies offset (jam: the innermost) */
+    /* CPU lane tiles (see lane_plan): V consecutive elements of the innermost
+     * dim run as the lanes of SIMD loops over tk_j, times G copies along the
+     * group dim gdim whose rows share loads */
+    int lanes;                      /* V; 0: no lane tiles */
+    int ngroup;                     /* G; 1: no group */
+    int in_lane;                    /* emitting inside a lane loop */
+    int lane_rev;                   /* lane tk_j is element V - 1 - tk_j of the tile */
+    unsigned char arr[TK_MAX_LOCALS];   /* local held per lane (an array) */
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -113,10 +122,14 @@ static void float_lit(emitter *E, double v, tk_vtype t) {
     if (t == TK_V_F32) tk_buf_puts(E->b, "f");
 }
 
-/* A top-level loop variable; in copy j the innermost one reads t + j. */
+/* A top-level loop variable; in copy j the innermost one reads t + j (lane
+ * tiles: lane tk_j reads t + tk_j and copy g the group variable + g). */
 static void loop_var(emitter *E, const char *name) {
     const tk_opdecl *d = E->op->decl;
-    if (E->copy > 0 && strcmp(name, d->loop_vars[d->nloop - 1]) == 0)
+    if (E->in_lane && strcmp(name, d->loop_vars[d->nloop - 1]) == 0) {
+        if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d - tk_j))", name, E->lanes - 1);
+        else tk_buf_printf(E->b, "(v_%s + tk_j)", name);
+    } else if (E->copy > 0 && strcmp(name, d->loop_vars[E->gdim]) == 0)
         tk_buf_printf(E->b, "(v_%s + %d)", name, E->copy);
     else
         tk_buf_printf(E->b, "v_%s", name);
@@ -124,7 +137,8 @@ static void loop_var(emitter *E, const char *name) {
 
 /* A local: each unroll copy has its own, inner loop variables are shared. */
 static void local_name(emitter *E, const char *name, int ref) {
-    if (E->copy >= 0 && !E->op->locals[ref].is_loop) tk_buf_printf(E->b, "v_%s_%d", name, E->copy);
+    if (E->copy >= 0 && !E->op->locals[ref].is_loop)
+        tk_buf_printf(E->b, "v_%s_%d%s", name, E->copy, E->in_lane && E->arr[ref] ? "[tk_j]" : "");
     else tk_buf_printf(E->b, "v_%s", name);
 }
 
@@ -313,7 +327,7 @@ static void assign(emitter *E, const tk_stmt *s) {
     tk_vtype lt = E->op->locals[s->ref].type;
     begin_line(E);
     if (s->declares) {
-        tk_buf_printf(E->b, "%s ", k_vctype[lt]);
+        if (!(E->in_lane && E->arr[s->ref])) tk_buf_printf(E->b, "%s ", k_vctype[lt]);
         local_name(E, s->name, s->ref);
         tk_buf_puts(E->b, " = ");
         expr(E, s->value, lt);
@@ -604,6 +618,440 @@ static void jammed_body(emitter *E) {
     E->copy = -1;
 }
 
+static int has_top_level_for(const tk_opdecl *d);
+
+/* ---- CPU lane tiles ----------------------------------------------------------
+ * A tile is V consecutive elements of the innermost dim (the lanes) times G
+ * rows of the group dim. Every statement runs inside `#pragma omp simd` loops
+ * over the lane index tk_j, so the vector lanes are the elements of the
+ * innermost dim, each summing in the order the spec says (no reassociation);
+ * the G copies of a statement share the loads that do not depend on the group
+ * dim (for rwkv: one w vector feeds the FMAs of G batch rows). Locals live in
+ * per-lane arrays; an inner loop whose bounds differ between lanes runs its
+ * common range unmasked and the rest with a per-lane condition. */
+
+/* Whether statements hold no loop. */
+static int lane_simple(tk_stmt **body, int n) {
+    for (int i = 0; i < n; i++) {
+        if (body[i]->kind == TK_S_FOR) return 0;
+        if (body[i]->kind == TK_S_IF &&
+            !(lane_simple(body[i]->body, body[i]->nbody) && lane_simple(body[i]->orelse, body[i]->norelse)))
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether e has the same value in every lane and copy of a tile. */
+static int lane_invariant(const emitter *E, const tk_expr *e) {
+    if (!e) return 1;
+    if (e->kind == TK_E_NAME) {
+        const tk_opdecl *d = E->op->decl;
+        int idx;
+        if (strcmp(e->name, d->loop_vars[d->nloop - 1]) == 0) return 0;
+        if (E->ngroup > 1 && strcmp(e->name, d->loop_vars[E->gdim]) == 0) return 0;
+        for (int i = 0; i < d->nloop; i++)
+            if (strcmp(e->name, d->loop_vars[i]) == 0) return 1;
+        if (tk_resolve_header(E->op, e->name, &idx) != TK_SYM_NONE) return 1;
+        for (int i = 0; i < E->nshared; i++)
+            if (strcmp(E->shared[i], e->name) == 0) return 1;
+        return 0;
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (!lane_invariant(E, e->args[i])) return 0;
+    return 1;
+}
+
+/* Occurrences of local name (read or assigned) in statements. */
+static int expr_count(const tk_expr *e, const char *name) {
+    if (!e) return 0;
+    int n = e->kind == TK_E_NAME && strcmp(e->name, name) == 0;
+    for (int i = 0; i < e->nargs; i++) n += expr_count(e->args[i], name);
+    return n;
+}
+
+static int stmt_count(tk_stmt **body, int nb, const char *name) {
+    int n = 0;
+    for (int i = 0; i < nb; i++) {
+        const tk_stmt *s = body[i];
+        n += s->kind == TK_S_ASSIGN && strcmp(s->name, name) == 0;
+        n += expr_count(s->value, name) + expr_count(s->lo, name) + expr_count(s->hi, name);
+        n += stmt_count(s->body, s->nbody, name) + stmt_count(s->orelse, s->norelse, name);
+    }
+    return n;
+}
+
+/* Assigned locals of statements, marked in out[]. */
+static void assigned_locals(tk_stmt **body, int n, unsigned char *out) {
+    for (int i = 0; i < n; i++) {
+        if (body[i]->kind == TK_S_ASSIGN) out[body[i]->ref] = 1;
+        assigned_locals(body[i]->body, body[i]->nbody, out);
+        assigned_locals(body[i]->orelse, body[i]->norelse, out);
+    }
+}
+
+/* Whether statements read a tensor with no index naming the group variable
+ * (shared by the copies), and one that names it. */
+static void group_reads(const tk_expr *e, const char *g, int *shared, int *own) {
+    if (!e) return;
+    if (e->kind == TK_E_INDEX) {
+        int uses = 0;
+        for (int i = 0; i < e->nargs; i++) uses |= expr_uses(e->args[i], g);
+        *(uses ? own : shared) = 1;
+    }
+    for (int i = 0; i < e->nargs; i++) group_reads(e->args[i], g, shared, own);
+}
+
+static void group_reads_stmts(tk_stmt **body, int n, const char *g, int *shared, int *own) {
+    for (int i = 0; i < n; i++) {
+        group_reads(body[i]->value, g, shared, own);
+        group_reads_stmts(body[i]->body, body[i]->nbody, g, shared, own);
+        group_reads_stmts(body[i]->orelse, body[i]->norelse, g, shared, own);
+    }
+}
+
+/* The coefficient of loop variable v in int expression e, when e is
+ * coef * v + (terms without v) built from + - and literal factors;
+ * returns 0 when it is not of that form. */
+static int lane_coef(const tk_expr *e, const char *v, int64_t *coef) {
+    int64_t a, b;
+    switch (e->kind) {
+    case TK_E_INT: *coef = 0; return 1;
+    case TK_E_NAME: *coef = strcmp(e->name, v) == 0; return 1;
+    case TK_E_UNARY:
+        if (e->op != TK_OPC_NEG || !lane_coef(e->args[0], v, &a)) return 0;
+        *coef = -a;
+        return 1;
+    case TK_E_BINARY:
+        if (e->op == TK_OPC_ADD || e->op == TK_OPC_SUB) {
+            if (!lane_coef(e->args[0], v, &a) || !lane_coef(e->args[1], v, &b)) return 0;
+            *coef = e->op == TK_OPC_ADD ? a + b : a - b;
+            return 1;
+        }
+        if (e->op == TK_OPC_MUL && e->args[0]->kind == TK_E_INT && lane_coef(e->args[1], v, &b)) {
+            *coef = e->args[0]->ival * b;
+            return 1;
+        }
+        if (e->op == TK_OPC_MUL && e->args[1]->kind == TK_E_INT && lane_coef(e->args[0], v, &a)) {
+            *coef = e->args[1]->ival * a;
+            return 1;
+        }
+        return 0;
+    default:
+        return !expr_uses(e, v) ? (*coef = 0, 1) : 0;
+    }
+}
+
+/* Sum over the tensor reads of e of the direction (+1, -1) in which their
+ * innermost index moves with the lanes. */
+static int lane_dir(const tk_expr *e, const char *v) {
+    if (!e) return 0;
+    int n = 0;
+    int64_t c;
+    if (e->kind == TK_E_INDEX && e->nargs > 0 && lane_coef(e->args[e->nargs - 1], v, &c))
+        n += c < 0 ? -1 : c > 0;
+    for (int i = 0; i < e->nargs; i++) n += lane_dir(e->args[i], v);
+    return n;
+}
+
+static int lane_dir_stmts(tk_stmt **body, int nb, const char *v) {
+    int n = 0;
+    for (int i = 0; i < nb; i++) {
+        n += lane_dir(body[i]->value, v);
+        n += lane_dir_stmts(body[i]->body, body[i]->nbody, v) + lane_dir_stmts(body[i]->orelse, body[i]->norelse, v);
+    }
+    return n;
+}
+
+typedef struct lane_info {
+    tk_stmt *loops[32];     /* loops whose bounds differ between lanes */
+    int nloops;
+} lane_info;
+
+/* Whether statements fit a tile: at each level, loops with lane-invariant
+ * bounds hold tile statements, other loops only loop-free statements. */
+static int lane_walk(emitter *E, tk_stmt **body, int n, lane_info *li) {
+    for (int i = 0; i < n; i++) {
+        tk_stmt *s = body[i];
+        if (s->kind == TK_S_IF && !lane_simple(&s, 1)) return 0;
+        if (s->kind != TK_S_FOR) continue;
+        if (lane_invariant(E, s->lo) && lane_invariant(E, s->hi)) {
+            if (E->nshared == 8) return 0;
+            E->shared[E->nshared++] = s->name;
+            int ok = lane_walk(E, s->body, s->nbody, li);
+            E->nshared--;
+            if (!ok) return 0;
+        } else {
+            if (!lane_simple(s->body, s->nbody) || li->nloops == 32) return 0;
+            li->loops[li->nloops++] = s;
+        }
+    }
+    return 1;
+}
+
+/* Decides the tile: V lanes, the group dim and G, the locals held per lane.
+ * Returns 0 when the body does not fit (then unroll-and-jam applies). */
+static int lane_plan(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    lane_info li = {{0}, 0};
+    if (E->tg->gpu || E->plain || d->nloop == 0 || !has_top_level_for(d)) return 0;
+    E->ngroup = 1;
+    if (!lane_walk(E, d->body, d->nbody, &li) || li.nloops == 0) return 0;
+    /* locals: per lane, except temporaries that live inside one lane loop */
+    memset(E->arr, 0, sizeof E->arr);
+    for (int r = 0; r < E->op->nlocals; r++) E->arr[r] = !E->op->locals[r].is_loop;
+    unsigned char acc[TK_MAX_LOCALS] = {0};
+    for (int k = 0; k < li.nloops; k++) {
+        unsigned char in[TK_MAX_LOCALS] = {0};
+        assigned_locals(li.loops[k]->body, li.loops[k]->nbody, in);
+        for (int r = 0; r < E->op->nlocals; r++) {
+            if (!in[r] || E->op->locals[r].is_loop) continue;
+            const char *nm = E->op->locals[r].name;
+            if (stmt_count(d->body, d->nbody, nm) == stmt_count(li.loops[k]->body, li.loops[k]->nbody, nm))
+                E->arr[r] = 0;
+            else acc[r] = 1;
+        }
+    }
+    int nacc = 0;
+    for (int r = 0; r < E->op->nlocals; r++) nacc += acc[r];
+    if (nacc == 0) nacc = 1;
+    /* the group dim: an outer loop variable some lane-loop read ignores and
+     * another one reads */
+    E->gdim = d->nloop - 1;
+    for (int v = 0; v < d->nloop - 1 && E->gdim == d->nloop - 1; v++) {
+        int shared = 0, own = 0;
+        for (int k = 0; k < li.nloops; k++)
+            group_reads_stmts(li.loops[k]->body, li.loops[k]->nbody, d->loop_vars[v], &shared, &own);
+        if (shared && own) E->gdim = v;
+    }
+    int vec = E->ftype == TK_V_F64 ? 8 : 16;   /* one 512-bit vector */
+    if (E->gdim != d->nloop - 1) {
+        E->ngroup = nacc >= 8 ? 1 : 8 / nacc;
+        /* group copies vary the group variable: the bounds must still fit */
+        li.nloops = 0;
+        if (E->ngroup == 1 || !lane_walk(E, d->body, d->nbody, &li)) {
+            E->ngroup = 1;
+            E->gdim = d->nloop - 1;
+        }
+    }
+    /* one vector of lanes (the accumulators stay in registers); lanes run
+     * backwards when the reads in lane loops mostly do, so that they load
+     * ascending memory */
+    E->lanes = vec;
+    int dir = 0;
+    for (int k = 0; k < li.nloops; k++)
+        dir += lane_dir_stmts(li.loops[k]->body, li.loops[k]->nbody, d->loop_vars[d->nloop - 1]);
+    E->lane_rev = dir < 0;
+    return 1;
+}
+
+static void lane_open(emitter *E, int simd) {
+    if (simd) line(E, "#pragma omp simd");
+    line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) {", E->lanes);
+    E->indent++;
+    E->in_lane = 1;
+}
+
+static void lane_close(emitter *E) {
+    E->in_lane = 0;
+    E->indent--;
+    line(E, "}");
+}
+
+/* Statements for every copy, statement by statement (copies share loads). */
+static void lane_stmts(emitter *E, tk_stmt **body, int n) {
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < E->ngroup; g++) {
+            E->copy = g;
+            block(E, &body[i], 1);
+        }
+}
+
+static void tile_block(emitter *E, tk_stmt **body, int n);
+
+/* u over [lo, hi) with the lane loop inside; masked: lanes outside their
+ * own range skip the body (tested on 32-bit offsets from tk_mn, so that the
+ * test vectorises along with float lanes). */
+static void lane_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int masked, int nb) {
+    line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
+    E->indent++;
+    if (masked) line(E, "const int tk_ur = (int)(v_%s - tk_mn);", s->name);
+    lane_open(E, 1);
+    if (!masked) {
+        lane_stmts(E, s->body, s->nbody);
+    } else {
+        for (int g = 0; g < E->ngroup; g++) {
+            int k = nb == 1 ? 0 : g;
+            line(E, "if (tk_lr%d[tk_j] <= tk_ur && tk_ur < tk_hr%d[tk_j]) {", k, k);
+            E->indent++;
+            E->copy = g;
+            block(E, s->body, s->nbody);
+            E->indent--;
+            line(E, "}");
+        }
+    }
+    lane_close(E);
+    E->indent--;
+    line(E, "}");
+}
+
+/* Whether e reads neither the group variable nor a local (its value is the
+ * same in every copy of a lane). */
+static int group_invariant(const emitter *E, const tk_expr *e) {
+    if (!e) return 1;
+    if (E->ngroup == 1) return 1;
+    if (e->kind == TK_E_NAME) {
+        const tk_opdecl *d = E->op->decl;
+        int idx;
+        if (strcmp(e->name, d->loop_vars[E->gdim]) == 0) return 0;
+        for (int i = 0; i < d->nloop; i++)
+            if (strcmp(e->name, d->loop_vars[i]) == 0) return 1;
+        if (tk_resolve_header(E->op, e->name, &idx) != TK_SYM_NONE) return 1;
+        for (int i = 0; i < E->nshared; i++)
+            if (strcmp(E->shared[i], e->name) == 0) return 1;
+        return 0;
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (!group_invariant(E, e->args[i])) return 0;
+    return 1;
+}
+
+/* A loop whose bounds differ between lanes: each lane's range [lo, hi) is
+ * computed, their common part runs unmasked, the rest masked; lanes whose
+ * ranges barely overlap (or lie far apart) run one after the other. */
+static void tile_lane_for(emitter *E, const tk_stmt *s) {
+    int G = E->ngroup, V = E->lanes;
+    int nb = group_invariant(E, s->lo) && group_invariant(E, s->hi) ? 1 : G;   /* bound sets */
+    line(E, "{");
+    E->indent++;
+    for (int g = 0; g < nb; g++) line(E, "tk_i64 tk_lo%d[%d], tk_hi%d[%d];", g, V, g, V);
+    lane_open(E, 1);
+    for (int g = 0; g < nb; g++) {
+        E->copy = g;
+        begin_line(E);
+        tk_buf_printf(E->b, "tk_lo%d[tk_j] = ", g);
+        if (s->lo) expr(E, s->lo, TK_V_INT);
+        else tk_buf_puts(E->b, "0");
+        tk_buf_printf(E->b, ";\n");
+        begin_line(E);
+        tk_buf_printf(E->b, "tk_hi%d[tk_j] = ", g);
+        expr(E, s->hi, TK_V_INT);
+        tk_buf_printf(E->b, ";\n");
+    }
+    lane_close(E);
+    line(E, "tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;");
+    line(E, "double tk_work = 0;");
+    line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) {", V);
+    E->indent++;
+    for (int g = 0; g < nb; g++) {
+        line(E, "tk_L = tk_maxi(tk_L, tk_lo%d[tk_j]), tk_H = tk_mini(tk_H, tk_hi%d[tk_j]);", g, g);
+        line(E, "if (tk_lo%d[tk_j] < tk_hi%d[tk_j]) {", g, g);
+        E->indent++;
+        line(E, "tk_mn = tk_mini(tk_mn, tk_lo%d[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi%d[tk_j]);", g, g);
+        line(E, "tk_work += (double)tk_hi%d[tk_j] - (double)tk_lo%d[tk_j];", g, g);
+        E->indent--;
+        line(E, "}");
+    }
+    E->indent--;
+    line(E, "}");
+    /* lanes whose ranges barely overlap run one by one */
+    line(E, "if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * %d > 2.0 * tk_work + %d || "
+            "(double)tk_mx - (double)tk_mn > 1e9)) {", V * nb, 4 * V * nb);
+    E->indent++;
+    lane_open(E, 0);
+    for (int g = 0; g < G; g++) {
+        int k = nb == 1 ? 0 : g;
+        E->copy = g;
+        line(E, "for (tk_i64 v_%s = tk_lo%d[tk_j]; v_%s < tk_hi%d[tk_j]; ++v_%s) {", s->name, k, s->name, k, s->name);
+        E->indent++;
+        block(E, s->body, s->nbody);
+        E->indent--;
+        line(E, "}");
+    }
+    lane_close(E);
+    E->indent--;
+    line(E, "} else if (tk_mn < tk_mx) {");
+    E->indent++;
+    for (int g = 0; g < nb; g++) line(E, "int tk_lr%d[%d], tk_hr%d[%d];", g, V, g, V);
+    lane_open(E, 1);
+    for (int g = 0; g < nb; g++) {
+        /* empty lanes get an empty offset range */
+        line(E, "tk_lr%d[tk_j] = (int)(tk_mini(tk_maxi(tk_lo%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, g);
+        line(E, "tk_hr%d[tk_j] = (int)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, g);
+    }
+    lane_close(E);
+    line(E, "if (tk_L < tk_H) {");
+    E->indent++;
+    lane_range(E, s, "tk_mn", "tk_L", 1, nb);
+    lane_range(E, s, "tk_L", "tk_H", 0, nb);
+    lane_range(E, s, "tk_H", "tk_mx", 1, nb);
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
+    lane_range(E, s, "tk_mn", "tk_mx", 1, nb);
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
+/* A loop with the same bounds in every lane and copy. */
+static void tile_shared_for(emitter *E, const tk_stmt *s) {
+    E->copy = 0;
+    line(E, "{");
+    E->indent++;
+    begin_line(E);
+    tk_buf_printf(E->b, "const tk_i64 v_%s_lo = ", s->name);
+    if (s->lo) expr(E, s->lo, TK_V_INT);
+    else tk_buf_puts(E->b, "0");
+    tk_buf_printf(E->b, ", v_%s_end = ", s->name);
+    expr(E, s->hi, TK_V_INT);
+    tk_buf_puts(E->b, ";\n");
+    line(E, "for (tk_i64 v_%s = v_%s_lo; v_%s < v_%s_end; ++v_%s) {", s->name, s->name, s->name, s->name, s->name);
+    E->indent++;
+    E->shared[E->nshared++] = s->name;
+    tile_block(E, s->body, s->nbody);
+    E->nshared--;
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
+static void tile_block(emitter *E, tk_stmt **body, int n) {
+    int i = 0;
+    while (i < n) {
+        if (body[i]->kind != TK_S_FOR) {
+            int k = i;
+            while (k < n && body[k]->kind != TK_S_FOR) k++;
+            lane_open(E, 1);
+            lane_stmts(E, body + i, k - i);
+            lane_close(E);
+            i = k;
+            continue;
+        }
+        const tk_stmt *s = body[i++];
+        if (lane_invariant(E, s->lo) && lane_invariant(E, s->hi)) tile_shared_for(E, s);
+        else tile_lane_for(E, s);
+    }
+}
+
+/* One tile: the per-lane locals of every copy, then the body. */
+static void tile(emitter *E) {
+    line(E, "{");
+    E->indent++;
+    for (int r = 0; r < E->op->nlocals; r++) {
+        if (!E->arr[r]) continue;
+        for (int g = 0; g < E->ngroup; g++)
+            line(E, "%s v_%s_%d[%d];", k_vctype[E->op->locals[r].type], E->op->locals[r].name, g, E->lanes);
+    }
+    tile_block(E, E->op->decl->body, E->op->decl->nbody);
+    E->copy = -1;
+    E->indent--;
+    line(E, "}");
+}
+
 static void block(emitter *E, tk_stmt **body, int n) {
     for (int i = 0; i < n; i++) {
         const tk_stmt *s = body[i];
@@ -701,7 +1149,16 @@ static void decompose(emitter *E, int skip_last) {
     const tk_opdecl *d = op->decl;
     const char *A = E->tg->args;
     line(E, "tk_i64 r = lin;");
-    for (int i = d->nloop - 1; i >= 0; i--) {
+    /* with lane-tile groups the kernel walks its index space with the group
+     * dim next to the innermost one (any order covers it; the rows of a group
+     * become neighbours) */
+    int order[TK_MAX_DIMS + 1], k = 0;
+    if (d->nloop > 0) order[k++] = d->nloop - 1;
+    if (E->ngroup > 1) order[k++] = E->gdim;
+    for (int i = d->nloop - 2; i >= 0; i--)
+        if (!(E->ngroup > 1 && i == E->gdim)) order[k++] = i;
+    for (int o = 0; o < d->nloop; o++) {
+        int i = order[o];
         const char *v = d->loop_vars[i];
         if (i == d->nloop - 1 && skip_last) line(E, "tk_i64 v_%s = r %% n_%s;", v, v);
         else line(E, "const tk_i64 v_%s = r %% n_%s;", v, v);
@@ -950,7 +1407,41 @@ static void cpu_loop(emitter *E) {
             for (int i = 0; i < E->nmemo; i++) line(E, "tk_divmemo tk_dm%d = {0, 0, 0, 0, 0};", i);
         line(E, "const tk_i64 stop = end - lin < n_%s - v_%s ? end : lin + (n_%s - v_%s);", v, v, v, v);
         if (E->segmented) segments(E);
-        if (E->ncopies > 1) {
+        if (E->lanes) {
+            int G = E->ngroup;
+            const char *gv = d->loop_vars[E->gdim];
+            if (G > 1) {
+                line(E, "if (v_%s == 0 && v_%s <= n_%s - %d && (end - lin) / %d >= n_%s) {", v, gv, gv, G, G, v);
+                E->indent++;
+                line(E, "for (; v_%s <= n_%s - %d; v_%s += %d)", v, v, E->lanes, v, E->lanes);
+                E->indent++;
+                tile(E);
+                E->indent--;
+                line(E, "for (; v_%s < n_%s; ++v_%s) {", v, v, v);
+                E->indent++;
+                for (int g = 0; g < G; g++) {
+                    E->copy = g;
+                    line(E, "{");
+                    E->indent++;
+                    block(E, d->body, d->nbody);
+                    E->indent--;
+                    line(E, "}");
+                }
+                E->copy = -1;
+                E->indent--;
+                line(E, "}");
+                line(E, "lin += %d * n_%s;", G, v);
+                line(E, "continue;");
+                E->indent--;
+                line(E, "}");
+                E->ngroup = 1;
+            }
+            line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d)", E->lanes, E->lanes, v, E->lanes);
+            E->indent++;
+            tile(E);
+            E->indent--;
+            E->ngroup = G;
+        } else if (E->ncopies > 1) {
             line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d) {", E->ncopies, E->ncopies, v, E->ncopies);
             E->indent++;
             jammed_body(E);
@@ -1004,8 +1495,16 @@ static void cpu_kernel(emitter *E) {
     tk_buf_puts(E->b, ") {\n");
     E->indent = 1;
     prologue(E);
-    E->ncopies = !E->plain && has_top_level_for(E->op->decl) && E->op->decl->nloop > 0 ? 4 : 1;
-    plan_run(E);
+    E->lanes = 0;
+    E->ngroup = 1;
+    E->gdim = E->op->decl->nloop - 1;
+    if (!lane_plan(E)) {
+        E->lanes = 0;
+        E->ngroup = 1;
+        E->gdim = E->op->decl->nloop - 1;
+        E->ncopies = !E->plain && has_top_level_for(E->op->decl) && E->op->decl->nloop > 0 ? 4 : 1;
+        plan_run(E);
+    }
     cpu_loop(E);
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
@@ -1089,6 +1588,8 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
         E.ftype = tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32;
         E.copy = -1;
         E.ncopies = 1;
+        E.gdim = op->decl->nloop - 1;
+        E.ngroup = 1;
         E.plain = (flags & TK_EMIT_PLAIN) != 0;
         kernel(&E);
     }

@@ -84,7 +84,9 @@ static int guards_intact(const buffer *b, unsigned char fill) {
 static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
     const tk_opdecl *d = opt->decl;
     int64_t dimsize[TK_MAX_INTS];
-    for (int j = 0; j < opt->ndims; j++) dimsize[j] = rand_in(1, 9);
+    /* small sizes, and sometimes sizes that fill lane tiles (16 elements)
+     * and groups of rows (8) with remainders */
+    for (int j = 0; j < opt->ndims; j++) dimsize[j] = rand_in(0, 2) ? rand_in(1, 9) : rand_in(10, 34);
     int nb = (int)rand_in(0, 2);
     int64_t bsize[2] = {rand_in(1, 3), rand_in(1, 3)};
     tk_arg args[32];
@@ -139,8 +141,11 @@ static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
             CHECK(tk_set_output(&c1, o, tk_view(p1, c1.out_dtype[o], c1.out_ndim[o], c1.out_sizes[o], strides)) == TK_OK);
             CHECK(tk_set_output(&c2, o, tk_view(p2, c2.out_dtype[o], c2.out_ndim[o], c2.out_sizes[o], strides)) == TK_OK);
         }
+        /* chunks as at::parallel_for makes them (large), and small ones
+         * that start and end anywhere */
+        int64_t chunk = rand_in(0, 1) ? 40 : rand_in(1, c1.kargs.numel > 1 ? c1.kargs.numel : 1);
         for (int64_t b = 0; b < c1.kargs.numel;) {
-            int64_t e = b + rand_in(1, 40);
+            int64_t e = b + rand_in(1, chunk);
             if (e > c1.kargs.numel) e = c1.kargs.numel;
             CHECK(tk_run_cpu(&c1, b, e) == TK_OK);
             b = e;

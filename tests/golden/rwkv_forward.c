@@ -20,90 +20,376 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            float v_s_0 = p_eps;
-            float v_s_1 = p_eps;
-            float v_s_2 = p_eps;
-            float v_s_3 = p_eps;
-            {
-                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
-                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
-                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
-                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                        v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                        v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                        v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                        v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_3[tk_j]);
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_4[tk_j]);
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_5[tk_j]);
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_6[tk_j]);
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_7[tk_j]);
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_0);
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_1);
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_2);
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_3);
+                }
+                {
+                    float v_s_4 = p_eps;
+                    {
+                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                            v_s_4 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_4);
+                }
+                {
+                    float v_s_5 = p_eps;
+                    {
+                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                            v_s_5 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_5);
+                }
+                {
+                    float v_s_6 = p_eps;
+                    {
+                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                            v_s_6 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_6);
+                }
+                {
+                    float v_s_7 = p_eps;
+                    {
+                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                            v_s_7 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_7);
+                }
             }
-            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_0);
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = tk_f32_to_f16(v_s_1);
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = tk_f32_to_f16(v_s_2);
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = tk_f32_to_f16(v_s_3);
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+            {
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
@@ -147,90 +433,376 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            float v_s_0 = p_eps;
-            float v_s_1 = p_eps;
-            float v_s_2 = p_eps;
-            float v_s_3 = p_eps;
-            {
-                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
-                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
-                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
-                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                        v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                        v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                        v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                        v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_7[tk_j]);
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_3);
+                }
+                {
+                    float v_s_4 = p_eps;
+                    {
+                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                            v_s_4 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_4);
+                }
+                {
+                    float v_s_5 = p_eps;
+                    {
+                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                            v_s_5 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_5);
+                }
+                {
+                    float v_s_6 = p_eps;
+                    {
+                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                            v_s_6 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_6);
+                }
+                {
+                    float v_s_7 = p_eps;
+                    {
+                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                            v_s_7 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_7);
+                }
             }
-            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_0);
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = tk_f32_to_bf16(v_s_1);
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = tk_f32_to_bf16(v_s_2);
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = tk_f32_to_bf16(v_s_3);
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+            {
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
@@ -274,90 +846,376 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            float v_s_0 = p_eps;
-            float v_s_1 = p_eps;
-            float v_s_2 = p_eps;
-            float v_s_3 = p_eps;
-            {
-                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
-                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
-                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
-                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_7[tk_j];
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_1;
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_2;
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_3;
+                }
+                {
+                    float v_s_4 = p_eps;
+                    {
+                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                            v_s_4 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_4;
+                }
+                {
+                    float v_s_5 = p_eps;
+                    {
+                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                            v_s_5 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_5;
+                }
+                {
+                    float v_s_6 = p_eps;
+                    {
+                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                            v_s_6 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_6;
+                }
+                {
+                    float v_s_7 = p_eps;
+                    {
+                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                            v_s_7 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_7;
+                }
             }
-            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = v_s_1;
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = v_s_2;
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = v_s_3;
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+            {
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
@@ -401,90 +1259,376 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            double v_s_0 = p_eps;
-            double v_s_1 = p_eps;
-            double v_s_2 = p_eps;
-            double v_s_3 = p_eps;
-            {
-                const tk_i64 lo_0 = 0, hi_0 = (v_t + 1LL);
-                const tk_i64 lo_1 = 0, hi_1 = ((v_t + 1) + 1LL);
-                const tk_i64 lo_2 = 0, hi_2 = ((v_t + 2) + 1LL);
-                const tk_i64 lo_3 = 0, hi_3 = ((v_t + 3) + 1LL);
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 8; v_t += 8)
+                {
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
+                    double v_s_4[8];
+                    double v_s_5[8];
+                    double v_s_6[8];
+                    double v_s_7[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                        v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                        v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 1) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                        v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 2) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                        v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 3) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_7[tk_j];
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    double v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+                }
+                {
+                    double v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_1;
+                }
+                {
+                    double v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_2;
+                }
+                {
+                    double v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_3;
+                }
+                {
+                    double v_s_4 = p_eps;
+                    {
+                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                            v_s_4 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_4;
+                }
+                {
+                    double v_s_5 = p_eps;
+                    {
+                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                            v_s_5 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_5;
+                }
+                {
+                    double v_s_6 = p_eps;
+                    {
+                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                            v_s_6 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_6;
+                }
+                {
+                    double v_s_7 = p_eps;
+                    {
+                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                            v_s_7 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_7;
+                }
             }
-            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 1) * s_out_2] = v_s_1;
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 2) * s_out_2] = v_s_2;
-            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + 3) * s_out_2] = v_s_3;
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 8 <= stop; lin += 8, v_t += 8)
+            {
+                double v_s_0[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[8], tk_hr0[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = p_eps;
             {
@@ -533,89 +1677,90 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
         r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_j - v_j ? end : lin + (n_j - v_j);
-        for (; lin + 4 <= stop; lin += 4, v_j += 4) {
-            float v_s_0 = 0.0f;
-            float v_s_1 = 0.0f;
-            float v_s_2 = 0.0f;
-            float v_s_3 = 0.0f;
+        for (; lin + 16 <= stop; lin += 16, v_j += 16)
             {
-                const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                    {
-                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
-                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
-                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
-                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
-                        tk_i64 lo = lo_0, hi = hi_0;
-                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                        if (lo <= hi) {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                                v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                }
+                {
+                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_j + (15 - tk_j)) + 1LL);
                             }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                                v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                            double tk_work = 0;
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                }
                             }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                                v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                                v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                                v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                                v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                                v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                                v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                                v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        } else {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                                v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                                v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                                v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                                v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            } else if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
                 }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (15 - tk_j)) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                }
             }
-            t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s_0);
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 1) * s_grad_w_1] = tk_f32_to_f16(v_s_1);
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 2) * s_grad_w_1] = tk_f32_to_f16(v_s_2);
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 3) * s_grad_w_1] = tk_f32_to_f16(v_s_3);
-        }
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
@@ -667,89 +1812,90 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
         r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_j - v_j ? end : lin + (n_j - v_j);
-        for (; lin + 4 <= stop; lin += 4, v_j += 4) {
-            float v_s_0 = 0.0f;
-            float v_s_1 = 0.0f;
-            float v_s_2 = 0.0f;
-            float v_s_3 = 0.0f;
+        for (; lin + 16 <= stop; lin += 16, v_j += 16)
             {
-                const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                    {
-                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
-                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
-                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
-                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
-                        tk_i64 lo = lo_0, hi = hi_0;
-                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                        if (lo <= hi) {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                                v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                }
+                {
+                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_j + (15 - tk_j)) + 1LL);
                             }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                                v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                            double tk_work = 0;
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                }
                             }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                                v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                                v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                                v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                                v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                                v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                                v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                                v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        } else {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                                v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                                v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                                v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                                v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            } else if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
                 }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (15 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                }
             }
-            t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s_0);
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 1) * s_grad_w_1] = tk_f32_to_bf16(v_s_1);
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 2) * s_grad_w_1] = tk_f32_to_bf16(v_s_2);
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 3) * s_grad_w_1] = tk_f32_to_bf16(v_s_3);
-        }
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
@@ -801,89 +1947,90 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
         r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_j - v_j ? end : lin + (n_j - v_j);
-        for (; lin + 4 <= stop; lin += 4, v_j += 4) {
-            float v_s_0 = 0.0f;
-            float v_s_1 = 0.0f;
-            float v_s_2 = 0.0f;
-            float v_s_3 = 0.0f;
+        for (; lin + 16 <= stop; lin += 16, v_j += 16)
             {
-                const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                    {
-                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
-                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
-                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
-                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
-                        tk_i64 lo = lo_0, hi = hi_0;
-                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                        if (lo <= hi) {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                }
+                {
+                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_j + (15 - tk_j)) + 1LL);
                             }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                            double tk_work = 0;
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                }
                             }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        } else {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            } else if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
                 }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (15 - tk_j)) * s_grad_w_1] = v_s_0[tk_j];
+                }
             }
-            t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s_0;
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 1) * s_grad_w_1] = v_s_1;
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 2) * s_grad_w_1] = v_s_2;
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 3) * s_grad_w_1] = v_s_3;
-        }
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
@@ -935,89 +2082,90 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
         r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_j - v_j ? end : lin + (n_j - v_j);
-        for (; lin + 4 <= stop; lin += 4, v_j += 4) {
-            double v_s_0 = 0.0;
-            double v_s_1 = 0.0;
-            double v_s_2 = 0.0;
-            double v_s_3 = 0.0;
+        for (; lin + 8 <= stop; lin += 8, v_j += 8)
             {
-                const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                    {
-                        const tk_i64 lo_0 = 0, hi_0 = (v_j + 1LL);
-                        const tk_i64 lo_1 = 0, hi_1 = ((v_j + 1) + 1LL);
-                        const tk_i64 lo_2 = 0, hi_2 = ((v_j + 2) + 1LL);
-                        const tk_i64 lo_3 = 0, hi_3 = ((v_j + 3) + 1LL);
-                        tk_i64 lo = lo_0, hi = hi_0;
-                        lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                        lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                        lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                        if (lo <= hi) {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < lo; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                double v_s_0[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = 0.0;
+                }
+                {
+                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        {
+                            tk_i64 tk_lo0[8], tk_hi0[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_j + (7 - tk_j)) + 1LL);
                             }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < lo; ++v_u) {
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                            double tk_work = 0;
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                }
                             }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < lo; ++v_u) {
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < lo; ++v_u) {
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                            for (tk_i64 v_u = lo; v_u < hi; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = hi; v_u < hi_0; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = hi; v_u < hi_1; ++v_u) {
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = hi; v_u < hi_2; ++v_u) {
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = hi; v_u < hi_3; ++v_u) {
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        } else {
-                            #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = lo_0; v_u < hi_0; ++v_u) {
-                                v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = lo_1; v_u < hi_1; ++v_u) {
-                                v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 1)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = lo_2; v_u < hi_2; ++v_u) {
-                                v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 2)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = lo_3; v_u < hi_3; ++v_u) {
-                                v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 3)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            } else if (tk_mn < tk_mx) {
+                                int tk_lr0[8], tk_hr0[8];
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
                 }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (7 - tk_j)) * s_grad_w_1] = v_s_0[tk_j];
+                }
             }
-            t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s_0;
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 1) * s_grad_w_1] = v_s_1;
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 2) * s_grad_w_1] = v_s_2;
-            t_grad_w[v_c * s_grad_w_0 + (v_j + 3) * s_grad_w_1] = v_s_3;
-        }
         for (; lin < stop; ++lin, ++v_j) {
             double v_s = 0.0;
             {
@@ -1067,90 +2215,384 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            float v_s_0 = 0.0f;
-            float v_s_1 = 0.0f;
-            float v_s_2 = 0.0f;
-            float v_s_3 = 0.0f;
-            {
-                const tk_i64 lo_0 = v_t, hi_0 = d_T;
-                const tk_i64 lo_1 = (v_t + 1), hi_1 = d_T;
-                const tk_i64 lo_2 = (v_t + 2), hi_2 = d_T;
-                const tk_i64 lo_3 = (v_t + 3), hi_3 = d_T;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < lo; ++v_t2) {
-                        v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                        v_s_4[tk_j] = 0.0f;
+                        v_s_5[tk_j] = 0.0f;
+                        v_s_6[tk_j] = 0.0f;
+                        v_s_7[tk_j] = 0.0f;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < lo; ++v_t2) {
-                        v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < lo; ++v_t2) {
-                        v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < lo; ++v_t2) {
-                        v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_t2 = lo; v_t2 < hi; ++v_t2) {
-                        v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                        v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
-                        v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                        v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_3[tk_j]);
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_4[tk_j]);
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_5[tk_j]);
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_6[tk_j]);
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_7[tk_j]);
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_0);
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_1);
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_2);
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_3);
+                }
+                {
+                    float v_s_4 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_4 = d_T;
+                        const tk_i64 v_t2_lo_4 = v_t;
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                            v_s_4 += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_4);
+                }
+                {
+                    float v_s_5 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_5 = d_T;
+                        const tk_i64 v_t2_lo_5 = v_t;
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                            v_s_5 += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_5);
+                }
+                {
+                    float v_s_6 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_6 = d_T;
+                        const tk_i64 v_t2_lo_6 = v_t;
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                            v_s_6 += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_6);
+                }
+                {
+                    float v_s_7 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_7 = d_T;
+                        const tk_i64 v_t2_lo_7 = v_t;
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                            v_s_7 += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_7);
+                }
             }
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_0);
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 1) * s_grad_k_2] = tk_f32_to_f16(v_s_1);
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 2) * s_grad_k_2] = tk_f32_to_f16(v_s_2);
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 3) * s_grad_k_2] = tk_f32_to_f16(v_s_3);
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+            {
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
@@ -1194,90 +2636,384 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            float v_s_0 = 0.0f;
-            float v_s_1 = 0.0f;
-            float v_s_2 = 0.0f;
-            float v_s_3 = 0.0f;
-            {
-                const tk_i64 lo_0 = v_t, hi_0 = d_T;
-                const tk_i64 lo_1 = (v_t + 1), hi_1 = d_T;
-                const tk_i64 lo_2 = (v_t + 2), hi_2 = d_T;
-                const tk_i64 lo_3 = (v_t + 3), hi_3 = d_T;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < lo; ++v_t2) {
-                        v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                        v_s_4[tk_j] = 0.0f;
+                        v_s_5[tk_j] = 0.0f;
+                        v_s_6[tk_j] = 0.0f;
+                        v_s_7[tk_j] = 0.0f;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < lo; ++v_t2) {
-                        v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < lo; ++v_t2) {
-                        v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < lo; ++v_t2) {
-                        v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_t2 = lo; v_t2 < hi; ++v_t2) {
-                        v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                        v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
-                        v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                        v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]));
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]));
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_7[tk_j]);
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_3);
+                }
+                {
+                    float v_s_4 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_4 = d_T;
+                        const tk_i64 v_t2_lo_4 = v_t;
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                            v_s_4 += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_4);
+                }
+                {
+                    float v_s_5 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_5 = d_T;
+                        const tk_i64 v_t2_lo_5 = v_t;
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                            v_s_5 += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_5);
+                }
+                {
+                    float v_s_6 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_6 = d_T;
+                        const tk_i64 v_t2_lo_6 = v_t;
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                            v_s_6 += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_6);
+                }
+                {
+                    float v_s_7 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_7 = d_T;
+                        const tk_i64 v_t2_lo_7 = v_t;
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                            v_s_7 += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_7);
+                }
             }
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_0);
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 1) * s_grad_k_2] = tk_f32_to_bf16(v_s_1);
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 2) * s_grad_k_2] = tk_f32_to_bf16(v_s_2);
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 3) * s_grad_k_2] = tk_f32_to_bf16(v_s_3);
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+            {
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
@@ -1321,90 +3057,384 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            float v_s_0 = 0.0f;
-            float v_s_1 = 0.0f;
-            float v_s_2 = 0.0f;
-            float v_s_3 = 0.0f;
-            {
-                const tk_i64 lo_0 = v_t, hi_0 = d_T;
-                const tk_i64 lo_1 = (v_t + 1), hi_1 = d_T;
-                const tk_i64 lo_2 = (v_t + 2), hi_2 = d_T;
-                const tk_i64 lo_3 = (v_t + 3), hi_3 = d_T;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < lo; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                        v_s_4[tk_j] = 0.0f;
+                        v_s_5[tk_j] = 0.0f;
+                        v_s_6[tk_j] = 0.0f;
+                        v_s_7[tk_j] = 0.0f;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < lo; ++v_t2) {
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < lo; ++v_t2) {
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < lo; ++v_t2) {
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_t2 = lo; v_t2 < hi; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_4[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_5[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_7[tk_j];
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_1;
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_2;
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_3;
+                }
+                {
+                    float v_s_4 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_4 = d_T;
+                        const tk_i64 v_t2_lo_4 = v_t;
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                            v_s_4 += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_4;
+                }
+                {
+                    float v_s_5 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_5 = d_T;
+                        const tk_i64 v_t2_lo_5 = v_t;
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                            v_s_5 += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_5;
+                }
+                {
+                    float v_s_6 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_6 = d_T;
+                        const tk_i64 v_t2_lo_6 = v_t;
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                            v_s_6 += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_6;
+                }
+                {
+                    float v_s_7 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_7 = d_T;
+                        const tk_i64 v_t2_lo_7 = v_t;
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                            v_s_7 += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_7;
+                }
             }
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 1) * s_grad_k_2] = v_s_1;
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 2) * s_grad_k_2] = v_s_2;
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 3) * s_grad_k_2] = v_s_3;
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+            {
+                float v_s_0[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
@@ -1448,90 +3478,384 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
         tk_i64 r = lin;
         tk_i64 v_t = r % n_t;
         r /= n_t;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
         const tk_i64 v_b = r % n_b;
         r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
-        for (; lin + 4 <= stop; lin += 4, v_t += 4) {
-            double v_s_0 = 0.0;
-            double v_s_1 = 0.0;
-            double v_s_2 = 0.0;
-            double v_s_3 = 0.0;
-            {
-                const tk_i64 lo_0 = v_t, hi_0 = d_T;
-                const tk_i64 lo_1 = (v_t + 1), hi_1 = d_T;
-                const tk_i64 lo_2 = (v_t + 2), hi_2 = d_T;
-                const tk_i64 lo_3 = (v_t + 3), hi_3 = d_T;
-                tk_i64 lo = lo_0, hi = hi_0;
-                lo = tk_maxi(lo, lo_1), hi = tk_mini(hi, hi_1);
-                lo = tk_maxi(lo, lo_2), hi = tk_mini(hi, hi_2);
-                lo = tk_maxi(lo, lo_3), hi = tk_mini(hi, hi_3);
-                if (lo <= hi) {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < lo; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 8; v_t += 8)
+                {
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
+                    double v_s_4[8];
+                    double v_s_5[8];
+                    double v_s_6[8];
+                    double v_s_7[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0;
+                        v_s_1[tk_j] = 0.0;
+                        v_s_2[tk_j] = 0.0;
+                        v_s_3[tk_j] = 0.0;
+                        v_s_4[tk_j] = 0.0;
+                        v_s_5[tk_j] = 0.0;
+                        v_s_6[tk_j] = 0.0;
+                        v_s_7[tk_j] = 0.0;
                     }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < lo; ++v_t2) {
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < lo; ++v_t2) {
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < lo; ++v_t2) {
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0, v_s_1, v_s_2, v_s_3)
-                    for (tk_i64 v_t2 = lo; v_t2 < hi; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = hi; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
-                    }
-                } else {
-                    #pragma omp simd reduction(+:v_s_0)
-                    for (tk_i64 v_t2 = lo_0; v_t2 < hi_0; ++v_t2) {
-                        v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_1)
-                    for (tk_i64 v_t2 = lo_1; v_t2 < hi_1; ++v_t2) {
-                        v_s_1 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 1)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_2)
-                    for (tk_i64 v_t2 = lo_2; v_t2 < hi_2; ++v_t2) {
-                        v_s_2 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 2)) * s_w_1]);
-                    }
-                    #pragma omp simd reduction(+:v_s_3)
-                    for (tk_i64 v_t2 = lo_3; v_t2 < hi_3; ++v_t2) {
-                        v_s_3 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 3)) * s_w_1]);
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_4[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_5[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_7[tk_j];
                     }
                 }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    double v_s_0 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
+                }
+                {
+                    double v_s_1 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_1;
+                }
+                {
+                    double v_s_2 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_2;
+                }
+                {
+                    double v_s_3 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_3;
+                }
+                {
+                    double v_s_4 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_4 = d_T;
+                        const tk_i64 v_t2_lo_4 = v_t;
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                            v_s_4 += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_4;
+                }
+                {
+                    double v_s_5 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_5 = d_T;
+                        const tk_i64 v_t2_lo_5 = v_t;
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                            v_s_5 += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_5;
+                }
+                {
+                    double v_s_6 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_6 = d_T;
+                        const tk_i64 v_t2_lo_6 = v_t;
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                            v_s_6 += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_6;
+                }
+                {
+                    double v_s_7 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_7 = d_T;
+                        const tk_i64 v_t2_lo_7 = v_t;
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                            v_s_7 += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_7;
+                }
             }
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 1) * s_grad_k_2] = v_s_1;
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 2) * s_grad_k_2] = v_s_2;
-            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + 3) * s_grad_k_2] = v_s_3;
+            lin += 8 * n_t;
+            continue;
         }
+        for (; lin + 8 <= stop; lin += 8, v_t += 8)
+            {
+                double v_s_0[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = 0.0;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[8], tk_hr0[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        if (tk_L < tk_H) {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                            }
+                        } else {
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                }
+            }
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = 0.0;
             {
