@@ -50,7 +50,10 @@ typedef struct emitter {
     int lanes;                      /* V; 0: no lane tiles */
     int ngroup;                     /* G; 1: no group */
     int in_lane;                    /* emitting inside a lane loop */
-    int lane_rev;                   /* lane tk_j is element V - 1 - tk_j of the tile */
+    int lane_rev;                   /* lane tk_j is element V - 1 - tk_j of its block */
+    int nblocks;                    /* R: blocks of V lanes per tile (copies along the innermost dim) */
+    int gcopy, rcopy;               /* the copy being emitted: group row g, lane block r */
+    const char *mask;               /* assignments take effect only where this holds */
     unsigned char arr[TK_MAX_LOCALS];   /* local held per lane (an array) */
 } emitter;
 
@@ -127,8 +130,13 @@ static void float_lit(emitter *E, double v, tk_vtype t) {
 static void loop_var(emitter *E, const char *name) {
     const tk_opdecl *d = E->op->decl;
     if (E->in_lane && strcmp(name, d->loop_vars[d->nloop - 1]) == 0) {
-        if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d - tk_j))", name, E->lanes - 1);
+        int off = E->rcopy * E->lanes;
+        if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d - tk_j))", name, off + E->lanes - 1);
+        else if (off) tk_buf_printf(E->b, "(v_%s + (%d + tk_j))", name, off);
         else tk_buf_printf(E->b, "(v_%s + tk_j)", name);
+    } else if (E->lanes && strcmp(name, d->loop_vars[E->gdim]) == 0) {
+        if (E->gcopy > 0) tk_buf_printf(E->b, "(v_%s + %d)", name, E->gcopy);
+        else tk_buf_printf(E->b, "v_%s", name);
     } else if (E->copy > 0 && strcmp(name, d->loop_vars[E->gdim]) == 0)
         tk_buf_printf(E->b, "(v_%s + %d)", name, E->copy);
     else
@@ -323,8 +331,46 @@ static void begin_line(emitter *E) {
     for (int i = 0; i < E->indent; i++) tk_buf_puts(E->b, "    ");
 }
 
+/* A masked assignment (lane tiles): name = mask ? value : name, where
+ * value is what the assignment computes; a declared temporary gets 0 where
+ * the mask is off (it is only read under the same mask). */
+static void masked_assign(emitter *E, const tk_stmt *s) {
+    tk_vtype lt = E->op->locals[s->ref].type;
+    begin_line(E);
+    if (s->declares && !(E->in_lane && E->arr[s->ref])) {
+        tk_buf_printf(E->b, "%s ", k_vctype[lt]);
+        local_name(E, s->name, s->ref);
+        tk_buf_printf(E->b, " = (%s) ? (", E->mask);
+        expr(E, s->value, lt);
+        tk_buf_printf(E->b, ") : (%s)0;\n", k_vctype[lt]);
+        return;
+    }
+    local_name(E, s->name, s->ref);
+    tk_buf_printf(E->b, " = (%s) ? ", E->mask);
+    if (s->op == TK_OPC_NONE) {
+        tk_buf_puts(E->b, "(");
+        expr(E, s->value, lt);
+        tk_buf_puts(E->b, ")");
+    } else {
+        tk_vtype r = lt > s->value->vtype ? lt : s->value->vtype;
+        if (s->op == TK_OPC_DIV && !is_float_vt(r)) r = E->ftype;
+        tk_buf_printf(E->b, "(%s)((%s)", k_vctype[lt], k_vctype[r]);
+        local_name(E, s->name, s->ref);
+        tk_buf_printf(E->b, " %s (", tk_opc_text(s->op));
+        expr(E, s->value, r);
+        tk_buf_puts(E->b, "))");
+    }
+    tk_buf_puts(E->b, " : ");
+    local_name(E, s->name, s->ref);
+    tk_buf_puts(E->b, ";\n");
+}
+
 static void assign(emitter *E, const tk_stmt *s) {
     tk_vtype lt = E->op->locals[s->ref].type;
+    if (E->mask) {
+        masked_assign(E, s);
+        return;
+    }
     begin_line(E);
     if (s->declares) {
         if (!(E->in_lane && E->arr[s->ref])) tk_buf_printf(E->b, "%s ", k_vctype[lt]);
@@ -837,12 +883,28 @@ static int lane_plan(emitter *E) {
      * backwards when the reads in lane loops mostly do, so that they load
      * ascending memory */
     E->lanes = vec;
+    /* copies: about 8 independent accumulator vectors (two FMA pipes of
+     * 4 cycles), a group row's broadcast feeding R lane blocks */
+    int r = 8 / (nacc * E->ngroup);
+    E->nblocks = 1;   /* blocks of lanes beyond one vector do not stay in registers yet */
+    (void)r;
     int dir = 0;
     for (int k = 0; k < li.nloops; k++)
         dir += lane_dir_stmts(li.loops[k]->body, li.loops[k]->nbody, d->loop_vars[d->nloop - 1]);
     E->lane_rev = dir < 0;
     return 1;
 }
+
+/* Selects copy c of a tile: group row c / R, lane block c % R. */
+static void set_copy(emitter *E, int c) {
+    E->copy = c;
+    E->gcopy = c / E->nblocks;
+    E->rcopy = c % E->nblocks;
+}
+
+/* The bound set of copy c: one per lane block when bounds ignore the
+ * group row, else one per copy. */
+static int bound_set(const emitter *E, int c, int nb) { return nb == E->nblocks ? c % E->nblocks : c; }
 
 static void lane_open(emitter *E, int simd) {
     if (simd) line(E, "#pragma omp simd");
@@ -860,8 +922,8 @@ static void lane_close(emitter *E) {
 /* Statements for every copy, statement by statement (copies share loads). */
 static void lane_stmts(emitter *E, tk_stmt **body, int n) {
     for (int i = 0; i < n; i++)
-        for (int g = 0; g < E->ngroup; g++) {
-            E->copy = g;
+        for (int c = 0; c < E->ngroup * E->nblocks; c++) {
+            set_copy(E, c);
             block(E, &body[i], 1);
         }
 }
@@ -876,14 +938,29 @@ static void lane_range(emitter *E, const tk_stmt *s, const char *lo, const char 
     E->indent++;
     if (masked) line(E, "const int tk_ur = (int)(v_%s - tk_mn);", s->name);
     lane_open(E, 1);
+    int flat = 1;
+    for (int i = 0; i < s->nbody; i++) flat &= s->body[i]->kind == TK_S_ASSIGN;
     if (!masked) {
         lane_stmts(E, s->body, s->nbody);
+    } else if (flat) {
+        /* assignments only: each selects its new value by the mask (no
+         * masked stores, which would keep the loop from vectorising) */
+        char cond[64];
+        E->mask = cond;
+        for (int i = 0; i < s->nbody; i++)
+            for (int c = 0; c < E->ngroup * E->nblocks; c++) {
+                int k = bound_set(E, c, nb);
+                snprintf(cond, sizeof cond, "tk_lr%d[tk_j] <= tk_ur && tk_ur < tk_hr%d[tk_j]", k, k);
+                set_copy(E, c);
+                block(E, &s->body[i], 1);
+            }
+        E->mask = NULL;
     } else {
-        for (int g = 0; g < E->ngroup; g++) {
-            int k = nb == 1 ? 0 : g;
+        for (int c = 0; c < E->ngroup * E->nblocks; c++) {
+            int k = bound_set(E, c, nb);
             line(E, "if (tk_lr%d[tk_j] <= tk_ur && tk_ur < tk_hr%d[tk_j]) {", k, k);
             E->indent++;
-            E->copy = g;
+            set_copy(E, c);
             block(E, s->body, s->nbody);
             E->indent--;
             line(E, "}");
@@ -919,14 +996,14 @@ static int group_invariant(const emitter *E, const tk_expr *e) {
  * computed, their common part runs unmasked, the rest masked; lanes whose
  * ranges barely overlap (or lie far apart) run one after the other. */
 static void tile_lane_for(emitter *E, const tk_stmt *s) {
-    int G = E->ngroup, V = E->lanes;
-    int nb = group_invariant(E, s->lo) && group_invariant(E, s->hi) ? 1 : G;   /* bound sets */
+    int N = E->ngroup * E->nblocks, V = E->lanes;
+    int nb = group_invariant(E, s->lo) && group_invariant(E, s->hi) ? E->nblocks : N;   /* bound sets */
     line(E, "{");
     E->indent++;
     for (int g = 0; g < nb; g++) line(E, "tk_i64 tk_lo%d[%d], tk_hi%d[%d];", g, V, g, V);
     lane_open(E, 1);
     for (int g = 0; g < nb; g++) {
-        E->copy = g;
+        set_copy(E, g);
         begin_line(E);
         tk_buf_printf(E->b, "tk_lo%d[tk_j] = ", g);
         if (s->lo) expr(E, s->lo, TK_V_INT);
@@ -958,9 +1035,9 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
             "(double)tk_mx - (double)tk_mn > 1e9)) {", V * nb, 4 * V * nb);
     E->indent++;
     lane_open(E, 0);
-    for (int g = 0; g < G; g++) {
-        int k = nb == 1 ? 0 : g;
-        E->copy = g;
+    for (int c = 0; c < N; c++) {
+        int k = bound_set(E, c, nb);
+        set_copy(E, c);
         line(E, "for (tk_i64 v_%s = tk_lo%d[tk_j]; v_%s < tk_hi%d[tk_j]; ++v_%s) {", s->name, k, s->name, k, s->name);
         E->indent++;
         block(E, s->body, s->nbody);
@@ -998,7 +1075,7 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
 
 /* A loop with the same bounds in every lane and copy. */
 static void tile_shared_for(emitter *E, const tk_stmt *s) {
-    E->copy = 0;
+    set_copy(E, 0);
     line(E, "{");
     E->indent++;
     begin_line(E);
@@ -1043,10 +1120,11 @@ static void tile(emitter *E) {
     E->indent++;
     for (int r = 0; r < E->op->nlocals; r++) {
         if (!E->arr[r]) continue;
-        for (int g = 0; g < E->ngroup; g++)
-            line(E, "%s v_%s_%d[%d];", k_vctype[E->op->locals[r].type], E->op->locals[r].name, g, E->lanes);
+        for (int c = 0; c < E->ngroup * E->nblocks; c++)
+            line(E, "%s v_%s_%d[%d];", k_vctype[E->op->locals[r].type], E->op->locals[r].name, c, E->lanes);
     }
     tile_block(E, E->op->decl->body, E->op->decl->nbody);
+    set_copy(E, 0);
     E->copy = -1;
     E->indent--;
     line(E, "}");
@@ -1408,19 +1486,20 @@ static void cpu_loop(emitter *E) {
         line(E, "const tk_i64 stop = end - lin < n_%s - v_%s ? end : lin + (n_%s - v_%s);", v, v, v, v);
         if (E->segmented) segments(E);
         if (E->lanes) {
-            int G = E->ngroup;
+            int G = E->ngroup, step = E->lanes * E->nblocks;
             const char *gv = d->loop_vars[E->gdim];
             if (G > 1) {
                 line(E, "if (v_%s == 0 && v_%s <= n_%s - %d && (end - lin) / %d >= n_%s) {", v, gv, gv, G, G, v);
                 E->indent++;
-                line(E, "for (; v_%s <= n_%s - %d; v_%s += %d)", v, v, E->lanes, v, E->lanes);
+                line(E, "for (; v_%s <= n_%s - %d; v_%s += %d)", v, v, step, v, step);
                 E->indent++;
                 tile(E);
                 E->indent--;
                 line(E, "for (; v_%s < n_%s; ++v_%s) {", v, v, v);
                 E->indent++;
                 for (int g = 0; g < G; g++) {
-                    E->copy = g;
+                    E->copy = E->gcopy = g;
+                    E->rcopy = 0;
                     line(E, "{");
                     E->indent++;
                     block(E, d->body, d->nbody);
@@ -1428,6 +1507,7 @@ static void cpu_loop(emitter *E) {
                     line(E, "}");
                 }
                 E->copy = -1;
+                E->gcopy = 0;
                 E->indent--;
                 line(E, "}");
                 line(E, "lin += %d * n_%s;", G, v);
@@ -1436,7 +1516,7 @@ static void cpu_loop(emitter *E) {
                 line(E, "}");
                 E->ngroup = 1;
             }
-            line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d)", E->lanes, E->lanes, v, E->lanes);
+            line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d)", step, step, v, step);
             E->indent++;
             tile(E);
             E->indent--;
@@ -1496,7 +1576,7 @@ static void cpu_kernel(emitter *E) {
     E->indent = 1;
     prologue(E);
     E->lanes = 0;
-    E->ngroup = 1;
+    E->ngroup = E->nblocks = 1;
     E->gdim = E->op->decl->nloop - 1;
     if (!lane_plan(E)) {
         E->lanes = 0;
@@ -1589,7 +1669,7 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
         E.copy = -1;
         E.ncopies = 1;
         E.gdim = op->decl->nloop - 1;
-        E.ngroup = 1;
+        E.ngroup = E.nblocks = 1;
         E.plain = (flags & TK_EMIT_PLAIN) != 0;
         kernel(&E);
     }

@@ -103,30 +103,14 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -146,30 +130,14 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -177,30 +145,14 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -352,9 +304,7 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -367,9 +317,7 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -377,9 +325,7 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                 }
                             }
                         }
@@ -516,30 +462,14 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -559,30 +489,14 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -590,30 +504,14 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -765,9 +663,7 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -780,9 +676,7 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -790,9 +684,7 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                 }
                             }
                         }
@@ -929,30 +821,14 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -972,30 +848,14 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -1003,30 +863,14 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -1178,9 +1022,7 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -1193,9 +1035,7 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -1203,9 +1043,7 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                 }
                             }
                         }
@@ -1342,30 +1180,14 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -1385,30 +1207,14 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -1416,30 +1222,14 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                     const int tk_ur = (int)(v_u - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -1591,9 +1381,7 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -1606,9 +1394,7 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -1616,9 +1402,7 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                 }
                             }
                         }
@@ -1721,9 +1505,7 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                     for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -1736,9 +1518,7 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 } else {
@@ -1746,9 +1526,7 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -1856,9 +1634,7 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                     for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -1871,9 +1647,7 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 } else {
@@ -1881,9 +1655,7 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -1991,9 +1763,7 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                     for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -2006,9 +1776,7 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 } else {
@@ -2016,9 +1784,7 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -2126,9 +1892,7 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                     for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
@@ -2141,9 +1905,7 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 } else {
@@ -2151,9 +1913,7 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma omp simd
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -2298,30 +2058,14 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -2341,30 +2085,14 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -2372,30 +2100,14 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -2555,9 +2267,7 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -2570,9 +2280,7 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -2580,9 +2288,7 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                 }
                             }
                         }
@@ -2719,30 +2425,14 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -2762,30 +2452,14 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -2793,30 +2467,14 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -2976,9 +2634,7 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -2991,9 +2647,7 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -3001,9 +2655,7 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                 }
                             }
                         }
@@ -3140,30 +2792,14 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -3183,30 +2819,14 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -3214,30 +2834,14 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -3397,9 +3001,7 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -3412,9 +3014,7 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -3422,9 +3022,7 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                 }
                             }
                         }
@@ -3561,30 +3159,14 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -3604,30 +3186,14 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
                                     }
                                 }
                             } else {
@@ -3635,30 +3201,14 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     const int tk_ur = (int)(v_t2 - tk_mn);
                                     #pragma omp simd
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
-                                        if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        }
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
+                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
+                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
                                     }
                                 }
                             }
@@ -3818,9 +3368,7 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                 }
                             }
                             for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
@@ -3833,9 +3381,7 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                 }
                             }
                         } else {
@@ -3843,9 +3389,7 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    if (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                 }
                             }
                         }
