@@ -54,6 +54,17 @@ typedef struct emitter {
     int nblocks;                    /* R: blocks of V lanes per tile (copies along the innermost dim) */
     int gcopy, rcopy;               /* the copy being emitted: group row g, lane block r */
     const char *mask;               /* assignments take effect only where this holds */
+    int lane_fix;                   /* >= 0: lane index printed instead of tk_j (vector addresses) */
+    const char *vmask;              /* explicit vectors: the lane mask of this copy, NULL: all lanes */
+    const tk_expr *vload[16];       /* explicit vectors: reads loaded once per lane block ... */
+    int vload_r[16];                /* ... of this lane block, as tk_ld<i> */
+    int nvload;
+    const tk_expr *row[32];         /* explicit vectors: broadcast reads through a row pointer ... */
+    int row_copy[32];               /* ... of this copy, tk_rp<i> (unit last-dim stride) */
+    int nrow;
+    tk_buf *pre;                    /* functions emitted before the kernel's body (explicit-vector loops) */
+    int nvx;                        /* explicit-vector loops outlined so far */
+    unsigned char unit[64];         /* in an outlined loop: tensors whose last stride is 1 */
     unsigned char arr[TK_MAX_LOCALS];   /* local held per lane (an array) */
 } emitter;
 
@@ -131,9 +142,11 @@ static void loop_var(emitter *E, const char *name) {
     const tk_opdecl *d = E->op->decl;
     if (E->in_lane && strcmp(name, d->loop_vars[d->nloop - 1]) == 0) {
         int off = E->rcopy * E->lanes;
-        if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d - tk_j))", name, off + E->lanes - 1);
-        else if (off) tk_buf_printf(E->b, "(v_%s + (%d + tk_j))", name, off);
-        else tk_buf_printf(E->b, "(v_%s + tk_j)", name);
+        char j[16] = "tk_j";
+        if (E->lane_fix >= 0) snprintf(j, sizeof j, "%d", E->lane_fix);
+        if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d - %s))", name, off + E->lanes - 1, j);
+        else if (off) tk_buf_printf(E->b, "(v_%s + (%d + %s))", name, off, j);
+        else tk_buf_printf(E->b, "(v_%s + %s)", name, j);
     } else if (E->lanes && strcmp(name, d->loop_vars[E->gdim]) == 0) {
         if (E->gcopy > 0) tk_buf_printf(E->b, "(v_%s + %d)", name, E->gcopy);
         else tk_buf_printf(E->b, "v_%s", name);
@@ -172,14 +185,9 @@ static void stride(emitter *E, const tk_param *p, int i) {
     tk_buf_printf(E->b, " * s_%s_%d", p->name, i);
 }
 
-static void tensor_read(emitter *E, const tk_expr *e) {
+/* The element offset of tensor read e from its data pointer. */
+static void tensor_offset(emitter *E, const tk_expr *e) {
     const tk_param *p = param(E, e->ref);
-    tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
-    static const char *const pre[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
-        "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
-    static const char *const post[TK_DTYPE_COUNT] = {
-        " != 0)", "", "", "", "", "", ")", ")", "", ""};
-    tk_buf_printf(E->b, "%st_%s[", pre[dt], p->name);
     if (has_ell(p)) tk_buf_printf(E->b, "o_%s + ", p->name);
     for (int i = 0; i < e->nargs; i++) {
         tk_buf_puts(E->b, i ? " + " : "");
@@ -187,6 +195,27 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         stride(E, p, i);
     }
     if (e->nargs == 0) tk_buf_puts(E->b, "0");
+}
+
+static int row_match(const emitter *E, const tk_expr *e);
+
+static void tensor_read(emitter *E, const tk_expr *e) {
+    const tk_param *p = param(E, e->ref);
+    tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
+    static const char *const pre[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
+        "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
+    static const char *const post[TK_DTYPE_COUNT] = {
+        " != 0)", "", "", "", "", "", ")", ")", "", ""};
+    int r = row_match(E, e);
+    if (r >= 0) {   /* through the copy's row pointer: unit stride along the last dim */
+        tk_buf_printf(E->b, "%stk_rp%d[", pre[dt], r);
+        expr(E, e->args[e->nargs - 1], TK_V_INT);
+        stride(E, p, e->nargs - 1);
+        tk_buf_printf(E->b, "]%s", post[dt]);
+        return;
+    }
+    tk_buf_printf(E->b, "%st_%s[", pre[dt], p->name);
+    tensor_offset(E, e);
     tk_buf_printf(E->b, "]%s", post[dt]);
 }
 
@@ -834,6 +863,8 @@ static int lane_walk(emitter *E, tk_stmt **body, int n, lane_info *li) {
     return 1;
 }
 
+static int vx_loop_ok(emitter *E, const tk_stmt *s);
+
 /* Decides the tile: V lanes, the group dim and G, the locals held per lane.
  * Returns 0 when the body does not fit (then unroll-and-jam applies). */
 static int lane_plan(emitter *E) {
@@ -885,13 +916,21 @@ static int lane_plan(emitter *E) {
     E->lanes = vec;
     /* copies: about 8 independent accumulator vectors (two FMA pipes of
      * 4 cycles), a group row's broadcast feeding R lane blocks */
-    int r = 8 / (nacc * E->ngroup);
-    E->nblocks = 1;   /* blocks of lanes beyond one vector do not stay in registers yet */
-    (void)r;
     int dir = 0;
     for (int k = 0; k < li.nloops; k++)
         dir += lane_dir_stmts(li.loops[k]->body, li.loops[k]->nbody, d->loop_vars[d->nloop - 1]);
     E->lane_rev = dir < 0;
+    /* R lane blocks when every lane loop runs on explicit vectors (which
+     * stay in registers; the omp simd form's arrays do not): about 24
+     * accumulator vectors of the 32 AVX-512 registers, each broadcast of a
+     * group row feeding R of them */
+    E->nblocks = 1;
+    int vx = 1;
+    for (int k = 0; vx && k < li.nloops; k++) vx = vx_loop_ok(E, li.loops[k]);
+    if (vx) {
+        int r = 24 / (nacc * E->ngroup);
+        E->nblocks = r < 1 ? 1 : r > 4 ? 4 : r;
+    }
     return 1;
 }
 
@@ -936,7 +975,9 @@ static void tile_block(emitter *E, tk_stmt **body, int n);
 static void lane_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int masked, int nb) {
     line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
     E->indent++;
-    if (masked) line(E, "const int tk_ur = (int)(v_%s - tk_mn);", s->name);
+    if (masked)
+        line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", E->ftype == TK_V_F64 ? "long long" : "int",
+             E->ftype == TK_V_F64 ? "long long" : "int", s->name);
     lane_open(E, 1);
     int flat = 1;
     for (int i = 0; i < s->nbody; i++) flat &= s->body[i]->kind == TK_S_ASSIGN;
@@ -990,6 +1031,537 @@ static int group_invariant(const emitter *E, const tk_expr *e) {
     for (int i = 0; i < e->nargs; i++)
         if (!group_invariant(E, e->args[i])) return 0;
     return 1;
+}
+
+/* ---- explicit vectors in lane tiles ---------------------------------------------
+ * A lane loop whose body is float arithmetic on lane-contiguous reads of
+ * unit-stride tensors and on values that are the same in every lane is
+ * written with GNU C vectors (TK_VX in tk_kernel.h) instead of an `omp simd`
+ * loop: one vector register per accumulator of each copy, one load per
+ * contiguous read shared by the copies, and the edges of lanes' ranges as
+ * selects under a lane mask. Each lane still sums in the spec's order. The
+ * omp simd form stays for other compilers and non-unit strides. */
+
+/* Whether e has the same value in every lane of a copy (it may differ
+ * between group rows). */
+static int vx_uniform(const emitter *E, const tk_expr *e) {
+    if (!e) return 1;
+    if (e->kind == TK_E_NAME) {
+        const tk_opdecl *d = E->op->decl;
+        int idx;
+        if (strcmp(e->name, d->loop_vars[d->nloop - 1]) == 0) return 0;
+        for (int i = 0; i < d->nloop; i++)
+            if (strcmp(e->name, d->loop_vars[i]) == 0) return 1;
+        if (tk_resolve_header(E->op, e->name, &idx) != TK_SYM_NONE) return 1;
+        for (int i = 0; i < E->nshared; i++)
+            if (strcmp(E->shared[i], e->name) == 0) return 1;
+        return 0;
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (!vx_uniform(E, e->args[i])) return 0;
+    return 1;
+}
+
+/* Whether e's names other than v are uniform (lane_coef takes any term
+ * without v). */
+static int vx_uniform_but(const emitter *E, const tk_expr *e, const char *v) {
+    if (!e) return 1;
+    if (e->kind == TK_E_NAME) return strcmp(e->name, v) == 0 || vx_uniform(E, e);
+    for (int i = 0; i < e->nargs; i++)
+        if (!vx_uniform_but(E, e->args[i], v)) return 0;
+    return 1;
+}
+
+/* Whether tensor read e loads consecutive elements across the lanes (when
+ * its last dim has stride 1): every index uniform but the last, which moves
+ * by +-1 with the innermost loop variable. *dir: +1 when memory ascends with
+ * the lane index, -1 when it descends. */
+static int vx_read(const emitter *E, const tk_expr *e, int *dir) {
+    const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
+    tk_dtype want = E->ftype == TK_V_F64 ? TK_F64 : TK_F32;
+    int64_t c;
+    if (e->kind != TK_E_INDEX || e->nargs == 0 || tk_variant_dtype(E->op, E->variant, e->ref) != want) return 0;
+    for (int i = 0; i < e->nargs - 1; i++)
+        if (!vx_uniform(E, e->args[i])) return 0;
+    const tk_expr *last = e->args[e->nargs - 1];
+    if (!lane_coef(last, v, &c) || (c != 1 && c != -1) || !vx_uniform_but(E, last, v)) return 0;
+    *dir = E->lane_rev ? (int)-c : (int)c;
+    return 1;
+}
+
+/* Whether e can be computed as a vector of the op's float type (or is
+ * uniform, a scalar broadcast where it meets a vector). */
+static int vx_expr_ok(const emitter *E, const tk_expr *e) {
+    int dir;
+    if (vx_uniform(E, e)) return 1;
+    if (e->vtype != E->ftype) return 0;
+    switch (e->kind) {
+    case TK_E_INDEX: return vx_read(E, e, &dir);
+    case TK_E_NAME: return E->op->locals[e->ref].type == E->ftype && !E->op->locals[e->ref].is_loop;
+    case TK_E_UNARY:
+        return (e->op == TK_OPC_NEG || e->op == TK_OPC_POS) && vx_expr_ok(E, e->args[0]);
+    case TK_E_BINARY:
+        if (e->op != TK_OPC_ADD && e->op != TK_OPC_SUB && e->op != TK_OPC_MUL && e->op != TK_OPC_DIV) return 0;
+        for (int i = 0; i < 2; i++)
+            if (!vx_uniform(E, e->args[i]) && (e->args[i]->vtype != E->ftype || !vx_expr_ok(E, e->args[i])))
+                return 0;
+        return 1;
+    default: return 0;
+    }
+}
+
+/* Whether the body of lane loop s can run on explicit vectors. */
+static int vx_loop_ok(emitter *E, const tk_stmt *s) {
+    if (E->tg->gpu || E->nshared == 8) return 0;
+    E->shared[E->nshared++] = s->name;
+    int ok = 1;
+    for (int i = 0; ok && i < s->nbody; i++) {
+        const tk_stmt *a = s->body[i];
+        if (a->kind != TK_S_ASSIGN) {
+            ok = 0;
+            break;
+        }
+        const tk_local *l = &E->op->locals[a->ref];
+        tk_vtype r = a->value->vtype > l->type ? a->value->vtype : l->type;
+        if (a->op == TK_OPC_DIV && !is_float_vt(r)) r = E->ftype;
+        ok = !l->is_loop && l->type == E->ftype && r == E->ftype &&
+             (a->op == TK_OPC_NONE || a->op == TK_OPC_ADD || a->op == TK_OPC_SUB || a->op == TK_OPC_MUL ||
+              a->op == TK_OPC_DIV) &&
+             vx_expr_ok(E, a->value);
+    }
+    E->nshared--;
+    return ok;
+}
+
+static const char *vx_sfx(const emitter *E) { return E->ftype == TK_V_F64 ? "f64" : "f32"; }
+static const char *vx_msfx(const emitter *E) { return E->ftype == TK_V_F64 ? "m64" : "m32"; }
+
+/* Tensor reads of e that load lane vectors: calls fn for each. */
+static void vx_reads(emitter *E, const tk_expr *e, void (*fn)(emitter *, const tk_expr *, void *), void *arg) {
+    int dir;
+    if (!e || vx_uniform(E, e)) return;
+    if (e->kind == TK_E_INDEX && vx_read(E, e, &dir)) {
+        fn(E, e, arg);
+        return;
+    }
+    for (int i = 0; i < e->nargs; i++) vx_reads(E, e->args[i], fn, arg);
+}
+
+static void vx_expr(emitter *E, const tk_expr *e);
+static int expr_equal(const tk_expr *a, const tk_expr *b);
+
+/* A lane vector of tensor read e (masked: only lanes of E->vmask). */
+static void vx_load(emitter *E, const tk_expr *e) {
+    int dir = 1;
+    vx_read(E, e, &dir);
+    const tk_param *p = param(E, e->ref);
+    const char *S = vx_sfx(E);
+    if (dir < 0) tk_buf_printf(E->b, "tk_vrev_%s(", S);
+    E->in_lane = 1;
+    E->lane_fix = dir > 0 ? 0 : E->lanes - 1;   /* the lane at the lowest address */
+    if (E->vmask) {
+        tk_buf_printf(E->b, "tk_vldm_%s(t_%s, ", S, p->name);
+        tensor_offset(E, e);
+        tk_buf_printf(E->b, ", tk_zl_%s, tk_zh_%s, ", p->name, p->name);
+        if (dir < 0) tk_buf_printf(E->b, "tk_vrev_%s(%s))", vx_msfx(E), E->vmask);
+        else tk_buf_printf(E->b, "%s)", E->vmask);
+    } else {
+        tk_buf_printf(E->b, "tk_vld_%s(&t_%s[", S, p->name);
+        tensor_offset(E, e);
+        tk_buf_puts(E->b, "])");
+    }
+    E->lane_fix = -1;
+    E->in_lane = 0;
+    if (dir < 0) tk_buf_puts(E->b, ")");
+}
+
+static void vx_expr(emitter *E, const tk_expr *e) {
+    for (int i = 0; i < E->nvload; i++)
+        if (E->vload_r[i] == E->rcopy && expr_equal(E->vload[i], e)) {
+            tk_buf_printf(E->b, "tk_ld%d", i);
+            return;
+        }
+    if (vx_uniform(E, e)) {
+        expr(E, e, E->ftype);
+        return;
+    }
+    switch (e->kind) {
+    case TK_E_INDEX: vx_load(E, e); break;
+    case TK_E_NAME: tk_buf_printf(E->b, "x_%s_%d", e->name, E->copy); break;
+    case TK_E_UNARY:
+        tk_buf_puts(E->b, e->op == TK_OPC_NEG ? "(-" : "(+");
+        vx_expr(E, e->args[0]);
+        tk_buf_puts(E->b, ")");
+        break;
+    case TK_E_BINARY:
+        tk_buf_puts(E->b, "(");
+        vx_expr(E, e->args[0]);
+        tk_buf_printf(E->b, " %s ", tk_opc_text(e->op));
+        vx_expr(E, e->args[1]);
+        tk_buf_puts(E->b, ")");
+        break;
+    default: break;
+    }
+}
+
+/* A value as a vector: uniform ones are broadcast (exactly, lane by lane). */
+static void vx_value(emitter *E, const tk_expr *e) {
+    if (vx_uniform(E, e)) {
+        tk_buf_printf(E->b, "tk_vsplat_%s(", vx_sfx(E));
+        expr(E, e, E->ftype);
+        tk_buf_puts(E->b, ")");
+    } else {
+        vx_expr(E, e);
+    }
+}
+
+/* One assignment of the current copy; under E->vmask, accumulators keep
+ * their value in lanes that are off (temporaries are only read under the
+ * same mask). */
+static void vx_assign(emitter *E, const tk_stmt *a) {
+    const char *S = vx_sfx(E);
+    begin_line(E);
+    if (a->declares) {
+        tk_buf_printf(E->b, "tk_v%s x_%s_%d = ", S, a->name, E->copy);
+        vx_value(E, a->value);
+    } else if (!E->vmask && a->op == TK_OPC_NONE) {
+        tk_buf_printf(E->b, "x_%s_%d = ", a->name, E->copy);
+        vx_value(E, a->value);
+    } else if (!E->vmask) {
+        tk_buf_printf(E->b, "x_%s_%d %s= ", a->name, E->copy, tk_opc_text(a->op));
+        vx_expr(E, a->value);
+    } else {
+        tk_buf_printf(E->b, "x_%s_%d = tk_vsel_%s(%s, ", a->name, E->copy, S, E->vmask);
+        if (a->op == TK_OPC_NONE) {
+            vx_value(E, a->value);
+        } else {
+            tk_buf_printf(E->b, "x_%s_%d %s ", a->name, E->copy, tk_opc_text(a->op));
+            vx_expr(E, a->value);
+        }
+        tk_buf_printf(E->b, ", x_%s_%d)", a->name, E->copy);
+    }
+    tk_buf_puts(E->b, ";\n");
+}
+
+/* Whether two expressions are the same text (same value in one copy). */
+static int expr_equal(const tk_expr *a, const tk_expr *b) {
+    if (a->kind != b->kind || a->op != b->op || a->nargs != b->nargs || a->ival != b->ival ||
+        a->vtype != b->vtype || memcmp(&a->fval, &b->fval, sizeof a->fval) != 0)
+        return 0;
+    if ((a->name == NULL) != (b->name == NULL) || (a->name && strcmp(a->name, b->name) != 0)) return 0;
+    for (int i = 0; i < a->nargs; i++)
+        if (!expr_equal(a->args[i], b->args[i])) return 0;
+    return 1;
+}
+
+/* Row pointers: a broadcast read (the same element in every lane) whose
+ * last index alone moves with the loop reads through a pointer to its row,
+ * set once per copy before the loop: the loop then keeps one pointer per
+ * row in a register instead of recomputing (or spilling) full offsets. */
+static int row_match(const emitter *E, const tk_expr *e) {
+    for (int i = 0; i < E->nrow; i++) {
+        const tk_expr *r = E->row[i];
+        if (E->row_copy[i] != E->copy || r->ref != e->ref || r->nargs != e->nargs) continue;
+        int same = 1;
+        for (int k = 0; same && k < e->nargs - 1; k++) same = expr_equal(r->args[k], e->args[k]);
+        if (same) return i;
+    }
+    return -1;
+}
+
+static void vx_rows_in(emitter *E, const tk_expr *e, const char *v) {
+    if (!e) return;
+    for (int i = 0; i < e->nargs; i++) vx_rows_in(E, e->args[i], v);
+    if (e->kind != TK_E_INDEX || e->nargs == 0 || E->nrow == 32 || !vx_uniform(E, e) ||
+        !expr_uses(e->args[e->nargs - 1], v) || row_match(E, e) >= 0)
+        return;
+    for (int i = 0; i < e->nargs - 1; i++)
+        if (expr_uses(e->args[i], v)) return;
+    const tk_param *p = param(E, e->ref);
+    begin_line(E);
+    tk_buf_printf(E->b, "const %s *const tk_rp%d = t_%s + (", k_ctype[tk_variant_dtype(E->op, E->variant, e->ref)],
+                  E->nrow, p->name);
+    if (has_ell(p)) tk_buf_printf(E->b, "o_%s + ", p->name);
+    for (int i = 0; i < e->nargs - 1; i++) {
+        tk_buf_puts(E->b, i ? " + " : "");
+        expr(E, e->args[i], TK_V_INT);
+        stride(E, p, i);
+    }
+    if (e->nargs == 1) tk_buf_puts(E->b, "0");
+    tk_buf_puts(E->b, ");\n");
+    E->row[E->nrow] = e;
+    E->row_copy[E->nrow++] = E->copy;
+}
+
+/* Declares the row pointers of every copy for lane loop s. */
+static void vx_rows(emitter *E, const tk_stmt *s) {
+    E->nrow = 0;
+    for (int c = 0; c < E->ngroup * E->nblocks; c++) {
+        set_copy(E, c);
+        for (int i = 0; i < s->nbody; i++) vx_rows_in(E, s->body[i]->value, s->name);
+    }
+}
+
+/* Loads the vector reads of the loop body that all group rows of lane block
+ * r share, once (for copies of bound set k, or all when k < 0). */
+static void vx_hoist_one(emitter *E, const tk_expr *e, void *arg) {
+    int r = *(int *)arg;
+    if (!group_invariant(E, e) || E->nvload == 16) return;
+    for (int i = 0; i < E->nvload; i++)
+        if (E->vload_r[i] == r && expr_equal(E->vload[i], e)) return;
+    set_copy(E, r);
+    begin_line(E);
+    tk_buf_printf(E->b, "const tk_v%s tk_ld%d = ", vx_sfx(E), E->nvload);
+    vx_load(E, e);
+    tk_buf_puts(E->b, ";\n");
+    E->vload[E->nvload] = e;
+    E->vload_r[E->nvload++] = r;
+}
+
+static void vx_hoist(emitter *E, const tk_stmt *s, int k, int nb) {
+    E->nvload = 0;
+    for (int r = 0; r < E->nblocks; r++) {
+        if (k >= 0 && bound_set(E, r, nb) != k) continue;
+        for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_hoist_one, &r);
+    }
+}
+
+static void vx_span(emitter *E, const tk_expr *e, void *arg) {
+    unsigned char *seen = arg;
+    if (e->ref < 0 || e->ref >= 64 || seen[e->ref]) return;
+    seen[e->ref] = 1;
+    const tk_param *p = param(E, e->ref);
+    line(E, "const tk_i64 tk_zl_%s = tk_span_lo(&%st[%d]), tk_zh_%s = tk_span_hi(&%st[%d]);", p->name,
+         E->tg->args, E->op->slot[e->ref], p->name, E->tg->args, E->op->slot[e->ref]);
+}
+
+/* u over [lo, hi) on vectors; masked: lanes outside their own range keep
+ * their values, and a copy with no lane in range does nothing. */
+static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int masked, int nb) {
+    int N = E->ngroup * E->nblocks;
+    line(E, "{");
+    E->indent++;
+    if (masked) {
+        /* set up here, not live across the loop in between */
+        const char *M = vx_msfx(E);
+        unsigned char seen[64] = {0};
+        const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+        for (int k = 0; k < nb; k++) {
+            line(E, "const tk_v%s x_lr%d = tk_vld_%s(tk_lr%d), x_hr%d = tk_vld_%s(tk_hr%d);", M, k, M, k, k, M, k);
+            /* [ua, ub): where any lane of the set may be on (a scalar test
+             * per step; a vector's any-lane reduction is slow) */
+            line(E, "%s tk_ua%d = tk_lr%d[0], tk_ub%d = tk_hr%d[0];", I, k, k, k, k);
+            line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
+            E->indent++;
+            line(E, "tk_ua%d = tk_lr%d[tk_q] < tk_ua%d ? tk_lr%d[tk_q] : tk_ua%d;", k, k, k, k, k);
+            line(E, "tk_ub%d = tk_hr%d[tk_q] > tk_ub%d ? tk_hr%d[tk_q] : tk_ub%d;", k, k, k, k, k);
+            E->indent--;
+            line(E, "}");
+        }
+        for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
+    }
+    line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
+    E->indent++;
+    if (!masked) {
+        vx_hoist(E, s, -1, nb);
+        for (int i = 0; i < s->nbody; i++)
+            for (int c = 0; c < N; c++) {
+                set_copy(E, c);
+                vx_assign(E, s->body[i]);
+            }
+        E->nvload = 0;
+    } else {
+        const char *M = vx_msfx(E);
+        line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", E->ftype == TK_V_F64 ? "long long" : "int",
+             E->ftype == TK_V_F64 ? "long long" : "int", s->name);
+        for (int k = 0; k < nb; k++) {
+            /* lr <= ur < hr from the signs of ur - lr and ur - hr (no vector
+             * compares: GCC lowers those lane by lane in target clones) */
+            line(E, "if (tk_ur >= tk_ua%d && tk_ur < tk_ub%d) {", k, k);
+            E->indent++;
+            line(E, "const tk_v%s tk_m%d = ~((tk_ur - x_lr%d) >> %d) & ((tk_ur - x_hr%d) >> %d);", M, k, k,
+                 E->ftype == TK_V_F64 ? 63 : 31, k, E->ftype == TK_V_F64 ? 63 : 31);
+            char m[16];
+            snprintf(m, sizeof m, "tk_m%d", k);
+            E->vmask = m;
+            if (nb == E->nblocks) vx_hoist(E, s, k, nb);
+            for (int i = 0; i < s->nbody; i++)
+                for (int c = 0; c < N; c++)
+                    if (bound_set(E, c, nb) == k) {
+                        set_copy(E, c);
+                        vx_assign(E, s->body[i]);
+                    }
+            E->vmask = NULL;
+            E->nvload = 0;
+            E->indent--;
+            line(E, "}");
+        }
+    }
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
+static void vx_stride(emitter *E, const tk_expr *e, void *arg) {
+    unsigned char *seen = arg;
+    if (e->ref < 0 || e->ref >= 64 || seen[e->ref]) return;
+    seen[e->ref] = 1;
+    const tk_param *p = param(E, e->ref);
+    tk_buf_printf(E->b, "%ss_%s_%d == 1", E->nconds++ ? " && " : "", p->name, e->nargs - 1);
+}
+
+static int used(const emitter *E, const char *name);
+static void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int), int arg);
+static void prologue(emitter *E);
+
+/* Marks the tensors read through row pointers (see vx_rows_in). */
+static void vx_row_refs(emitter *E, const tk_expr *e, const char *v, unsigned char *seen) {
+    if (!e) return;
+    for (int i = 0; i < e->nargs; i++) vx_row_refs(E, e->args[i], v, seen);
+    if (e->kind != TK_E_INDEX || e->nargs == 0 || e->ref < 0 || e->ref >= 64 || !vx_uniform(E, e) ||
+        !expr_uses(e->args[e->nargs - 1], v))
+        return;
+    for (int i = 0; i < e->nargs - 1; i++)
+        if (expr_uses(e->args[i], v)) return;
+    if (!seen[e->ref]) {
+        const tk_param *p = param(E, e->ref);
+        tk_buf_printf(E->b, "%ss_%s_%d == 1", E->nconds++ ? " && " : "", p->name, e->nargs - 1);
+    }
+    seen[e->ref] = 1;
+}
+
+/* Helper parameters: the innermost strides not known to be 1. */
+static void vx_stride_param(emitter *E, const tk_param *p, int slot, int arg) {
+    (void)slot;
+    for (int i = 0; i < 64 && i < E->op->decl->nparams + E->op->decl->noutputs; i++)
+        if (E->unit[i] && i < E->op->decl->nparams && param(E, i) == p) {
+            if (arg == 2) line(E, "const tk_i64 s_%s_%d = 1;", p->name, tk_explicit_dims(p) - 1);
+            return;
+        }
+    if (arg == 0) tk_buf_printf(E->b, ", tk_i64 s_%s_%d", p->name, tk_explicit_dims(p) - 1);
+    if (arg == 1) tk_buf_printf(E->b, ", s_%s_%d", p->name, tk_explicit_dims(p) - 1);
+}
+
+/* The values an outlined loop takes from the tile: arg 0 prints the
+ * parameter list, 1 the call's arguments. */
+static void vx_args(emitter *E, const tk_stmt *s, const unsigned char *used_local, int nb, int arg) {
+    const tk_op *op = E->op;
+    const tk_opdecl *d = op->decl;
+    const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+    int N = E->ngroup * E->nblocks;
+    tk_buf_puts(E->b, arg ? "a" : "const tk_kargs *a");
+    each_strided(E, vx_stride_param, arg);
+    for (int i = 0; i < d->nloop; i++) tk_buf_printf(E->b, arg ? ", v_%s" : ", tk_i64 v_%s", d->loop_vars[i]);
+    for (int i = 0; i < E->nshared; i++)
+        if (strcmp(E->shared[i], s->name) != 0) tk_buf_printf(E->b, arg ? ", v_%s" : ", tk_i64 v_%s", E->shared[i]);
+    for (int r = 0; r < op->nlocals; r++)
+        if (used_local[r])
+            for (int c = 0; c < N; c++) {
+                tk_buf_puts(E->b, ", ");
+                if (!arg) tk_buf_printf(E->b, "%s *restrict ", k_vctype[op->locals[r].type]);
+                tk_buf_printf(E->b, "v_%s_%d", op->locals[r].name, c);
+            }
+    for (int k = 0; k < nb; k++) {
+        if (arg) tk_buf_printf(E->b, ", tk_lr%d, tk_hr%d", k, k);
+        else tk_buf_printf(E->b, ", const %s *tk_lr%d, const %s *tk_hr%d", I, k, I, k);
+    }
+    tk_buf_puts(E->b, arg ? ", tk_L, tk_H, tk_mn, tk_mx" : ", tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx");
+    if (op->has_ellipsis) {
+        for (int i = 0; i < d->nparams; i++)
+            if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
+                tk_buf_printf(E->b, arg ? ", o_%s" : ", tk_i64 o_%s", param(E, i)->name);
+        for (int i = 0; i < d->noutputs; i++) tk_buf_printf(E->b, arg ? ", o_%s" : ", tk_i64 o_%s", output(E, i)->name);
+    }
+}
+
+/* The whole loop on vectors: `if (unit strides) outlined(...); else`
+ * before the omp simd form (which follows the else). The loop runs in a
+ * function of its own, compiled per instruction set: in the kernel's body,
+ * among its other loops, GCC's register allocator spills the accumulators
+ * and row pointers that a small function keeps in registers. */
+static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
+    int N = E->ngroup * E->nblocks;
+    const char *S = vx_sfx(E);
+    unsigned char used_local[TK_MAX_LOCALS] = {0}, set[TK_MAX_LOCALS] = {0};
+    char fname[160];
+    snprintf(fname, sizeof fname, "%s_vx%d", E->op->kernel_names[E->variant], E->nvx++);
+    for (int r = 0; r < E->op->nlocals; r++)
+        if (E->arr[r] && stmt_count(s->body, s->nbody, E->op->locals[r].name)) used_local[r] = 1;
+    assigned_locals(s->body, s->nbody, set);
+    /* the call, under unit strides of the vector and row reads */
+    memset(E->unit, 0, sizeof E->unit);
+    E->shared[E->nshared++] = s->name;
+    line(E, "#if TK_VX");
+    begin_line(E);
+    tk_buf_puts(E->b, "if (");
+    E->nconds = 0;
+    for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_stride, E->unit);
+    for (int i = 0; i < s->nbody; i++) vx_row_refs(E, s->body[i]->value, s->name, E->unit);
+    tk_buf_puts(E->b, E->nconds ? ") {\n" : "1) {\n");
+    E->nshared--;
+    E->indent++;
+    begin_line(E);
+    tk_buf_printf(E->b, "%s(", fname);
+    vx_args(E, s, used_local, nb, 1);
+    tk_buf_puts(E->b, ");\n");
+    E->indent--;
+    line(E, "} else");
+    line(E, "#endif");
+    /* the function, emitted ahead of the kernel's body */
+    tk_buf *body = E->b, fn = {0};
+    int indent = E->indent;
+    E->b = &fn;
+    E->indent = 0;
+    line(E, "#if TK_VX");
+    line(E, "#pragma GCC diagnostic push");
+    line(E, "#pragma GCC diagnostic ignored \"-Wunused-variable\"");
+    line(E, "#pragma GCC diagnostic ignored \"-Wunused-parameter\"");
+    begin_line(E);
+    tk_buf_printf(E->b, "static TK_CPU_CLONES TK_NOINLINE void %s(", fname);
+    vx_args(E, s, used_local, nb, 0);
+    tk_buf_puts(E->b, ");\n");
+    begin_line(E);
+    tk_buf_printf(E->b, "static TK_CPU_CLONES TK_NOINLINE void %s(", fname);
+    vx_args(E, s, used_local, nb, 0);
+    tk_buf_puts(E->b, ") {\n");
+    E->indent = 1;
+    prologue(E);
+    each_strided(E, vx_stride_param, 2);
+    E->shared[E->nshared++] = s->name;
+    /* per-lane locals the loop reads or sets: in registers for the loop */
+    for (int r = 0; r < E->op->nlocals; r++)
+        if (used_local[r])
+            for (int c = 0; c < N; c++)
+                line(E, "tk_v%s x_%s_%d = tk_vld_%s(v_%s_%d);", S, E->op->locals[r].name, c, S,
+                     E->op->locals[r].name, c);
+    vx_rows(E, s);
+    line(E, "if (tk_L < tk_H) {");
+    E->indent++;
+    vx_range(E, s, "tk_mn", "tk_L", 1, nb);
+    vx_range(E, s, "tk_L", "tk_H", 0, nb);
+    vx_range(E, s, "tk_H", "tk_mx", 1, nb);
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
+    vx_range(E, s, "tk_mn", "tk_mx", 1, nb);
+    E->indent--;
+    line(E, "}");
+    for (int r = 0; r < E->op->nlocals; r++)
+        if (used_local[r] && set[r])
+            for (int c = 0; c < N; c++)
+                line(E, "tk_vst_%s(v_%s_%d, x_%s_%d);", S, E->op->locals[r].name, c, E->op->locals[r].name, c);
+    E->nrow = 0;
+    E->nshared--;
+    E->indent = 0;
+    line(E, "}");
+    line(E, "#pragma GCC diagnostic pop");
+    line(E, "#endif");
+    if (fn.oom) body->oom = 1;
+    else if (fn.p) tk_buf_puts(E->pre, fn.p);
+    free(fn.p);
+    E->b = body;
+    E->indent = indent;
 }
 
 /* A loop whose bounds differ between lanes: each lane's range [lo, hi) is
@@ -1048,14 +1620,18 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
     E->indent--;
     line(E, "} else if (tk_mn < tk_mx) {");
     E->indent++;
-    for (int g = 0; g < nb; g++) line(E, "int tk_lr%d[%d], tk_hr%d[%d];", g, V, g, V);
+    const char *mi = E->ftype == TK_V_F64 ? "long long" : "int";   /* lane offsets as wide as the lanes */
+    for (int g = 0; g < nb; g++) line(E, "%s tk_lr%d[%d], tk_hr%d[%d];", mi, g, V, g, V);
     lane_open(E, 1);
     for (int g = 0; g < nb; g++) {
         /* empty lanes get an empty offset range */
-        line(E, "tk_lr%d[tk_j] = (int)(tk_mini(tk_maxi(tk_lo%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, g);
-        line(E, "tk_hr%d[tk_j] = (int)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, g);
+        line(E, "tk_lr%d[tk_j] = (%s)(tk_mini(tk_maxi(tk_lo%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, mi, g);
+        line(E, "tk_hr%d[tk_j] = (%s)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, mi, g);
     }
     lane_close(E);
+    if (vx_loop_ok(E, s)) vx_loop(E, s, nb);
+    line(E, "{");
+    E->indent++;
     line(E, "if (tk_L < tk_H) {");
     E->indent++;
     lane_range(E, s, "tk_mn", "tk_L", 1, nb);
@@ -1065,6 +1641,8 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
     line(E, "} else {");
     E->indent++;
     lane_range(E, s, "tk_mn", "tk_mx", 1, nb);
+    E->indent--;
+    line(E, "}");
     E->indent--;
     line(E, "}");
     E->indent--;
@@ -1570,6 +2148,10 @@ static void stride_arg(emitter *E, const tk_param *p, int slot, int unit) {
 static void cpu_kernel(emitter *E) {
     const char *name = E->op->kernel_names[E->variant];
     const char *sfx = E->plain ? "_plain" : "", *clones = E->plain ? "" : "TK_CPU_CLONES ";
+    /* the body goes to its own buffer: outlined loops come first */
+    tk_buf *out = E->b, body = {0};
+    E->pre = out;
+    E->b = &body;
     tk_buf_printf(E->b, "TK_BODY void %s%s_body(const tk_kargs *a, tk_i64 begin, tk_i64 end", name, sfx);
     each_strided(E, stride_param, 0);
     tk_buf_puts(E->b, ") {\n");
@@ -1588,6 +2170,10 @@ static void cpu_kernel(emitter *E) {
     cpu_loop(E);
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
+    if (body.oom) out->oom = 1;
+    else if (body.p) tk_buf_puts(out, body.p);
+    free(body.p);
+    E->b = out;
     tk_buf_printf(E->b, "%svoid %s%s%s;\n", clones, name, sfx, E->tg->params);
     tk_buf_printf(E->b, "%svoid %s%s%s {\n", clones, name, sfx, E->tg->params);
     E->indent = 1;
@@ -1667,6 +2253,7 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
         E.variant = v;
         E.ftype = tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32;
         E.copy = -1;
+        E.lane_fix = -1;
         E.ncopies = 1;
         E.gdim = op->decl->nloop - 1;
         E.ngroup = E.nblocks = 1;

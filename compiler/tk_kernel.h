@@ -214,4 +214,92 @@ TK_FN float tk_f16_to_f32(tk_u16 h) { return tk_f16_to_f32_soft(h); }
 TK_FN tk_u16 tk_f32_to_f16(float f) { return tk_f32_to_f16_soft(f); }
 #endif
 
+
+/* Explicit vectors for CPU lane tiles (GNU C vector extensions, GCC and
+ * Clang): one 512-bit vector of float32 or float64 lanes, lane masks of the
+ * same width (-1 set, 0 clear). Where the compiler has no such extension,
+ * TK_VX is 0 and kernels keep their `omp simd` loops. */
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#define TK_VX 1
+/* an explicit-vector loop runs in a function of its own (see emit.c) */
+#define TK_NOINLINE __attribute__((noinline))
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#elif defined(__has_warning)
+#if __has_warning("-Wpsabi")
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
+#endif
+typedef float tk_vf32 __attribute__((vector_size(64)));
+typedef int tk_vm32 __attribute__((vector_size(64)));
+typedef double tk_vf64 __attribute__((vector_size(64)));
+typedef long long tk_vm64 __attribute__((vector_size(64)));
+#if defined(__clang__) || __GNUC__ >= 12
+#define TK_VREV16(v) __builtin_shufflevector(v, v, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define TK_VREV8(v) __builtin_shufflevector(v, v, 7, 6, 5, 4, 3, 2, 1, 0)
+#else
+#define TK_VREV16(v) __builtin_shuffle(v, (tk_vm32){15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0})
+#define TK_VREV8(v) __builtin_shuffle(v, (tk_vm64){7, 6, 5, 4, 3, 2, 1, 0})
+#endif
+/* The extent of a tensor's elements around its data pointer: offsets in
+ * [tk_span_lo, tk_span_hi) (empty tensors are never read). */
+TK_FN tk_i64 tk_span_lo(const tk_ktensor *t) {
+    tk_i64 s = 0;
+    for (tk_i64 i = 0; i < t->ndim; i++)
+        if (t->size[i] > 0 && t->stride[i] < 0) s += (t->size[i] - 1) * t->stride[i];
+    return s;
+}
+TK_FN tk_i64 tk_span_hi(const tk_ktensor *t) {
+    tk_i64 s = 1;
+    for (tk_i64 i = 0; i < t->ndim; i++)
+        if (t->size[i] > 0 && t->stride[i] > 0) s += (t->size[i] - 1) * t->stride[i];
+    return s;
+}
+/* (helpers that take vectors are macros: GCC notes an ABI change for
+ * 64-byte vector parameters in every clone without AVX-512) */
+#define TK_VX_DEFINE(S, MS, T, I)                                                              \
+    static inline tk_v##S tk_vld_##S(const T *p) { tk_v##S v; __builtin_memcpy(&v, p, sizeof v); return v; } \
+    static inline tk_v##MS tk_vld_##MS(const I *p) { tk_v##MS v; __builtin_memcpy(&v, p, sizeof v); return v; }
+TK_VX_DEFINE(f32, m32, float, int)
+TK_VX_DEFINE(f64, m64, double, long long)
+#define tk_vst_f32(p, v) __builtin_memcpy((p), &(v), 64)
+#define tk_vst_f64(p, v) __builtin_memcpy((p), &(v), 64)
+/* m ? a : b lane by lane */
+#define tk_vsel_f32(m, a, b) ((tk_vf32)(((tk_vm32)(a) & (m)) | ((tk_vm32)(b) & ~(m))))
+#define tk_vsel_f64(m, a, b) ((tk_vf64)(((tk_vm64)(a) & (m)) | ((tk_vm64)(b) & ~(m))))
+#define tk_vrev_f32(v) TK_VREV16(v)
+#define tk_vrev_m32(v) TK_VREV16(v)
+#define tk_vrev_f64(v) TK_VREV8(v)
+#define tk_vrev_m64(v) TK_VREV8(v)
+/* a vector with x in every lane */
+#define TK_VSPLAT(VT, N, x) __extension__({ VT tk_s_; const __typeof__(tk_s_[0]) tk_x_ = (x);   \
+    for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_s_[tk_q_] = tk_x_;                           \
+    tk_s_; })
+#define tk_vsplat_f32(x) TK_VSPLAT(tk_vf32, 16, x)
+#define tk_vsplat_f64(x) TK_VSPLAT(tk_vf64, 8, x)
+/* whether any lane of m is set */
+#define TK_VANY(MT, N, m) __extension__({ MT tk_a_ = (m); __typeof__(tk_a_[0]) tk_r_ = 0;   \
+    for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_r_ |= tk_a_[tk_q_];                          \
+    tk_r_ != 0; })
+#define tk_vany_m32(m) TK_VANY(tk_vm32, 16, m)
+#define tk_vany_m64(m) TK_VANY(tk_vm64, 8, m)
+/* elements off .. off+N-1 of p where m is set (the others unspecified):
+ * one load when the window lies in the tensor's extent [lo, hi), else only
+ * the lanes that are set */
+#define TK_VLDM(VT, MT, N, p, off, lo, hi, m) __extension__({                                  \
+    const tk_i64 tk_o_ = (off);                                                                \
+    VT tk_v_;                                                                                  \
+    if (tk_o_ >= (lo) && tk_o_ <= (hi) - N) {                                                  \
+        __builtin_memcpy(&tk_v_, (p) + tk_o_, sizeof tk_v_);                                   \
+    } else {                                                                                   \
+        MT tk_m_ = (m);                                                                        \
+        for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_v_[tk_q_] = tk_m_[tk_q_] ? (p)[tk_o_ + tk_q_] : 0; \
+    }                                                                                          \
+    tk_v_; })
+#define tk_vldm_f32(p, off, lo, hi, m) TK_VLDM(tk_vf32, tk_vm32, 16, p, off, lo, hi, m)
+#define tk_vldm_f64(p, off, lo, hi, m) TK_VLDM(tk_vf64, tk_vm64, 8, p, off, lo, hi, m)
+#else
+#define TK_VX 0
+#endif
+
 #endif

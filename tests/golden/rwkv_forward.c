@@ -98,61 +98,63 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -299,33 +301,35 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                             tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -457,61 +461,63 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_7[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -658,33 +664,35 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -720,6 +728,479 @@ TK_CPU_CLONES void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64
 }
 
 /* rwkv_forward: w float32, k float32, computing in float32 */
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_k = (const float *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_out = (float *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const float *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp3 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp4 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp5 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp6 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp7 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp8 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp9 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp10 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp11 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp12 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp13 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp14 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp15 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp16 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp17 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp18 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp19 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp20 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp21 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp22 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp23 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m0, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m0, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m0, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m0, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m0, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m0, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m0, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m1, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m1, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m1, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m1, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m1, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m1, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m1, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m2, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m2, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m2, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m2, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m2, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m2, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m2, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                x_s_4 += (tk_ld1 * tk_rp4[v_u * s_k_2]);
+                x_s_5 += (tk_ld2 * tk_rp5[v_u * s_k_2]);
+                x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                x_s_7 += (tk_ld1 * tk_rp7[v_u * s_k_2]);
+                x_s_8 += (tk_ld2 * tk_rp8[v_u * s_k_2]);
+                x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                x_s_10 += (tk_ld1 * tk_rp10[v_u * s_k_2]);
+                x_s_11 += (tk_ld2 * tk_rp11[v_u * s_k_2]);
+                x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                x_s_13 += (tk_ld1 * tk_rp13[v_u * s_k_2]);
+                x_s_14 += (tk_ld2 * tk_rp14[v_u * s_k_2]);
+                x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                x_s_16 += (tk_ld1 * tk_rp16[v_u * s_k_2]);
+                x_s_17 += (tk_ld2 * tk_rp17[v_u * s_k_2]);
+                x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                x_s_19 += (tk_ld1 * tk_rp19[v_u * s_k_2]);
+                x_s_20 += (tk_ld2 * tk_rp20[v_u * s_k_2]);
+                x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                x_s_22 += (tk_ld1 * tk_rp22[v_u * s_k_2]);
+                x_s_23 += (tk_ld2 * tk_rp23[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m0, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m0, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m0, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m0, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m0, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m0, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m0, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m1, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m1, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m1, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m1, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m1, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m1, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m1, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m2, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m2, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m2, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m2, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m2, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m2, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m2, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m0, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m0, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m0, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m0, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m0, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m0, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m0, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m1, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m1, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m1, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m1, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m1, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m1, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m1, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m2, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m2, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m2, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m2, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m2, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m2, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m2, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_k = (const float *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_out = (float *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    const float *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
 TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -745,7 +1226,7 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
         if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
-            for (; v_t <= n_t - 16; v_t += 16)
+            for (; v_t <= n_t - 48; v_t += 48)
                 {
                     float v_s_0[16];
                     float v_s_1[16];
@@ -755,6 +1236,22 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                     float v_s_5[16];
                     float v_s_6[16];
                     float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
@@ -765,13 +1262,35 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                         v_s_5[tk_j] = p_eps;
                         v_s_6[tk_j] = p_eps;
                         v_s_7[tk_j] = p_eps;
+                        v_s_8[tk_j] = p_eps;
+                        v_s_9[tk_j] = p_eps;
+                        v_s_10[tk_j] = p_eps;
+                        v_s_11[tk_j] = p_eps;
+                        v_s_12[tk_j] = p_eps;
+                        v_s_13[tk_j] = p_eps;
+                        v_s_14[tk_j] = p_eps;
+                        v_s_15[tk_j] = p_eps;
+                        v_s_16[tk_j] = p_eps;
+                        v_s_17[tk_j] = p_eps;
+                        v_s_18[tk_j] = p_eps;
+                        v_s_19[tk_j] = p_eps;
+                        v_s_20[tk_j] = p_eps;
+                        v_s_21[tk_j] = p_eps;
+                        v_s_22[tk_j] = p_eps;
+                        v_s_23[tk_j] = p_eps;
                     }
                     {
                         tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                            tk_lo1[tk_j] = 0;
+                            tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                            tk_lo2[tk_j] = 0;
+                            tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         double tk_work = 0;
@@ -781,96 +1300,231 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
                                     v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                             }
                         } else if (tk_mn < tk_mx) {
                             int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
                             #pragma omp simd
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                            #if TK_VX
+                            if (s_w_1 == 1 && s_k_2 == 1) {
+                                tk_rwkv_forward__f32_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            } else
+                            #endif
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -879,13 +1533,29 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_0[tk_j];
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_1[tk_j];
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_2[tk_j];
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_3[tk_j];
-                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_4[tk_j];
-                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_5[tk_j];
-                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_6[tk_j];
-                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_8[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_9[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_10[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_11[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_12[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_13[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_14[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_15[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_16[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_17[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_18[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_19[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_20[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_21[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_22[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_23[tk_j];
                     }
                 }
             for (; v_t < n_t; ++v_t) {
@@ -981,19 +1651,29 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
             lin += 8 * n_t;
             continue;
         }
-        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+        for (; lin + 48 <= stop; lin += 48, v_t += 48)
             {
                 float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
                     v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
                 }
                 {
                     tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         tk_lo0[tk_j] = 0;
                         tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
                     }
                     tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                     double tk_work = 0;
@@ -1003,47 +1683,84 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                             tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                         }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
                     }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
                                 v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
                         }
                     } else if (tk_mn < tk_mx) {
                         int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                        #if TK_VX
+                        if (s_w_1 == 1 && s_k_2 == 1) {
+                            tk_rwkv_forward__f32_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        } else
+                        #endif
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -1052,6 +1769,8 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
                     t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_2[tk_j];
                 }
             }
         for (; lin < stop; ++lin, ++v_t) {
@@ -1079,6 +1798,479 @@ TK_CPU_CLONES void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 
 }
 
 /* rwkv_forward: w float64, k float64, computing in float64 */
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_k = (const double *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_out = (double *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const double p_eps = (double)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    tk_vf64 x_s_3 = tk_vld_f64(v_s_3);
+    tk_vf64 x_s_4 = tk_vld_f64(v_s_4);
+    tk_vf64 x_s_5 = tk_vld_f64(v_s_5);
+    tk_vf64 x_s_6 = tk_vld_f64(v_s_6);
+    tk_vf64 x_s_7 = tk_vld_f64(v_s_7);
+    tk_vf64 x_s_8 = tk_vld_f64(v_s_8);
+    tk_vf64 x_s_9 = tk_vld_f64(v_s_9);
+    tk_vf64 x_s_10 = tk_vld_f64(v_s_10);
+    tk_vf64 x_s_11 = tk_vld_f64(v_s_11);
+    tk_vf64 x_s_12 = tk_vld_f64(v_s_12);
+    tk_vf64 x_s_13 = tk_vld_f64(v_s_13);
+    tk_vf64 x_s_14 = tk_vld_f64(v_s_14);
+    tk_vf64 x_s_15 = tk_vld_f64(v_s_15);
+    tk_vf64 x_s_16 = tk_vld_f64(v_s_16);
+    tk_vf64 x_s_17 = tk_vld_f64(v_s_17);
+    tk_vf64 x_s_18 = tk_vld_f64(v_s_18);
+    tk_vf64 x_s_19 = tk_vld_f64(v_s_19);
+    tk_vf64 x_s_20 = tk_vld_f64(v_s_20);
+    tk_vf64 x_s_21 = tk_vld_f64(v_s_21);
+    tk_vf64 x_s_22 = tk_vld_f64(v_s_22);
+    tk_vf64 x_s_23 = tk_vld_f64(v_s_23);
+    const double *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp3 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp4 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp5 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp6 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp7 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp8 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp9 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp10 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp11 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp12 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp13 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp14 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp15 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp16 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp17 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp18 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp19 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp20 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp21 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp22 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp23 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_3 = tk_vsel_f64(tk_m0, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_6 = tk_vsel_f64(tk_m0, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_9 = tk_vsel_f64(tk_m0, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_12 = tk_vsel_f64(tk_m0, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_15 = tk_vsel_f64(tk_m0, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_18 = tk_vsel_f64(tk_m0, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                    x_s_21 = tk_vsel_f64(tk_m0, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_4 = tk_vsel_f64(tk_m1, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_7 = tk_vsel_f64(tk_m1, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_10 = tk_vsel_f64(tk_m1, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_13 = tk_vsel_f64(tk_m1, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_16 = tk_vsel_f64(tk_m1, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_19 = tk_vsel_f64(tk_m1, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                    x_s_22 = tk_vsel_f64(tk_m1, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_5 = tk_vsel_f64(tk_m2, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_8 = tk_vsel_f64(tk_m2, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_11 = tk_vsel_f64(tk_m2, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_14 = tk_vsel_f64(tk_m2, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_17 = tk_vsel_f64(tk_m2, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_20 = tk_vsel_f64(tk_m2, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                    x_s_23 = tk_vsel_f64(tk_m2, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                x_s_4 += (tk_ld1 * tk_rp4[v_u * s_k_2]);
+                x_s_5 += (tk_ld2 * tk_rp5[v_u * s_k_2]);
+                x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                x_s_7 += (tk_ld1 * tk_rp7[v_u * s_k_2]);
+                x_s_8 += (tk_ld2 * tk_rp8[v_u * s_k_2]);
+                x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                x_s_10 += (tk_ld1 * tk_rp10[v_u * s_k_2]);
+                x_s_11 += (tk_ld2 * tk_rp11[v_u * s_k_2]);
+                x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                x_s_13 += (tk_ld1 * tk_rp13[v_u * s_k_2]);
+                x_s_14 += (tk_ld2 * tk_rp14[v_u * s_k_2]);
+                x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                x_s_16 += (tk_ld1 * tk_rp16[v_u * s_k_2]);
+                x_s_17 += (tk_ld2 * tk_rp17[v_u * s_k_2]);
+                x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                x_s_19 += (tk_ld1 * tk_rp19[v_u * s_k_2]);
+                x_s_20 += (tk_ld2 * tk_rp20[v_u * s_k_2]);
+                x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                x_s_22 += (tk_ld1 * tk_rp22[v_u * s_k_2]);
+                x_s_23 += (tk_ld2 * tk_rp23[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_3 = tk_vsel_f64(tk_m0, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_6 = tk_vsel_f64(tk_m0, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_9 = tk_vsel_f64(tk_m0, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_12 = tk_vsel_f64(tk_m0, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_15 = tk_vsel_f64(tk_m0, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_18 = tk_vsel_f64(tk_m0, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                    x_s_21 = tk_vsel_f64(tk_m0, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_4 = tk_vsel_f64(tk_m1, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_7 = tk_vsel_f64(tk_m1, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_10 = tk_vsel_f64(tk_m1, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_13 = tk_vsel_f64(tk_m1, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_16 = tk_vsel_f64(tk_m1, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_19 = tk_vsel_f64(tk_m1, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                    x_s_22 = tk_vsel_f64(tk_m1, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_5 = tk_vsel_f64(tk_m2, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_8 = tk_vsel_f64(tk_m2, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_11 = tk_vsel_f64(tk_m2, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_14 = tk_vsel_f64(tk_m2, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_17 = tk_vsel_f64(tk_m2, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_20 = tk_vsel_f64(tk_m2, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                    x_s_23 = tk_vsel_f64(tk_m2, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_3 = tk_vsel_f64(tk_m0, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_6 = tk_vsel_f64(tk_m0, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_9 = tk_vsel_f64(tk_m0, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_12 = tk_vsel_f64(tk_m0, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_15 = tk_vsel_f64(tk_m0, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_18 = tk_vsel_f64(tk_m0, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                    x_s_21 = tk_vsel_f64(tk_m0, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_4 = tk_vsel_f64(tk_m1, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_7 = tk_vsel_f64(tk_m1, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_10 = tk_vsel_f64(tk_m1, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_13 = tk_vsel_f64(tk_m1, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_16 = tk_vsel_f64(tk_m1, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_19 = tk_vsel_f64(tk_m1, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                    x_s_22 = tk_vsel_f64(tk_m1, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_5 = tk_vsel_f64(tk_m2, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_8 = tk_vsel_f64(tk_m2, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_11 = tk_vsel_f64(tk_m2, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_14 = tk_vsel_f64(tk_m2, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_17 = tk_vsel_f64(tk_m2, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_20 = tk_vsel_f64(tk_m2, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                    x_s_23 = tk_vsel_f64(tk_m2, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+    tk_vst_f64(v_s_3, x_s_3);
+    tk_vst_f64(v_s_4, x_s_4);
+    tk_vst_f64(v_s_5, x_s_5);
+    tk_vst_f64(v_s_6, x_s_6);
+    tk_vst_f64(v_s_7, x_s_7);
+    tk_vst_f64(v_s_8, x_s_8);
+    tk_vst_f64(v_s_9, x_s_9);
+    tk_vst_f64(v_s_10, x_s_10);
+    tk_vst_f64(v_s_11, x_s_11);
+    tk_vst_f64(v_s_12, x_s_12);
+    tk_vst_f64(v_s_13, x_s_13);
+    tk_vst_f64(v_s_14, x_s_14);
+    tk_vst_f64(v_s_15, x_s_15);
+    tk_vst_f64(v_s_16, x_s_16);
+    tk_vst_f64(v_s_17, x_s_17);
+    tk_vst_f64(v_s_18, x_s_18);
+    tk_vst_f64(v_s_19, x_s_19);
+    tk_vst_f64(v_s_20, x_s_20);
+    tk_vst_f64(v_s_21, x_s_21);
+    tk_vst_f64(v_s_22, x_s_22);
+    tk_vst_f64(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_k = (const double *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_out = (double *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const double p_eps = (double)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    const double *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
 TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -1104,7 +2296,7 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
         if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
-            for (; v_t <= n_t - 8; v_t += 8)
+            for (; v_t <= n_t - 24; v_t += 24)
                 {
                     double v_s_0[8];
                     double v_s_1[8];
@@ -1114,6 +2306,22 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                     double v_s_5[8];
                     double v_s_6[8];
                     double v_s_7[8];
+                    double v_s_8[8];
+                    double v_s_9[8];
+                    double v_s_10[8];
+                    double v_s_11[8];
+                    double v_s_12[8];
+                    double v_s_13[8];
+                    double v_s_14[8];
+                    double v_s_15[8];
+                    double v_s_16[8];
+                    double v_s_17[8];
+                    double v_s_18[8];
+                    double v_s_19[8];
+                    double v_s_20[8];
+                    double v_s_21[8];
+                    double v_s_22[8];
+                    double v_s_23[8];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
@@ -1124,13 +2332,35 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                         v_s_5[tk_j] = p_eps;
                         v_s_6[tk_j] = p_eps;
                         v_s_7[tk_j] = p_eps;
+                        v_s_8[tk_j] = p_eps;
+                        v_s_9[tk_j] = p_eps;
+                        v_s_10[tk_j] = p_eps;
+                        v_s_11[tk_j] = p_eps;
+                        v_s_12[tk_j] = p_eps;
+                        v_s_13[tk_j] = p_eps;
+                        v_s_14[tk_j] = p_eps;
+                        v_s_15[tk_j] = p_eps;
+                        v_s_16[tk_j] = p_eps;
+                        v_s_17[tk_j] = p_eps;
+                        v_s_18[tk_j] = p_eps;
+                        v_s_19[tk_j] = p_eps;
+                        v_s_20[tk_j] = p_eps;
+                        v_s_21[tk_j] = p_eps;
+                        v_s_22[tk_j] = p_eps;
+                        v_s_23[tk_j] = p_eps;
                     }
                     {
                         tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo1[8], tk_hi1[8];
+                        tk_i64 tk_lo2[8], tk_hi2[8];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                            tk_lo1[tk_j] = 0;
+                            tk_hi1[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                            tk_lo2[tk_j] = 0;
+                            tk_hi2[tk_j] = ((v_t + (23 - tk_j)) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         double tk_work = 0;
@@ -1140,96 +2370,231 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
                                     v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                                 for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                             }
                         } else if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            long long tk_lr0[8], tk_hr0[8];
+                            long long tk_lr1[8], tk_hr1[8];
+                            long long tk_lr2[8], tk_hr2[8];
                             #pragma omp simd
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                            #if TK_VX
+                            if (s_w_1 == 1 && s_k_2 == 1) {
+                                tk_rwkv_forward__f64_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            } else
+                            #endif
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -1238,13 +2603,29 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_0[tk_j];
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_1[tk_j];
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_2[tk_j];
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_3[tk_j];
-                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_4[tk_j];
-                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_5[tk_j];
-                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_6[tk_j];
-                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_8[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_9[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_10[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_11[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_12[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_13[tk_j];
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_14[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_15[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_16[tk_j];
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_17[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_18[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_19[tk_j];
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_20[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_21[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_22[tk_j];
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_23[tk_j];
                     }
                 }
             for (; v_t < n_t; ++v_t) {
@@ -1340,19 +2721,29 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
             lin += 8 * n_t;
             continue;
         }
-        for (; lin + 8 <= stop; lin += 8, v_t += 8)
+        for (; lin + 24 <= stop; lin += 24, v_t += 24)
             {
                 double v_s_0[8];
+                double v_s_1[8];
+                double v_s_2[8];
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                     v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
                 }
                 {
                     tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         tk_lo0[tk_j] = 0;
                         tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (23 - tk_j)) + 1LL);
                     }
                     tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                     double tk_work = 0;
@@ -1362,47 +2753,84 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                             tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                         }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
                     }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
                                 v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                             }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
                         }
                     } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
+                        long long tk_lr0[8], tk_hr0[8];
+                        long long tk_lr1[8], tk_hr1[8];
+                        long long tk_lr2[8], tk_hr2[8];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                        #if TK_VX
+                        if (s_w_1 == 1 && s_k_2 == 1) {
+                            tk_rwkv_forward__f64_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        } else
+                        #endif
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -1411,6 +2839,8 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                     t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_2[tk_j];
                 }
             }
         for (; lin < stop; ++lin, ++v_t) {
@@ -1500,33 +2930,35 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                {
+                                    if (tk_L < tk_H) {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1629,33 +3061,35 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                     tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                {
+                                    if (tk_L < tk_H) {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1698,6 +3132,92 @@ TK_CPU_CLONES void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_
 }
 
 /* rwkv_backward_w: k float32, grad_out float32, computing in float32 */
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, const int *tk_lr0, const int *tk_hr0, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, const int *tk_lr0, const int *tk_hr0, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_k = (const float *)a->t[0].data;
+    const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
+    const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_grad_out = (const float *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_grad_w = (float *)a->t[2].data;
+    const tk_i64 s_grad_w_0 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_B = a->i[0];
+    const tk_i64 d_T = a->i[2];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    const float *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+}
+#pragma GCC diagnostic pop
+#endif
 TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_k_2, tk_i64 s_grad_out_2, tk_i64 s_grad_w_1) {
     const float *restrict t_k = (const float *)a->t[0].data;
     const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
@@ -1758,33 +3278,40 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                #if TK_VX
+                                if (s_grad_out_2 == 1 && s_k_2 == 1) {
+                                    tk_rwkv_backward_w__f32_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, tk_lr0, tk_hr0, tk_L, tk_H, tk_mn, tk_mx);
+                                } else
+                                #endif
+                                {
+                                    if (tk_L < tk_H) {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1827,6 +3354,92 @@ TK_CPU_CLONES void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i
 }
 
 /* rwkv_backward_w: k float64, grad_out float64, computing in float64 */
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, double *restrict v_s_0, const long long *tk_lr0, const long long *tk_hr0, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, double *restrict v_s_0, const long long *tk_lr0, const long long *tk_hr0, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_k = (const double *)a->t[0].data;
+    const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
+    const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_grad_out = (const double *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_grad_w = (double *)a->t[2].data;
+    const tk_i64 s_grad_w_0 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_B = a->i[0];
+    const tk_i64 d_T = a->i[2];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    const double *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+}
+#pragma GCC diagnostic pop
+#endif
 TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_k_2, tk_i64 s_grad_out_2, tk_i64 s_grad_w_1) {
     const double *restrict t_k = (const double *)a->t[0].data;
     const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
@@ -1881,39 +3494,46 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                     }
                                 }
                             } else if (tk_mn < tk_mx) {
-                                int tk_lr0[8], tk_hr0[8];
+                                long long tk_lr0[8], tk_hr0[8];
                                 #pragma omp simd
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                #if TK_VX
+                                if (s_grad_out_2 == 1 && s_k_2 == 1) {
+                                    tk_rwkv_backward_w__f64_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, tk_lr0, tk_hr0, tk_L, tk_H, tk_mn, tk_mx);
+                                } else
+                                #endif
+                                {
+                                    if (tk_L < tk_H) {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const long long tk_ur = (long long)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
                                         }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const long long tk_ur = (long long)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                            const long long tk_ur = (long long)(v_u - tk_mn);
+                                            #pragma omp simd
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -2053,61 +3673,63 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_4[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_5[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_6[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_7[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -2262,33 +3884,35 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                             tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -2420,61 +4044,63 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_7[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -2629,33 +4255,35 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -2692,6 +4320,477 @@ TK_CPU_CLONES void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_
 }
 
 /* rwkv_backward_k: w float32, grad_out float32, computing in float32 */
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_grad_out = (const float *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_grad_k = (float *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const float *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp3 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp4 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp5 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp6 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp7 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp8 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp9 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp10 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp11 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp12 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp13 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp14 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp15 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp16 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp17 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp18 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp19 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp20 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp21 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp22 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp23 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m0, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m0, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m0, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m0, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m0, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m0, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m0, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m1, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m1, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m1, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m1, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m1, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m1, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m1, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m2, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m2, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m2, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m2, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m2, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m2, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m2, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld2);
+            }
+        }
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m0, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m0, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m0, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m0, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m0, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m0, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m0, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m1, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m1, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m1, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m1, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m1, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m1, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m1, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m2, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m2, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m2, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m2, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m2, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m2, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m2, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m0, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m0, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m0, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m0, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m0, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m0, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m0, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m1, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m1, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m1, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m1, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m1, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m1, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m1, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m2, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m2, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m2, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m2, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m2, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m2, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m2, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_grad_out = (const float *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_grad_k = (float *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    const float *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+            }
+        }
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm32 x_lr0 = tk_vld_m32(tk_lr0), x_hr0 = tk_vld_m32(tk_hr0);
+            int tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm32 x_lr1 = tk_vld_m32(tk_lr1), x_hr1 = tk_vld_m32(tk_hr1);
+            int tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm32 x_lr2 = tk_vld_m32(tk_lr2), x_hr2 = tk_vld_m32(tk_hr2);
+            int tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm32 tk_m0 = ~((tk_ur - x_lr0) >> 31) & ((tk_ur - x_hr0) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f32(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm32 tk_m1 = ~((tk_ur - x_lr1) >> 31) & ((tk_ur - x_hr1) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f32(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm32 tk_m2 = ~((tk_ur - x_lr2) >> 31) & ((tk_ur - x_hr2) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f32(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
 TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_grad_out_2, tk_i64 s_grad_k_2) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -2716,7 +4815,7 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
         if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
-            for (; v_t <= n_t - 16; v_t += 16)
+            for (; v_t <= n_t - 48; v_t += 48)
                 {
                     float v_s_0[16];
                     float v_s_1[16];
@@ -2726,6 +4825,22 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                     float v_s_5[16];
                     float v_s_6[16];
                     float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
@@ -2736,13 +4851,35 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                         v_s_5[tk_j] = 0.0f;
                         v_s_6[tk_j] = 0.0f;
                         v_s_7[tk_j] = 0.0f;
+                        v_s_8[tk_j] = 0.0f;
+                        v_s_9[tk_j] = 0.0f;
+                        v_s_10[tk_j] = 0.0f;
+                        v_s_11[tk_j] = 0.0f;
+                        v_s_12[tk_j] = 0.0f;
+                        v_s_13[tk_j] = 0.0f;
+                        v_s_14[tk_j] = 0.0f;
+                        v_s_15[tk_j] = 0.0f;
+                        v_s_16[tk_j] = 0.0f;
+                        v_s_17[tk_j] = 0.0f;
+                        v_s_18[tk_j] = 0.0f;
+                        v_s_19[tk_j] = 0.0f;
+                        v_s_20[tk_j] = 0.0f;
+                        v_s_21[tk_j] = 0.0f;
+                        v_s_22[tk_j] = 0.0f;
+                        v_s_23[tk_j] = 0.0f;
                     }
                     {
                         tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
+                            tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                            tk_hi1[tk_j] = d_T;
+                            tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                            tk_hi2[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         double tk_work = 0;
@@ -2752,96 +4889,231 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
                                     v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                 }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_6[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_8[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_9[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_10[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_11[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_12[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_13[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_14[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_15[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_16[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_17[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_18[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_19[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_20[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_21[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_22[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_23[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
                                 }
                             }
                         } else if (tk_mn < tk_mx) {
                             int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
                             #pragma omp simd
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
+                            #if TK_VX
+                            if (s_w_1 == 1 && s_grad_out_2 == 1) {
+                                tk_rwkv_backward_k__f32_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            } else
+                            #endif
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_8[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                            v_s_9[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_10[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_11[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                            v_s_12[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_13[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_14[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                            v_s_15[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_16[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_17[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                            v_s_18[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_19[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_20[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                            v_s_21[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_22[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_23[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -2850,13 +5122,29 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
-                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_4[tk_j];
-                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_5[tk_j];
-                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
-                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_7[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_4[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_5[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_7[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_8[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_9[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_10[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_11[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_12[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_13[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_14[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_15[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_16[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_17[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_18[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_19[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_20[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_21[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_22[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_23[tk_j];
                     }
                 }
             for (; v_t < n_t; ++v_t) {
@@ -2960,19 +5248,29 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
             lin += 8 * n_t;
             continue;
         }
-        for (; lin + 16 <= stop; lin += 16, v_t += 16)
+        for (; lin + 48 <= stop; lin += 48, v_t += 48)
             {
                 float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
                     v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
                 }
                 {
                     tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         tk_lo0[tk_j] = (v_t + tk_j);
                         tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                        tk_hi2[tk_j] = d_T;
                     }
                     tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                     double tk_work = 0;
@@ -2982,47 +5280,84 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                             tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                         }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
                     }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
                                 v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                             }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                            }
                         }
                     } else if (tk_mn < tk_mx) {
                         int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                        #if TK_VX
+                        if (s_w_1 == 1 && s_grad_out_2 == 1) {
+                            tk_rwkv_backward_k__f32_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        } else
+                        #endif
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                        v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -3031,6 +5366,8 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
                     t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
                 }
             }
         for (; lin < stop; ++lin, ++v_t) {
@@ -3059,6 +5396,477 @@ TK_CPU_CLONES void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i
 }
 
 /* rwkv_backward_k: w float64, grad_out float64, computing in float64 */
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_grad_out = (const double *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_grad_k = (double *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    tk_vf64 x_s_3 = tk_vld_f64(v_s_3);
+    tk_vf64 x_s_4 = tk_vld_f64(v_s_4);
+    tk_vf64 x_s_5 = tk_vld_f64(v_s_5);
+    tk_vf64 x_s_6 = tk_vld_f64(v_s_6);
+    tk_vf64 x_s_7 = tk_vld_f64(v_s_7);
+    tk_vf64 x_s_8 = tk_vld_f64(v_s_8);
+    tk_vf64 x_s_9 = tk_vld_f64(v_s_9);
+    tk_vf64 x_s_10 = tk_vld_f64(v_s_10);
+    tk_vf64 x_s_11 = tk_vld_f64(v_s_11);
+    tk_vf64 x_s_12 = tk_vld_f64(v_s_12);
+    tk_vf64 x_s_13 = tk_vld_f64(v_s_13);
+    tk_vf64 x_s_14 = tk_vld_f64(v_s_14);
+    tk_vf64 x_s_15 = tk_vld_f64(v_s_15);
+    tk_vf64 x_s_16 = tk_vld_f64(v_s_16);
+    tk_vf64 x_s_17 = tk_vld_f64(v_s_17);
+    tk_vf64 x_s_18 = tk_vld_f64(v_s_18);
+    tk_vf64 x_s_19 = tk_vld_f64(v_s_19);
+    tk_vf64 x_s_20 = tk_vld_f64(v_s_20);
+    tk_vf64 x_s_21 = tk_vld_f64(v_s_21);
+    tk_vf64 x_s_22 = tk_vld_f64(v_s_22);
+    tk_vf64 x_s_23 = tk_vld_f64(v_s_23);
+    const double *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp3 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp4 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp5 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp6 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp7 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp8 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp9 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp10 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp11 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp12 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp13 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp14 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp15 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp16 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp17 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp18 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp19 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp20 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp21 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp22 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp23 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f64(tk_m0, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f64(tk_m0, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f64(tk_m0, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f64(tk_m0, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f64(tk_m0, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f64(tk_m0, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f64(tk_m0, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f64(tk_m1, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f64(tk_m1, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f64(tk_m1, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f64(tk_m1, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f64(tk_m1, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f64(tk_m1, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f64(tk_m1, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f64(tk_m2, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f64(tk_m2, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f64(tk_m2, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f64(tk_m2, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f64(tk_m2, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f64(tk_m2, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f64(tk_m2, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld2);
+            }
+        }
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f64(tk_m0, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f64(tk_m0, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f64(tk_m0, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f64(tk_m0, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f64(tk_m0, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f64(tk_m0, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f64(tk_m0, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f64(tk_m1, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f64(tk_m1, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f64(tk_m1, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f64(tk_m1, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f64(tk_m1, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f64(tk_m1, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f64(tk_m1, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f64(tk_m2, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f64(tk_m2, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f64(tk_m2, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f64(tk_m2, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f64(tk_m2, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f64(tk_m2, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f64(tk_m2, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f64(tk_m0, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f64(tk_m0, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f64(tk_m0, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f64(tk_m0, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f64(tk_m0, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f64(tk_m0, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f64(tk_m0, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f64(tk_m1, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f64(tk_m1, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f64(tk_m1, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f64(tk_m1, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f64(tk_m1, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f64(tk_m1, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f64(tk_m1, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f64(tk_m2, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f64(tk_m2, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f64(tk_m2, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f64(tk_m2, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f64(tk_m2, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f64(tk_m2, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f64(tk_m2, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+    tk_vst_f64(v_s_3, x_s_3);
+    tk_vst_f64(v_s_4, x_s_4);
+    tk_vst_f64(v_s_5, x_s_5);
+    tk_vst_f64(v_s_6, x_s_6);
+    tk_vst_f64(v_s_7, x_s_7);
+    tk_vst_f64(v_s_8, x_s_8);
+    tk_vst_f64(v_s_9, x_s_9);
+    tk_vst_f64(v_s_10, x_s_10);
+    tk_vst_f64(v_s_11, x_s_11);
+    tk_vst_f64(v_s_12, x_s_12);
+    tk_vst_f64(v_s_13, x_s_13);
+    tk_vst_f64(v_s_14, x_s_14);
+    tk_vst_f64(v_s_15, x_s_15);
+    tk_vst_f64(v_s_16, x_s_16);
+    tk_vst_f64(v_s_17, x_s_17);
+    tk_vst_f64(v_s_18, x_s_18);
+    tk_vst_f64(v_s_19, x_s_19);
+    tk_vst_f64(v_s_20, x_s_20);
+    tk_vst_f64(v_s_21, x_s_21);
+    tk_vst_f64(v_s_22, x_s_22);
+    tk_vst_f64(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_CPU_CLONES TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_grad_out = (const double *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_grad_k = (double *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    const double *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+            }
+        }
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_vm64 x_lr0 = tk_vld_m64(tk_lr0), x_hr0 = tk_vld_m64(tk_hr0);
+            long long tk_ua0 = tk_lr0[0], tk_ub0 = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua0 = tk_lr0[tk_q] < tk_ua0 ? tk_lr0[tk_q] : tk_ua0;
+                tk_ub0 = tk_hr0[tk_q] > tk_ub0 ? tk_hr0[tk_q] : tk_ub0;
+            }
+            const tk_vm64 x_lr1 = tk_vld_m64(tk_lr1), x_hr1 = tk_vld_m64(tk_hr1);
+            long long tk_ua1 = tk_lr1[0], tk_ub1 = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua1 = tk_lr1[tk_q] < tk_ua1 ? tk_lr1[tk_q] : tk_ua1;
+                tk_ub1 = tk_hr1[tk_q] > tk_ub1 ? tk_hr1[tk_q] : tk_ub1;
+            }
+            const tk_vm64 x_lr2 = tk_vld_m64(tk_lr2), x_hr2 = tk_vld_m64(tk_hr2);
+            long long tk_ua2 = tk_lr2[0], tk_ub2 = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua2 = tk_lr2[tk_q] < tk_ua2 ? tk_lr2[tk_q] : tk_ua2;
+                tk_ub2 = tk_hr2[tk_q] > tk_ub2 ? tk_hr2[tk_q] : tk_ub2;
+            }
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                if (tk_ur >= tk_ua0 && tk_ur < tk_ub0) {
+                    const tk_vm64 tk_m0 = ~((tk_ur - x_lr0) >> 63) & ((tk_ur - x_hr0) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m0);
+                    x_s_0 = tk_vsel_f64(tk_m0, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                if (tk_ur >= tk_ua1 && tk_ur < tk_ub1) {
+                    const tk_vm64 tk_m1 = ~((tk_ur - x_lr1) >> 63) & ((tk_ur - x_hr1) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m1);
+                    x_s_1 = tk_vsel_f64(tk_m1, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+                if (tk_ur >= tk_ua2 && tk_ur < tk_ub2) {
+                    const tk_vm64 tk_m2 = ~((tk_ur - x_lr2) >> 63) & ((tk_ur - x_hr2) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m2);
+                    x_s_2 = tk_vsel_f64(tk_m2, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
 TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_grad_out_2, tk_i64 s_grad_k_2) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -3083,7 +5891,7 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
         (void)r;
         const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
         if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
-            for (; v_t <= n_t - 8; v_t += 8)
+            for (; v_t <= n_t - 24; v_t += 24)
                 {
                     double v_s_0[8];
                     double v_s_1[8];
@@ -3093,6 +5901,22 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                     double v_s_5[8];
                     double v_s_6[8];
                     double v_s_7[8];
+                    double v_s_8[8];
+                    double v_s_9[8];
+                    double v_s_10[8];
+                    double v_s_11[8];
+                    double v_s_12[8];
+                    double v_s_13[8];
+                    double v_s_14[8];
+                    double v_s_15[8];
+                    double v_s_16[8];
+                    double v_s_17[8];
+                    double v_s_18[8];
+                    double v_s_19[8];
+                    double v_s_20[8];
+                    double v_s_21[8];
+                    double v_s_22[8];
+                    double v_s_23[8];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
@@ -3103,13 +5927,35 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                         v_s_5[tk_j] = 0.0;
                         v_s_6[tk_j] = 0.0;
                         v_s_7[tk_j] = 0.0;
+                        v_s_8[tk_j] = 0.0;
+                        v_s_9[tk_j] = 0.0;
+                        v_s_10[tk_j] = 0.0;
+                        v_s_11[tk_j] = 0.0;
+                        v_s_12[tk_j] = 0.0;
+                        v_s_13[tk_j] = 0.0;
+                        v_s_14[tk_j] = 0.0;
+                        v_s_15[tk_j] = 0.0;
+                        v_s_16[tk_j] = 0.0;
+                        v_s_17[tk_j] = 0.0;
+                        v_s_18[tk_j] = 0.0;
+                        v_s_19[tk_j] = 0.0;
+                        v_s_20[tk_j] = 0.0;
+                        v_s_21[tk_j] = 0.0;
+                        v_s_22[tk_j] = 0.0;
+                        v_s_23[tk_j] = 0.0;
                     }
                     {
                         tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo1[8], tk_hi1[8];
+                        tk_i64 tk_lo2[8], tk_hi2[8];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
+                            tk_lo1[tk_j] = (v_t + (8 + tk_j));
+                            tk_hi1[tk_j] = d_T;
+                            tk_lo2[tk_j] = (v_t + (16 + tk_j));
+                            tk_hi2[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         double tk_work = 0;
@@ -3119,96 +5965,231 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
                                     v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                 }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_6[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_8[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_9[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_10[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_11[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_12[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_13[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_14[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_15[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_16[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_17[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
                                 }
                                 for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    v_s_18[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_19[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_20[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_21[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_22[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_23[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
                                 }
                             }
                         } else if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            long long tk_lr0[8], tk_hr0[8];
+                            long long tk_lr1[8], tk_hr1[8];
+                            long long tk_lr2[8], tk_hr2[8];
                             #pragma omp simd
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
+                            #if TK_VX
+                            if (s_w_1 == 1 && s_grad_out_2 == 1) {
+                                tk_rwkv_backward_k__f64_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            } else
+                            #endif
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_4[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_5[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_6[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_7[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_4[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_5[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_6[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_7[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_8[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_9[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_10[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_11[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_12[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_13[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_14[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_15[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_16[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_17[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_18[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_19[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_20[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                            v_s_21[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_22[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                            v_s_23[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                        }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
+                                        }
                                     }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        v_s_4[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_4[tk_j];
-                                        v_s_5[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_5[tk_j];
-                                        v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                        v_s_7[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_7[tk_j];
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
+                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
+                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
+                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
+                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
+                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
+                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
+                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
+                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
+                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
+                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
+                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
+                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
+                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
+                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
+                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
+                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
+                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
+                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
+                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
+                                        }
                                     }
                                 }
                             }
@@ -3217,13 +6198,29 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
-                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_4[tk_j];
-                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_5[tk_j];
-                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
-                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_7[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_4[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_5[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_7[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_8[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_9[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_10[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_11[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_12[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_13[tk_j];
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_14[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_15[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_16[tk_j];
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_17[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_18[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_19[tk_j];
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_20[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_21[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_22[tk_j];
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_23[tk_j];
                     }
                 }
             for (; v_t < n_t; ++v_t) {
@@ -3327,19 +6324,29 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
             lin += 8 * n_t;
             continue;
         }
-        for (; lin + 8 <= stop; lin += 8, v_t += 8)
+        for (; lin + 24 <= stop; lin += 24, v_t += 24)
             {
                 double v_s_0[8];
+                double v_s_1[8];
+                double v_s_2[8];
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                     v_s_0[tk_j] = 0.0;
+                    v_s_1[tk_j] = 0.0;
+                    v_s_2[tk_j] = 0.0;
                 }
                 {
                     tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
                     #pragma omp simd
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         tk_lo0[tk_j] = (v_t + tk_j);
                         tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (8 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi2[tk_j] = d_T;
                     }
                     tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                     double tk_work = 0;
@@ -3349,47 +6356,84 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                             tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                         }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
                     }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
                                 v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                             }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                            }
                         }
                     } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
+                        long long tk_lr0[8], tk_hr0[8];
+                        long long tk_lr1[8], tk_hr1[8];
+                        long long tk_lr2[8], tk_hr2[8];
                         #pragma omp simd
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        if (tk_L < tk_H) {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                        #if TK_VX
+                        if (s_w_1 == 1 && s_grad_out_2 == 1) {
+                            tk_rwkv_backward_k__f64_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        } else
+                        #endif
+                        {
+                            if (tk_L < tk_H) {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                        v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                    }
                                 }
-                            }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                    }
                                 }
-                            }
-                        } else {
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
-                                #pragma omp simd
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                    #pragma omp simd
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -3398,6 +6442,8 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 #pragma omp simd
                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                     t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
                 }
             }
         for (; lin < stop; ++lin, ++v_t) {
