@@ -40,6 +40,7 @@ typedef struct emitter {
     const tk_stmt *def[TK_MAX_LOCALS];  /* top-level single-assignment locals */
     int inline_locals;              /* name_ref expands def[] (segment starts) */
     int plain;                      /* TK_EMIT_PLAIN */
+    int wide;                       /* the body for 512-bit vectors (see cpu_kernel) */
     const char *shared[8];          /* loop variables shared by all jam copies */
     int nshared;
     unsigned char hoisted_local[TK_MAX_LOCALS];
@@ -840,6 +841,8 @@ static int lane_dir_stmts(tk_stmt **body, int nb, const char *v) {
 typedef struct lane_info {
     tk_stmt *loops[32];     /* loops whose bounds differ between lanes */
     int nloops;
+    const char *outer[32][8];   /* the shared loops around each */
+    int nouter[32];
 } lane_info;
 
 /* Whether statements fit a tile: at each level, loops with lane-invariant
@@ -857,6 +860,8 @@ static int lane_walk(emitter *E, tk_stmt **body, int n, lane_info *li) {
             if (!ok) return 0;
         } else {
             if (!lane_simple(s->body, s->nbody) || li->nloops == 32) return 0;
+            for (int k = 0; k < E->nshared; k++) li->outer[li->nloops][k] = E->shared[k];
+            li->nouter[li->nloops] = E->nshared;
             li->loops[li->nloops++] = s;
         }
     }
@@ -869,7 +874,8 @@ static int vx_loop_ok(emitter *E, const tk_stmt *s);
  * Returns 0 when the body does not fit (then unroll-and-jam applies). */
 static int lane_plan(emitter *E) {
     const tk_opdecl *d = E->op->decl;
-    lane_info li = {{0}, 0};
+    lane_info li;
+    memset(&li, 0, sizeof li);
     if (E->tg->gpu || E->plain || d->nloop == 0 || !has_top_level_for(d)) return 0;
     E->ngroup = 1;
     if (!lane_walk(E, d->body, d->nbody, &li) || li.nloops == 0) return 0;
@@ -925,11 +931,16 @@ static int lane_plan(emitter *E) {
      * accumulator vectors of the 32 AVX-512 registers, each broadcast of a
      * group row feeding R of them */
     E->nblocks = 1;
-    int vx = 1;
-    for (int k = 0; vx && k < li.nloops; k++) vx = vx_loop_ok(E, li.loops[k]);
+    int vx = E->wide;
+    for (int k = 0; vx && k < li.nloops; k++) {
+        for (int i = 0; i < li.nouter[k]; i++) E->shared[i] = li.outer[k][i];
+        E->nshared = li.nouter[k];
+        vx = vx_loop_ok(E, li.loops[k]);
+        E->nshared = 0;
+    }
     if (vx) {
         int r = 24 / (nacc * E->ngroup);
-        E->nblocks = r < 1 ? 1 : r > 4 ? 4 : r;
+        E->nblocks = r < 1 ? 1 : r > 8 ? 8 : r;
     }
     return 1;
 }
@@ -1335,70 +1346,81 @@ static void vx_span(emitter *E, const tk_expr *e, void *arg) {
          E->tg->args, E->op->slot[e->ref], p->name, E->tg->args, E->op->slot[e->ref]);
 }
 
-/* u over [lo, hi) on vectors; masked: lanes outside their own range keep
- * their values, and a copy with no lane in range does nothing. */
-static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int masked, int nb) {
+/* The body once for the copies of bound set k (all when k < 0), under
+ * mask m (NULL: every lane). */
+static void vx_set_body(emitter *E, const tk_stmt *s, int k, int nb, const char *m) {
     int N = E->ngroup * E->nblocks;
-    line(E, "{");
-    E->indent++;
-    if (masked) {
-        /* set up here, not live across the loop in between */
-        const char *M = vx_msfx(E);
-        unsigned char seen[64] = {0};
-        const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
-        for (int k = 0; k < nb; k++) {
-            line(E, "const tk_v%s x_lr%d = tk_vld_%s(tk_lr%d), x_hr%d = tk_vld_%s(tk_hr%d);", M, k, M, k, k, M, k);
-            /* [ua, ub): where any lane of the set may be on (a scalar test
-             * per step; a vector's any-lane reduction is slow) */
-            line(E, "%s tk_ua%d = tk_lr%d[0], tk_ub%d = tk_hr%d[0];", I, k, k, k, k);
-            line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
-            E->indent++;
-            line(E, "tk_ua%d = tk_lr%d[tk_q] < tk_ua%d ? tk_lr%d[tk_q] : tk_ua%d;", k, k, k, k, k);
-            line(E, "tk_ub%d = tk_hr%d[tk_q] > tk_ub%d ? tk_hr%d[tk_q] : tk_ub%d;", k, k, k, k, k);
-            E->indent--;
-            line(E, "}");
-        }
-        for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
-    }
-    line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
-    E->indent++;
-    if (!masked) {
-        vx_hoist(E, s, -1, nb);
-        for (int i = 0; i < s->nbody; i++)
-            for (int c = 0; c < N; c++) {
+    E->vmask = m;
+    if (k < 0 || nb == E->nblocks) vx_hoist(E, s, k, nb);
+    for (int i = 0; i < s->nbody; i++)
+        for (int c = 0; c < N; c++)
+            if (k < 0 || bound_set(E, c, nb) == k) {
                 set_copy(E, c);
                 vx_assign(E, s->body[i]);
             }
-        E->nvload = 0;
+    E->vmask = NULL;
+    E->nvload = 0;
+}
+
+/* u over [lo, hi) on vectors. Masked: each bound set runs on its own (its
+ * lanes' sums stay in order; sets share nothing), over the part of
+ * [lo, hi) where any of its lanes is on: where all are, without selects;
+ * elsewhere lanes outside their own range keep their values. */
+static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int masked, int nb) {
+    line(E, "{");
+    E->indent++;
+    if (!masked) {
+        line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
+        E->indent++;
+        vx_set_body(E, s, -1, nb, NULL);
+        E->indent--;
+        line(E, "}");
     } else {
         const char *M = vx_msfx(E);
-        line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", E->ftype == TK_V_F64 ? "long long" : "int",
-             E->ftype == TK_V_F64 ? "long long" : "int", s->name);
+        const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+        unsigned char seen[64] = {0};
+        for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
         for (int k = 0; k < nb; k++) {
-            /* lr <= ur < hr from the signs of ur - lr and ur - hr (no vector
-             * compares: GCC lowers those lane by lane in target clones) */
-            line(E, "if (tk_ur >= tk_ua%d && tk_ur < tk_ub%d) {", k, k);
+            line(E, "{");
             E->indent++;
-            line(E, "const tk_v%s tk_m%d = ~((tk_ur - x_lr%d) >> %d) & ((tk_ur - x_hr%d) >> %d);", M, k, k,
-                 E->ftype == TK_V_F64 ? 63 : 31, k, E->ftype == TK_V_F64 ? 63 : 31);
-            char m[16];
-            snprintf(m, sizeof m, "tk_m%d", k);
-            E->vmask = m;
-            if (nb == E->nblocks) vx_hoist(E, s, k, nb);
-            for (int i = 0; i < s->nbody; i++)
-                for (int c = 0; c < N; c++)
-                    if (bound_set(E, c, nb) == k) {
-                        set_copy(E, c);
-                        vx_assign(E, s->body[i]);
-                    }
-            E->vmask = NULL;
-            E->nvload = 0;
+            line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr%d), x_hr = tk_vld_%s(tk_hr%d);", M, M, k, M, k);
+            /* [ua, ub): some lane on; [uc, ud): every lane on */
+            line(E, "%s tk_ua = tk_lr%d[0], tk_ub = tk_hr%d[0], tk_uc = tk_lr%d[0], tk_ud = tk_hr%d[0];", I, k, k,
+                 k, k);
+            line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
+            E->indent++;
+            line(E, "tk_ua = tk_lr%d[tk_q] < tk_ua ? tk_lr%d[tk_q] : tk_ua;", k, k);
+            line(E, "tk_ub = tk_hr%d[tk_q] > tk_ub ? tk_hr%d[tk_q] : tk_ub;", k, k);
+            line(E, "tk_uc = tk_lr%d[tk_q] > tk_uc ? tk_lr%d[tk_q] : tk_uc;", k, k);
+            line(E, "tk_ud = tk_hr%d[tk_q] < tk_ud ? tk_hr%d[tk_q] : tk_ud;", k, k);
+            E->indent--;
+            line(E, "}");
+            line(E, "const tk_i64 tk_a = tk_maxi(%s, tk_mn + tk_ua), tk_b = tk_mini(%s, tk_mn + tk_ub);", lo, hi);
+            line(E, "tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);");
+            line(E, "if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;");
+            for (int part = 0; part < 3; part++) {
+                static const char *const from[] = {"tk_a", "tk_c", "tk_d"}, *const to[] = {"tk_c", "tk_d", "tk_b"};
+                line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, from[part], s->name, to[part],
+                     s->name);
+                E->indent++;
+                if (part == 1) {
+                    vx_set_body(E, s, k, nb, NULL);
+                } else {
+                    /* lr <= ur < hr from the signs of ur - lr and ur - hr (no
+                     * vector compares: GCC lowers those lane by lane in
+                     * target clones) */
+                    line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
+                    line(E, "const tk_v%s tk_m = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", M,
+                         E->ftype == TK_V_F64 ? 63 : 31, E->ftype == TK_V_F64 ? 63 : 31);
+                    vx_set_body(E, s, k, nb, "tk_m");
+                }
+                E->indent--;
+                line(E, "}");
+            }
             E->indent--;
             line(E, "}");
         }
     }
-    E->indent--;
-    line(E, "}");
     E->indent--;
     line(E, "}");
 }
@@ -1518,11 +1540,11 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     line(E, "#pragma GCC diagnostic ignored \"-Wunused-variable\"");
     line(E, "#pragma GCC diagnostic ignored \"-Wunused-parameter\"");
     begin_line(E);
-    tk_buf_printf(E->b, "static TK_CPU_CLONES TK_NOINLINE void %s(", fname);
+    tk_buf_printf(E->b, "static TK_WIDE_TARGET TK_NOINLINE void %s(", fname);
     vx_args(E, s, used_local, nb, 0);
     tk_buf_puts(E->b, ");\n");
     begin_line(E);
-    tk_buf_printf(E->b, "static TK_CPU_CLONES TK_NOINLINE void %s(", fname);
+    tk_buf_printf(E->b, "static TK_WIDE_TARGET TK_NOINLINE void %s(", fname);
     vx_args(E, s, used_local, nb, 0);
     tk_buf_puts(E->b, ") {\n");
     E->indent = 1;
@@ -1629,7 +1651,7 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
         line(E, "tk_hr%d[tk_j] = (%s)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, mi, g);
     }
     lane_close(E);
-    if (vx_loop_ok(E, s)) vx_loop(E, s, nb);
+    if (E->wide && vx_loop_ok(E, s)) vx_loop(E, s, nb);
     line(E, "{");
     E->indent++;
     line(E, "if (tk_L < tk_H) {");
@@ -2142,20 +2164,16 @@ static void stride_arg(emitter *E, const tk_param *p, int slot, int unit) {
     else tk_buf_printf(E->b, ", s_%s_%d", p->name, tk_explicit_dims(p) - 1);
 }
 
-/* The CPU kernel: a force-inlined body taking the innermost strides, and
- * an entry (compiled per instruction set) that calls it with literal unit
- * strides when they are 1, so the innermost accesses vectorise. */
-static void cpu_kernel(emitter *E) {
+/* One force-inlined body taking the innermost strides (wide: the plan for
+ * 512-bit vectors, with explicit-vector loops and several lane blocks). */
+static void cpu_body(emitter *E, const char *suffix, int wide) {
     const char *name = E->op->kernel_names[E->variant];
-    const char *sfx = E->plain ? "_plain" : "", *clones = E->plain ? "" : "TK_CPU_CLONES ";
-    /* the body goes to its own buffer: outlined loops come first */
-    tk_buf *out = E->b, body = {0};
-    E->pre = out;
-    E->b = &body;
-    tk_buf_printf(E->b, "TK_BODY void %s%s_body(const tk_kargs *a, tk_i64 begin, tk_i64 end", name, sfx);
+    tk_buf_printf(E->b, "TK_BODY void %s%s%s(const tk_kargs *a, tk_i64 begin, tk_i64 end", name,
+                  E->plain ? "_plain" : "", suffix);
     each_strided(E, stride_param, 0);
     tk_buf_puts(E->b, ") {\n");
     E->indent = 1;
+    E->wide = wide;
     prologue(E);
     E->lanes = 0;
     E->ngroup = E->nblocks = 1;
@@ -2170,13 +2188,13 @@ static void cpu_kernel(emitter *E) {
     cpu_loop(E);
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
-    if (body.oom) out->oom = 1;
-    else if (body.p) tk_buf_puts(out, body.p);
-    free(body.p);
-    E->b = out;
-    tk_buf_printf(E->b, "%svoid %s%s%s;\n", clones, name, sfx, E->tg->params);
-    tk_buf_printf(E->b, "%svoid %s%s%s {\n", clones, name, sfx, E->tg->params);
-    E->indent = 1;
+}
+
+/* Calls body `suffix`: with literal unit strides when they are 1 (so the
+ * innermost accesses vectorise), else with the strides; `strided` names
+ * the body for the second case. */
+static void stride_dispatch(emitter *E, const char *suffix, const char *strided) {
+    const char *name = E->op->kernel_names[E->variant], *sfx = E->plain ? "_plain" : "";
     each_strided(E, stride_load, 0);
     size_t mark = E->b->len;
     begin_line(E);
@@ -2184,19 +2202,109 @@ static void cpu_kernel(emitter *E) {
     size_t cond = E->b->len;
     E->nconds = 0;
     each_strided(E, stride_cond, 0);
-    if (E->b->len == cond) {       /* no strided tensor: one body */
+    if (E->b->len == cond) {       /* no strided tensor: one call */
         E->b->len = mark;
         E->b->p[mark] = 0;
-        line(E, "%s%s_body(a, begin, end);", name, sfx);
+        line(E, "%s%s%s(a, begin, end);", name, sfx, suffix);
     } else {
-        tk_buf_printf(E->b, ")\n        %s%s_body(a, begin, end", name, sfx);
+        tk_buf_printf(E->b, ")\n");
+        E->indent++;
+        begin_line(E);
+        tk_buf_printf(E->b, "%s%s%s(a, begin, end", name, sfx, suffix);
         each_strided(E, stride_arg, 1);
-        tk_buf_printf(E->b, ");\n    else\n        %s%s_body(a, begin, end", name, sfx);
+        tk_buf_puts(E->b, ");\n");
+        E->indent--;
+        line(E, "else");
+        E->indent++;
+        begin_line(E);
+        tk_buf_printf(E->b, "%s%s%s(a, begin, end", name, sfx, strided);
         each_strided(E, stride_arg, 0);
         tk_buf_puts(E->b, ");\n");
+        E->indent--;
     }
+}
+
+static void buf_move(tk_buf *to, tk_buf *from) {
+    if (from->oom) to->oom = 1;
+    else if (from->p) tk_buf_puts(to, from->p);
+    free(from->p);
+    memset(from, 0, sizeof *from);
+}
+
+/* The CPU kernel: force-inlined bodies and an entry that picks one. The
+ * narrow body (16-lane tiles in omp simd loops) is compiled per instruction
+ * set (GCC target_clones); where its tiles have explicit-vector loops, a
+ * wide body (three lane blocks, the loops outlined) serves AVX-512 CPUs and
+ * unit strides: its 24 accumulator vectors need the 32 registers of
+ * AVX-512 and would spill badly on AVX2. */
+static void cpu_kernel(emitter *E) {
+    const char *name = E->op->kernel_names[E->variant];
+    const char *sfx = E->plain ? "_plain" : "", *clones = E->plain ? "" : "TK_CPU_CLONES ";
+    emitter init = *E;
+    tk_buf *out = E->b, wpre = {0}, wbody = {0}, nbody = {0};
+    int wide = 0;
+    if (!E->plain) {
+        E->pre = &wpre;
+        E->b = &wbody;
+        cpu_body(E, "_wbody", 1);
+        wide = E->nvx > 0;
+    }
+    *E = init;
+    E->pre = out;
+    E->b = &nbody;
+    cpu_body(E, "_body", 0);
+    E->b = out;
+    if (wide) {
+        buf_move(out, &wpre);
+        buf_move(out, &wbody);
+    }
+    free(wpre.p);
+    free(wbody.p);
+    buf_move(out, &nbody);
     E->indent = 0;
-    tk_buf_puts(E->b, "}\n");
+    if (!wide) {
+        tk_buf_printf(E->b, "%svoid %s%s%s;\n", clones, name, sfx, E->tg->params);
+        tk_buf_printf(E->b, "%svoid %s%s%s {\n", clones, name, sfx, E->tg->params);
+        E->indent = 1;
+        stride_dispatch(E, "_body", "_body");
+        E->indent = 0;
+        tk_buf_puts(E->b, "}\n");
+        return;
+    }
+    line(E, "#if TK_WIDE_DISPATCH");
+    line(E, "static TK_WIDE_TARGET void %s_wide%s {", name, E->tg->params);
+    E->indent = 1;
+    stride_dispatch(E, "_wbody", "_body");
+    E->indent = 0;
+    line(E, "}");
+    line(E, "static TK_NARROW_CLONES void %s_narrow%s {", name, E->tg->params);
+    E->indent = 1;
+    stride_dispatch(E, "_body", "_body");
+    E->indent = 0;
+    line(E, "}");
+    line(E, "void %s%s;", name, E->tg->params);
+    line(E, "void %s%s {", name, E->tg->params);
+    line(E, "    if (tk_cpu_wide())");
+    line(E, "        %s_wide(a, begin, end);", name);
+    line(E, "    else");
+    line(E, "        %s_narrow(a, begin, end);", name);
+    line(E, "}");
+    line(E, "#else");
+    line(E, "void %s%s;", name, E->tg->params);
+    line(E, "void %s%s {", name, E->tg->params);
+    E->indent = 1;
+    line(E, "#if defined(TK_WIDE_STATIC)");
+    line(E, "if (!tk_env_narrow()) {");
+    E->indent++;
+    stride_dispatch(E, "_wbody", "_body");
+    line(E, "return;");
+    E->indent--;
+    line(E, "}");
+    line(E, "#endif");
+    stride_dispatch(E, "_body", "_body");
+    E->indent = 0;
+    line(E, "}");
+    line(E, "#endif");
 }
 
 /* CUDA: a grid-stride loop, one element per iteration. */

@@ -66,8 +66,41 @@ typedef void (*tk_cpu_fn)(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(TK_NO_CLONES) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
 #define TK_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+/* kernels with a wide body (emit.c, cpu_kernel): that body compiled for
+ * x86-64-v4 and picked at run time, the narrow one cloned for the rest */
+#define TK_WIDE_DISPATCH 1
+#define TK_WIDE_TARGET __attribute__((target("arch=x86-64-v4")))
+#define TK_NARROW_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+/* whether this CPU runs x86-64-v4 code (and TK_CPU_NARROW is not set) */
+static inline int tk_env_narrow(void);
+static inline int tk_cpu_wide(void) {
+    static int wide = -1;
+    if (wide < 0) {
+        wide = !tk_env_narrow() && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+               __builtin_cpu_supports("bmi2");
+    }
+    return wide;
+}
 #else
 #define TK_CPU_CLONES
+#define TK_WIDE_DISPATCH 0
+#define TK_WIDE_TARGET
+#endif
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#include <stdlib.h>
+/* TK_CPU_NARROW=1 in the environment: kernels run their narrow bodies even
+ * where the wide ones could (tests run both; read once per process) */
+static inline int tk_env_narrow(void) {
+    static int narrow = -1;
+    if (narrow < 0) {
+        const char *v = getenv("TK_CPU_NARROW");
+        narrow = v && v[0] && v[0] != '0';
+    }
+    return narrow;
+}
 #endif
 #if defined(__GNUC__)
 #define TK_BODY static inline __attribute__((always_inline))
@@ -221,8 +254,15 @@ TK_FN tk_u16 tk_f32_to_f16(float f) { return tk_f32_to_f16_soft(f); }
  * TK_VX is 0 and kernels keep their `omp simd` loops. */
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
 #define TK_VX 1
+/* without the run-time choice (TK_WIDE_DISPATCH), kernels take their wide
+ * bodies where the compiler targets AVX-512 (-march=native on such a CPU),
+ * or everywhere with TK_FORCE_WIDE (the sanitizer build, which checks them
+ * on any CPU) */
+#if defined(__AVX512F__) || defined(TK_FORCE_WIDE)
+#define TK_WIDE_STATIC 1
+#endif
 /* an explicit-vector loop runs in a function of its own (see emit.c) */
-#define TK_NOINLINE __attribute__((noinline))
+#define TK_NOINLINE __attribute__((noinline, unused))
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #elif defined(__has_warning)
