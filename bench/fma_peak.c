@@ -24,14 +24,14 @@ static double now(void) {
 #define ZREGS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
               "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm30", "xmm31"
 
-static void run_zmm(long n) {
+__attribute__((target("avx512f"))) static void run_zmm(long n) {
     __asm__ volatile("vxorps %%xmm30, %%xmm30, %%xmm30\n\tvxorps %%xmm31, %%xmm31, %%xmm31\n1:\n\t"
                      Z(0) Z(1) Z(2) Z(3) Z(4) Z(5) Z(6) Z(7) Z(8) Z(9) Z(10) Z(11) Z(12) Z(13) Z(14) Z(15)
                      "dec %0\n\tjnz 1b\n\t"
                      : "+r"(n)::ZREGS, "memory");
 }
 
-static void run_ymm(long n) {
+__attribute__((target("avx2,fma"))) static void run_ymm(long n) {
     /* 14 chains: ymm14 and ymm15 are the operands */
     __asm__ volatile("vxorps %%xmm14, %%xmm14, %%xmm14\n\tvxorps %%xmm15, %%xmm15, %%xmm15\n1:\n\t"
                      Y(0) Y(1) Y(2) Y(3) Y(4) Y(5) Y(6) Y(7) Y(8) Y(9) Y(10) Y(11) Y(12) Y(13)
