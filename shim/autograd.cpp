@@ -85,9 +85,14 @@ const Plan& plan_of(const c10::OperatorHandle& handle) {
   static std::mutex mutex;
   static std::map<const tk_op*, Plan> plans;
   const tk_op* op = op_of(handle);
+  thread_local const tk_op* last_op = nullptr;   // the last plan this thread used (no lock)
+  thread_local const Plan* last_plan = nullptr;
+  if (op == last_op) return *last_plan;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans.find(op);
   if (it == plans.end()) it = plans.emplace(op, make_plan(op)).first;
+  last_op = op;
+  last_plan = &it->second;
   return it->second;
 }
 

@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <array>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,11 +99,24 @@ tk_tensor_view to_view(const at::Tensor& t, bool writable, const Where& w) {
 
 // The tk op behind a dispatcher operator "tk::<name>".
 const tk_op* find_op(const c10::OperatorHandle& handle) {
-  const std::string& full = handle.schema().name();
+  const c10::FunctionSchema& schema = handle.schema();
+  const std::string& full = schema.name();
   const char* name = full.c_str();
   if (full.rfind("tk::", 0) == 0) name += 4;
+  // Per thread, the last few ops found (a call looks its op up at each
+  // dispatch key): keyed by the schema's address, confirmed by name. Ops
+  // are never removed from the context, so a cached op stays valid.
+  struct Entry {
+    const c10::FunctionSchema* schema;
+    const tk_op* op;
+  };
+  thread_local std::array<Entry, 8> cache{};
+  thread_local size_t next = 0;
+  for (const Entry& e : cache)
+    if (e.schema == &schema && std::strcmp(tk_op_name(e.op), name) == 0) return e.op;
   const tk_op* op = tk_op_find(context(), name);
   TORCH_INTERNAL_ASSERT(op != nullptr, "tk: no spec for operator ", full);
+  cache[next++ % cache.size()] = Entry{&schema, op};
   return op;
 }
 
@@ -176,9 +190,13 @@ void allocate_outputs(Call& c, const c10::Device& device) {
 
 // Runs the whole index space on the CPU, in chunks of at least kGrain.
 // Each chunk gets its own tk_call: tk_run_cpu may write its message.
-void run_cpu(const tk_call& call) {
+void run_cpu(tk_call& call) {
   const int64_t numel = call.kargs.numel;
   if (numel <= 0) return;
+  if (numel <= kGrain) {  // one chunk, on this thread (what parallel_for would do), without a copy
+    TORCH_CHECK(tk_run_cpu(&call, 0, numel) == TK_OK, call.msg);
+    return;
+  }
   at::parallel_for(0, numel, kGrain, [&](int64_t begin, int64_t end) {
     tk_call chunk = call;
     TORCH_CHECK(tk_run_cpu(&chunk, begin, end) == TK_OK, chunk.msg);

@@ -47,6 +47,7 @@ def cases(device: str, seed, rwkv, rel_err):
             out[b, c, t] = acc
 
     tile = torch.rand(TH, TW, device=device) if (TH, TW) != (ref.SEED.TH, ref.SEED.TW) else ref.seed_tile(device)
+    tile = tile.contiguous()   # Taichi takes contiguous tensors only (the seed tile is a rot90 view)
     wall = torch.empty(H, W, device=device)
     w, k = ref.rwkv_inputs(B, C, T, dtype=torch.float32, device=device, seed=0)
     out = torch.empty(B, C, T, device=device)
