@@ -11,10 +11,22 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
   rwkv_forward  B=32, C=768, T=768 float32, eps=0.1
                 tk vs eps + F.conv1d (TF32 off, and torch's default TF32 setting)
                 napkin: B*C*T*(T+1) = 14.5 GFLOP / time -> GFLOP/s
+  device copy   dst.copy_(src) of brick_pad's output size: the bandwidth
+                floor (bytes read + written / time) brick_pad is held to
+  rwkv backward tk's backward ops through autograd vs autograd of the F.conv1d
+                formulation (TF32 off); gradients compared
+  rwkv dtypes   tk's rwkv_forward in bfloat16 and float16 next to float32
+  per call      host time per call of a tiny tk op vs torch.add of the same
+                size (launch overhead), many calls, one synchronize
   first call    a fresh process's first call of each op: cold (empty kernel
                 cache: emit + NVRTC + load) and warm (disk cache hit), vs a
                 steady-state call
-Kernels per call: CUDA kernel events of one call under torch.profiler.
+Kernels per call: CUDA kernel events of one call under torch.profiler. Peak
+memory: torch's allocator peak during one call, above what was allocated.
+The summary lines at the end put each figure next to the performance
+issue's target. `--device cpu --small` runs the same code on the CPU at
+small sizes (wall-clock timer, no profiler): the test suite checks the
+script that way.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
@@ -39,8 +52,24 @@ from torch_tk import gpu  # noqa: E402
 from torch_tk import reference as ref  # noqa: E402
 
 
+DEVICE = "cuda"   # --device cpu: the dry run (see the docstring)
+
+
+def cpu_time_ms(fn, repeat: int, warmup: int = 1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times), times
+
+
 def cuda_time_ms(fn, repeat: int, warmup: int = 3):
     """Median and all times (ms) of fn() measured with CUDA events."""
+    if DEVICE != "cuda":
+        return cpu_time_ms(fn, repeat)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -58,6 +87,8 @@ def kernels_per_call(fn):
     """(kernel names, memcpy/memset count) of one call of fn(), already warm."""
     from torch.profiler import ProfilerActivity, profile
 
+    if DEVICE != "cuda":
+        return [], 0
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -78,25 +109,63 @@ def set_tf32(on: bool):
     torch.backends.cuda.matmul.allow_tf32 = on
 
 
+def peak_memory(fn):
+    """Bytes torch's CUDA allocator holds at its peak during one call of fn(),
+    above what was allocated before (None on the CPU)."""
+    if DEVICE != "cuda":
+        return None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak
+
+
 def row(op, impl, fn, repeat, work, check, tf32=False):
     set_tf32(tf32)
     med, times = cuda_time_ms(fn, repeat)
     kernels, copies = kernels_per_call(fn)
-    if "bytes" in work:
+    peak = peak_memory(fn)
+    if "calls" in work:
+        napkin = f"{med / work['calls'] * 1e3:.2f} us/call"
+    elif "bytes" in work:
         napkin = f"{work['bytes'] / med / 1e6:.0f} GB/s"
     else:
         napkin = f"{work['flop'] / med / 1e9:.0f} TFLOP/s" if work["flop"] / med / 1e9 >= 10 else \
             f"{work['flop'] / med / 1e6:.0f} GFLOP/s"
     set_tf32(False)
     r = dict(op=op, impl=impl, median_ms=med, times_ms=times, kernels_per_call=len(kernels),
-             kernel_names=sorted(set(kernels)), copies_per_call=copies, napkin=napkin, check=check, **work)
+             kernel_names=sorted(set(kernels)), copies_per_call=copies, napkin=napkin, check=check,
+             peak_mem_bytes=peak, **work)
     print(f"  {op:13s} {impl:24s} {med:9.3f} ms  {len(kernels):3d} kernels  {napkin:>14s}  {check}", flush=True)
     return r
 
 
+SMALL = False   # --small: small sizes (the dry run)
+
+
+def seed_config():
+    if not SMALL:
+        return ref.SEED
+    from types import SimpleNamespace
+    s = SimpleNamespace(TW=32, TH=48, pw=100, ph=60, stagger=10)
+    s.W, s.H = s.TW + 2 * s.pw, s.TH + 2 * s.ph
+    return s
+
+
+def rwkv_config():
+    if not SMALL:
+        return ref.RWKV_SEED
+    from types import SimpleNamespace
+    return SimpleNamespace(B=2, C=8, T=48, eps=0.1)
+
+
 def bench_brick_pad(repeat):
-    s = ref.SEED
-    tile = ref.seed_tile("cuda")
+    s = seed_config()
+    tile = ref.seed_tile(DEVICE)
     tk = lambda: torch.ops.tk.brick_pad(tile, s.pw, s.ph, s.stagger)  # noqa: E731
     seed = lambda: ref.torch_pad(tile, s.pw, s.ph, s.stagger)  # noqa: E731
     equal = torch.equal(tk(), seed().reshape(s.H, s.W))
@@ -106,9 +175,21 @@ def bench_brick_pad(repeat):
             row("brick_pad", "torch_pad (seed)", seed, max(repeat // 4, 3), work, "reference")], equal
 
 
+def bench_copy(repeat):
+    """The device-to-device copy of brick_pad's output size: the floor."""
+    s = seed_config()
+    src = torch.rand(s.H, s.W, device=DEVICE)
+    dst = torch.empty_like(src)
+    fn = lambda: dst.copy_(src)  # noqa: E731
+    fn()
+    ok = torch.equal(dst, src)
+    return [row("device copy", "dst.copy_(src)", fn, repeat, dict(bytes=2 * s.H * s.W * 4),
+                "read + written" if ok else "COPY DIFFERS")], ok
+
+
 def bench_rwkv(repeat):
-    r = ref.RWKV_SEED
-    w, k = ref.rwkv_inputs(r.B, r.C, r.T, device="cuda", seed=0)
+    r = rwkv_config()
+    w, k = ref.rwkv_inputs(r.B, r.C, r.T, device=DEVICE, seed=0)
     tk = lambda: torch.ops.tk.rwkv_forward(w, k, r.eps)  # noqa: E731
     conv = lambda: r.eps + F.conv1d(F.pad(k, (r.T - 1, 0)), w.unsqueeze(1), groups=r.C)  # noqa: E731
     set_tf32(False)
@@ -122,6 +203,77 @@ def bench_rwkv(repeat):
     return [row("rwkv_forward", "tk", tk, repeat, work, f"rel err {err_tk:.2g} vs float64"),
             row("rwkv_forward", "F.conv1d (tf32 off)", conv, repeat, work, f"rel err {err_conv:.2g}"),
             row("rwkv_forward", "F.conv1d (tf32 on)", conv, repeat, work, f"rel err {err_tf32:.2g}", tf32=True)], ok
+
+
+def bench_rwkv_backward(repeat):
+    """Both gradients through autograd: tk's backward ops vs conv1d's (TF32 off)."""
+    r = rwkv_config()
+    w0, k0 = ref.rwkv_inputs(r.B, r.C, r.T, device=DEVICE, seed=0)
+    g = torch.randn(r.B, r.C, r.T, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(1))
+    w, k = w0.clone().requires_grad_(), k0.clone().requires_grad_()
+
+    def tk():
+        return torch.autograd.grad(torch.ops.tk.rwkv_forward(w, k, r.eps), (w, k), g)
+
+    def conv():
+        out = r.eps + F.conv1d(F.pad(k, (r.T - 1, 0)), w.unsqueeze(1), groups=r.C)
+        return torch.autograd.grad(out, (w, k), g)
+
+    set_tf32(False)
+    wd, kd = w0.double().requires_grad_(), k0.double().requires_grad_()
+    want = torch.autograd.grad(ref.rwkv_conv1d(wd, kd, r.eps), (wd, kd), g.double())
+    got = tk()
+    err = max(rel_err(a, b) for a, b in zip(got, want))
+    err_conv = max(rel_err(a, b) for a, b in zip(conv(), want))
+    work = dict(flop=2 * r.B * r.C * r.T * (r.T + 1))
+    return [row("rwkv_backward", "tk (autograd)", tk, repeat, work, f"rel err {err:.2g} vs float64"),
+            row("rwkv_backward", "F.conv1d autograd (tf32 off)", conv, repeat, work, f"rel err {err_conv:.2g}")], \
+        err < 1e-4
+
+
+def bench_rwkv_dtypes(repeat):
+    """tk's rwkv_forward in the half types (float32 accumulation) next to float32."""
+    r = rwkv_config()
+    w, k = ref.rwkv_inputs(r.B, r.C, r.T, device=DEVICE, seed=0)
+    want = ref.rwkv_conv1d(w.double(), k.double(), r.eps)
+    work = dict(flop=r.B * r.C * r.T * (r.T + 1))
+    rows, ok = [], True
+    for dt, bound in ((torch.bfloat16, 3e-2), (torch.float16, 5e-3)):
+        wd, kd = w.to(dt), k.to(dt)
+        err = rel_err(torch.ops.tk.rwkv_forward(wd, kd, r.eps), want)
+        ok = ok and err < bound
+        rows.append(row("rwkv_forward", f"tk {str(dt)[6:]}", lambda wd=wd, kd=kd: torch.ops.tk.rwkv_forward(wd, kd, r.eps),
+                        repeat, work, f"rel err {err:.2g} vs float64 of the float32 inputs"))
+    return rows, ok
+
+
+def bench_call_overhead(repeat):
+    """Host time per call on a tiny input (launch overhead): tk vs torch.add."""
+    w, k = torch.rand(2, 4, device=DEVICE), torch.rand(1, 2, 4, device=DEVICE)
+    x = torch.rand(1, 2, 4, device=DEVICE)
+    n = 200 if SMALL else 2000
+
+    def timed(fn):
+        def loop():
+            for _ in range(n):
+                out = fn()
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            return out
+        return loop
+
+    rows = []
+    rwkv, add = torch.ops.tk.rwkv_forward.default, torch.ops.aten.add.Tensor   # both through the dispatcher
+    for impl, fn in (("tk rwkv_forward (8 el.)", lambda: rwkv(w, k, 0.1)),
+                     ("torch.add (8 el.)", lambda: add(x, x))):
+        loop = timed(fn)
+        med, times = cpu_time_ms(loop, max(repeat // 10, 5))   # wall clock: the host's cost
+        r = dict(op="per call", impl=impl, median_ms=med, times_ms=times, kernels_per_call=len(kernels_per_call(fn)[0]),
+                 kernel_names=[], copies_per_call=0, napkin=f"{med / n * 1e3:.2f} us/call", check=f"{n} calls",
+                 peak_mem_bytes=None, calls=n)
+        print(f"  {'per call':13s} {impl:24s} {med / n * 1e3:9.3f} us/call", flush=True)
+        rows.append(r)
+    return rows
 
 
 FIRST_CALL = r"""
@@ -170,48 +322,101 @@ def first_call_latency():
 
 
 def format_table(rows, latency) -> str:
-    head = f"{'op':13s} {'impl':24s} {'median ms':>10s} {'kernels':>8s} {'napkin':>14s}  check"
+    head = f"{'op':13s} {'impl':28s} {'median ms':>10s} {'kernels':>8s} {'napkin':>14s} {'peak MB':>8s}  check"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['op']:13s} {r['impl']:24s} {r['median_ms']:10.3f} {r['kernels_per_call']:8d} "
-                     f"{r['napkin']:>14s}  {r['check']}")
+        mem = "-" if r.get("peak_mem_bytes") is None else f"{r['peak_mem_bytes'] / 1e6:.0f}"
+        lines.append(f"{r['op']:13s} {r['impl']:28s} {r['median_ms']:10.3f} {r['kernels_per_call']:8d} "
+                     f"{r['napkin']:>14s} {mem:>8s}  {r['check']}")
     for r in latency:
-        lines.append(f"{r['op']:13s} {'first call cold / warm':24s} {r['cold_first_ms']:8.1f} / "
+        lines.append(f"{r['op']:13s} {'first call cold / warm':28s} {r['cold_first_ms']:8.1f} / "
                      f"{r['warm_first_ms']:.1f} ms (steady {r['steady_ms']:.3f} ms)")
     return "\n".join(lines)
 
 
+def summary(rows) -> list:
+    """Each figure next to the performance issue's GPU target."""
+    def ms(op, impl):
+        return next((r["median_ms"] for r in rows if r["op"] == op and r["impl"] == impl), None)
+
+    out = []
+    pad, seed, copy = ms("brick_pad", "tk"), ms("brick_pad", "torch_pad (seed)"), ms("device copy", "dst.copy_(src)")
+    if pad and copy:
+        s = seed_config()
+        frac = (s.H * s.W * 4 / pad) / (2 * s.H * s.W * 4 / copy)
+        out.append(f"brick_pad: {pad * 1e3:.1f} us (target <= 40 us), {frac:.0%} of the device copy's bandwidth "
+                   f"(target >= 85%), {seed / pad:.0f}x torch_pad (target >= 300x)")
+    fw, cf = ms("rwkv_forward", "tk"), ms("rwkv_forward", "F.conv1d (tf32 off)")
+    if fw and cf:
+        out.append(f"rwkv_forward: {fw:.3f} ms (target <= 0.30 ms), {cf / fw:.1f}x F.conv1d tf32 off (target >= 30x)")
+    bw, cb = ms("rwkv_backward", "tk (autograd)"), ms("rwkv_backward", "F.conv1d autograd (tf32 off)")
+    if bw and cb:
+        out.append(f"rwkv backward: {bw:.3f} ms (target <= 0.70 ms), {cb / bw:.1f}x conv1d autograd (target >= 30x)")
+    for dt in ("bfloat16", "float16"):
+        t = ms("rwkv_forward", f"tk {dt}")
+        if t and fw:
+            out.append(f"rwkv_forward {dt}: {t:.3f} ms = {t / fw:.2f}x the float32 time (target <= 1.00x)")
+    tk_call = next((r for r in rows if r["op"] == "per call" and r["impl"].startswith("tk")), None)
+    add_call = next((r for r in rows if r["op"] == "per call" and r["impl"].startswith("torch.add")), None)
+    if tk_call and add_call:
+        a, b = tk_call["median_ms"] / tk_call["calls"] * 1e3, add_call["median_ms"] / add_call["calls"] * 1e3
+        out.append(f"per call (launch overhead): tk {a:.2f} us vs torch.add {b:.2f} us = {a / b:.2f}x")
+    for op, tk_impl, ref_impl in (("brick_pad", "tk", "torch_pad (seed)"),
+                                  ("rwkv_forward", "tk", "F.conv1d (tf32 off)")):
+        m = {r["impl"]: r.get("peak_mem_bytes") for r in rows if r["op"] == op}
+        if m.get(tk_impl) is not None and m.get(ref_impl) is not None:
+            out.append(f"{op} peak memory: tk {m[tk_impl] / 1e6:.0f} MB vs {ref_impl} {m[ref_impl] / 1e6:.0f} MB")
+    return out
+
+
 def main(argv=None) -> int:
+    global DEVICE, SMALL
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--repeat", type=int, default=50, help="timed calls per case (median)")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: a dry run of this script (with --small), not a benchmark")
+    ap.add_argument("--small", action="store_true", help="small sizes (for the dry run)")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
+    DEVICE, SMALL = args.device, args.small
+    if DEVICE == "cuda" and not torch.cuda.is_available():
         print("gpu_bench: no CUDA GPU", file=sys.stderr)
         return 2
-    props = torch.cuda.get_device_properties(0)
-    print(f"{props.name}, sm_{props.major}{props.minor}, {props.multi_processor_count} SMs; "
-          f"torch {torch.__version__}", flush=True)
+    if DEVICE == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        name, sm, sms = props.name, f"sm_{props.major}{props.minor}", props.multi_processor_count
+    else:
+        name, sm, sms = "cpu (dry run)", "", 0
+    print(f"{name}, {sm}, {sms} SMs; torch {torch.__version__}", flush=True)
     brick, brick_ok = bench_brick_pad(args.repeat)
+    copy, copy_ok = bench_copy(args.repeat)
     rwkv, rwkv_ok = bench_rwkv(args.repeat)
-    latency = first_call_latency()
-    table = format_table(brick + rwkv, latency)
-    ok = brick_ok and rwkv_ok and all(r["kernels_per_call"] == 1 for r in brick + rwkv if r["impl"] == "tk")
+    back, back_ok = bench_rwkv_backward(args.repeat)
+    half, half_ok = bench_rwkv_dtypes(args.repeat)
+    calls = bench_call_overhead(args.repeat)
+    latency = first_call_latency() if DEVICE == "cuda" else []
+    rows = brick + copy + rwkv + back + half + calls
+    table = format_table(rows, latency)
+    lines = summary(rows)
+    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and \
+        (DEVICE != "cuda" or all(r["kernels_per_call"] == 1 for r in brick + rwkv + half if r["impl"].startswith("tk")))
     if args.json:
-        info = gpu.info()
+        info = gpu.info() if DEVICE == "cuda" else ""
         result = dict(
             date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            gpu=props.name, sm=f"sm_{props.major}{props.minor}", sms=props.multi_processor_count,
-            torch=torch.__version__, cuda=torch.version.cuda,
+            gpu=name, sm=sm, sms=sms, torch=torch.__version__, cuda=torch.version.cuda,
             nvrtc=next((line for line in info.splitlines() if line.startswith("nvrtc:")), ""),
             driver=next((line for line in info.splitlines() if line.startswith("driver:")), ""),
-            repeat=args.repeat, ok=ok, results=brick + rwkv, first_call=latency, table=table)
+            repeat=args.repeat, small=SMALL, ok=ok, results=rows, first_call=latency, table=table, summary=lines)
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
     print()
     print(table)
+    print()
+    for line in lines:
+        print("[gpu] " + line)
     return 0 if ok else 1
 
 

@@ -10,8 +10,11 @@
 #              F.conv1d with TF32 off, dtypes, non-contiguous, CUDA graphs,
 #              threads, cuda:1 when present) and the cuda parametrisations of
 #              the other files (autograd, opcheck, compile...); the CPU suite is CI's
-#   bench      bench/gpu_bench.py: brick_pad vs torch_pad, rwkv vs F.conv1d,
-#              kernels per call (profiler), NVRTC cold / warm first-call latency
+#   bench      bench/gpu_bench.py: brick_pad vs torch_pad and vs a device copy,
+#              rwkv forward and backward vs F.conv1d (TF32 off), bfloat16 and
+#              float16 vs float32, per-call launch overhead vs torch.add, peak
+#              memory, kernels per call (profiler), NVRTC cold / warm first-call
+#              latency; its last lines put each figure next to its target
 #   sanitizer  compute-sanitizer memcheck on ci/gpu_small_case.py, where it works
 # The summary table is printed last. Files in $OUT (default out/gpu-check):
 #   gpu_check.json (steps, times, versions, bench), gpu_bench.json, info.txt and

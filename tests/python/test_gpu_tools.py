@@ -96,3 +96,31 @@ def test_parse_arch_rejects(text):
 
     with pytest.raises(ValueError, match="not a CUDA arch"):
         parse_arch(text)
+
+
+def test_gpu_bench_dry_run_on_cpu(lib_path, tmp_path):
+    """bench/gpu_bench.py (the device check's benchmark) runs end to end on the
+    CPU at small sizes: every case is built, checked, timed and summarised
+    against its target, so a lent GPU's few minutes are not lost to a script
+    error. (The figures themselves mean nothing here.)"""
+    import json
+
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.path.join(ROOT, "python"), TK_LIBRARY=lib_path, TK_CACHE_DIR=str(tmp_path))
+    out = tmp_path / "gpu_bench.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_bench.py"), "--device", "cpu", "--small",
+                        "--repeat", "3", "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert res["ok"] and res["small"]
+    cases = {(row["op"], row["impl"]) for row in res["results"]}
+    for case in [("brick_pad", "tk"), ("brick_pad", "torch_pad (seed)"), ("device copy", "dst.copy_(src)"),
+                 ("rwkv_forward", "tk"), ("rwkv_forward", "F.conv1d (tf32 off)"), ("rwkv_backward", "tk (autograd)"),
+                 ("rwkv_backward", "F.conv1d autograd (tf32 off)"), ("rwkv_forward", "tk bfloat16"),
+                 ("rwkv_forward", "tk float16"), ("per call", "tk rwkv_forward (8 el.)")]:
+        assert case in cases, case
+    assert all(row["median_ms"] > 0 for row in res["results"])
+    summary = "\n".join(res["summary"])
+    for target in ("<= 40 us", ">= 85%", ">= 300x", "<= 0.30 ms", "<= 0.70 ms", "bfloat16", "float16", "per call"):
+        assert target in summary, target
+    assert "bit-equal to torch_pad" in r.stdout
