@@ -1511,27 +1511,25 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     for (int r = 0; r < E->op->nlocals; r++)
         if (E->arr[r] && stmt_count(s->body, s->nbody, E->op->locals[r].name)) used_local[r] = 1;
     assigned_locals(s->body, s->nbody, set);
-    /* the call, under unit strides of the vector and row reads */
+    /* the call: the wide body runs with unit innermost strides only (see
+     * cpu_kernel), which the vector and row reads need; the function
+     * takes the other strides */
     memset(E->unit, 0, sizeof E->unit);
     E->shared[E->nshared++] = s->name;
-    line(E, "#if TK_VX");
-    begin_line(E);
-    tk_buf_puts(E->b, "if (");
+    tk_buf *body = E->b, scratch = {0};
+    E->b = &scratch;   /* the conditions are not needed, only which tensors */
     E->nconds = 0;
     for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_stride, E->unit);
     for (int i = 0; i < s->nbody; i++) vx_row_refs(E, s->body[i]->value, s->name, E->unit);
-    tk_buf_puts(E->b, E->nconds ? ") {\n" : "1) {\n");
+    free(scratch.p);
+    E->b = body;
     E->nshared--;
-    E->indent++;
     begin_line(E);
     tk_buf_printf(E->b, "%s(", fname);
     vx_args(E, s, used_local, nb, 1);
     tk_buf_puts(E->b, ");\n");
-    E->indent--;
-    line(E, "} else");
-    line(E, "#endif");
     /* the function, emitted ahead of the kernel's body */
-    tk_buf *body = E->b, fn = {0};
+    tk_buf fn = {0};
     int indent = E->indent;
     E->b = &fn;
     E->indent = 0;
@@ -1651,22 +1649,25 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
         line(E, "tk_hr%d[tk_j] = (%s)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, mi, g);
     }
     lane_close(E);
-    if (E->wide && vx_loop_ok(E, s)) vx_loop(E, s, nb);
-    line(E, "{");
-    E->indent++;
-    line(E, "if (tk_L < tk_H) {");
-    E->indent++;
-    lane_range(E, s, "tk_mn", "tk_L", 1, nb);
-    lane_range(E, s, "tk_L", "tk_H", 0, nb);
-    lane_range(E, s, "tk_H", "tk_mx", 1, nb);
-    E->indent--;
-    line(E, "} else {");
-    E->indent++;
-    lane_range(E, s, "tk_mn", "tk_mx", 1, nb);
-    E->indent--;
-    line(E, "}");
-    E->indent--;
-    line(E, "}");
+    if (E->wide && vx_loop_ok(E, s)) {
+        vx_loop(E, s, nb);   /* the wide body has unit strides: no omp simd form */
+    } else {
+        line(E, "{");
+        E->indent++;
+        line(E, "if (tk_L < tk_H) {");
+        E->indent++;
+        lane_range(E, s, "tk_mn", "tk_L", 1, nb);
+        lane_range(E, s, "tk_L", "tk_H", 0, nb);
+        lane_range(E, s, "tk_H", "tk_mx", 1, nb);
+        E->indent--;
+        line(E, "} else {");
+        E->indent++;
+        lane_range(E, s, "tk_mn", "tk_mx", 1, nb);
+        E->indent--;
+        line(E, "}");
+        E->indent--;
+        line(E, "}");
+    }
     E->indent--;
     line(E, "}");
     E->indent--;
@@ -2254,9 +2255,11 @@ static void cpu_kernel(emitter *E) {
     E->b = &nbody;
     cpu_body(E, "_body", 0);
     E->b = out;
-    if (wide) {
+    if (wide) {   /* GNU C vectors: only where TK_VX */
+        tk_buf_puts(out, "#if TK_VX\n");
         buf_move(out, &wpre);
         buf_move(out, &wbody);
+        tk_buf_puts(out, "#endif\n");
     }
     free(wpre.p);
     free(wbody.p);

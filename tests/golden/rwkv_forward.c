@@ -729,6 +729,7 @@ TK_CPU_CLONES void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64
 
 /* rwkv_forward: w float32, k float32, computing in float32 */
 #if TK_VX
+#if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -1831,135 +1832,7 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            #if TK_VX
-                            if (s_w_1 == 1 && s_k_2 == 1) {
-                                tk_rwkv_forward__f32_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                            } else
-                            #endif
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                }
-                            }
+                            tk_rwkv_forward__f32_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -2151,51 +2024,7 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        #if TK_VX
-                        if (s_w_1 == 1 && s_k_2 == 1) {
-                            tk_rwkv_forward__f32_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                        } else
-                        #endif
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        tk_rwkv_forward__f32_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -2218,6 +2047,7 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         }
     }
 }
+#endif
 TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -2621,6 +2451,7 @@ void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_forward: w float64, k float64, computing in float64 */
+#if TK_VX
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -3724,135 +3555,7 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            #if TK_VX
-                            if (s_w_1 == 1 && s_k_2 == 1) {
-                                tk_rwkv_forward__f64_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                            } else
-                            #endif
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                }
-                            }
+                            tk_rwkv_forward__f64_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -4044,51 +3747,7 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        #if TK_VX
-                        if (s_w_1 == 1 && s_k_2 == 1) {
-                            tk_rwkv_forward__f64_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                        } else
-                        #endif
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        tk_rwkv_forward__f64_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -4111,6 +3770,7 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         }
     }
 }
+#endif
 TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -4778,6 +4438,7 @@ TK_CPU_CLONES void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_
 }
 
 /* rwkv_backward_w: k float32, grad_out float32, computing in float32 */
+#if TK_VX
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -5725,71 +5386,7 @@ TK_BODY void tk_rwkv_backward_w__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                     tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
                                     tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                #if TK_VX
-                                if (s_grad_out_2 == 1 && s_k_2 == 1) {
-                                    tk_rwkv_backward_w__f32_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
-                                } else
-                                #endif
-                                {
-                                    if (tk_L < tk_H) {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                                v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                                v_s_3[tk_j] = (tk_lr3[tk_j] <= tk_ur && tk_ur < tk_hr3[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                                v_s_4[tk_j] = (tk_lr4[tk_j] <= tk_ur && tk_ur < tk_hr4[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                                v_s_5[tk_j] = (tk_lr5[tk_j] <= tk_ur && tk_ur < tk_hr5[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                                v_s_6[tk_j] = (tk_lr6[tk_j] <= tk_ur && tk_ur < tk_hr6[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                                v_s_7[tk_j] = (tk_lr7[tk_j] <= tk_ur && tk_ur < tk_hr7[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_3[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_4[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_5[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_6[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_7[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                                v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                                v_s_3[tk_j] = (tk_lr3[tk_j] <= tk_ur && tk_ur < tk_hr3[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                                v_s_4[tk_j] = (tk_lr4[tk_j] <= tk_ur && tk_ur < tk_hr4[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                                v_s_5[tk_j] = (tk_lr5[tk_j] <= tk_ur && tk_ur < tk_hr5[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                                v_s_6[tk_j] = (tk_lr6[tk_j] <= tk_ur && tk_ur < tk_hr6[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                                v_s_7[tk_j] = (tk_lr7[tk_j] <= tk_ur && tk_ur < tk_hr7[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                                v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                                v_s_3[tk_j] = (tk_lr3[tk_j] <= tk_ur && tk_ur < tk_hr3[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                                v_s_4[tk_j] = (tk_lr4[tk_j] <= tk_ur && tk_ur < tk_hr4[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                                v_s_5[tk_j] = (tk_lr5[tk_j] <= tk_ur && tk_ur < tk_hr5[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                                v_s_6[tk_j] = (tk_lr6[tk_j] <= tk_ur && tk_ur < tk_hr6[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                                v_s_7[tk_j] = (tk_lr7[tk_j] <= tk_ur && tk_ur < tk_hr7[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            }
-                                        }
-                                    }
-                                }
+                                tk_rwkv_backward_w__f32_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
                             }
                         }
                     }
@@ -5824,6 +5421,7 @@ TK_BODY void tk_rwkv_backward_w__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         }
     }
 }
+#endif
 TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_k_2, tk_i64 s_grad_out_2, tk_i64 s_grad_w_1) {
     const float *restrict t_k = (const float *)a->t[0].data;
     const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
@@ -5995,6 +5593,7 @@ void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_w: k float64, grad_out float64, computing in float64 */
+#if TK_VX
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -6942,71 +6541,7 @@ TK_BODY void tk_rwkv_backward_w__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                     tk_lr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
                                     tk_hr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                #if TK_VX
-                                if (s_grad_out_2 == 1 && s_k_2 == 1) {
-                                    tk_rwkv_backward_w__f64_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
-                                } else
-                                #endif
-                                {
-                                    if (tk_L < tk_H) {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                                v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                                v_s_3[tk_j] = (tk_lr3[tk_j] <= tk_ur && tk_ur < tk_hr3[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                                v_s_4[tk_j] = (tk_lr4[tk_j] <= tk_ur && tk_ur < tk_hr4[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                                v_s_5[tk_j] = (tk_lr5[tk_j] <= tk_ur && tk_ur < tk_hr5[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                                v_s_6[tk_j] = (tk_lr6[tk_j] <= tk_ur && tk_ur < tk_hr6[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                                v_s_7[tk_j] = (tk_lr7[tk_j] <= tk_ur && tk_ur < tk_hr7[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_3[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_4[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_5[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_6[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_7[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                                v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                                v_s_3[tk_j] = (tk_lr3[tk_j] <= tk_ur && tk_ur < tk_hr3[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                                v_s_4[tk_j] = (tk_lr4[tk_j] <= tk_ur && tk_ur < tk_hr4[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                                v_s_5[tk_j] = (tk_lr5[tk_j] <= tk_ur && tk_ur < tk_hr5[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                                v_s_6[tk_j] = (tk_lr6[tk_j] <= tk_ur && tk_ur < tk_hr6[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                                v_s_7[tk_j] = (tk_lr7[tk_j] <= tk_ur && tk_ur < tk_hr7[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma omp simd
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                                v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                                v_s_3[tk_j] = (tk_lr3[tk_j] <= tk_ur && tk_ur < tk_hr3[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                                v_s_4[tk_j] = (tk_lr4[tk_j] <= tk_ur && tk_ur < tk_hr4[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_4[tk_j];
-                                                v_s_5[tk_j] = (tk_lr5[tk_j] <= tk_ur && tk_ur < tk_hr5[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_5[tk_j];
-                                                v_s_6[tk_j] = (tk_lr6[tk_j] <= tk_ur && tk_ur < tk_hr6[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_6[tk_j];
-                                                v_s_7[tk_j] = (tk_lr7[tk_j] <= tk_ur && tk_ur < tk_hr7[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_7[tk_j];
-                                            }
-                                        }
-                                    }
-                                }
+                                tk_rwkv_backward_w__f64_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
                             }
                         }
                     }
@@ -7041,6 +6576,7 @@ TK_BODY void tk_rwkv_backward_w__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         }
     }
 }
+#endif
 TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_k_2, tk_i64 s_grad_out_2, tk_i64 s_grad_w_1) {
     const double *restrict t_k = (const double *)a->t[0].data;
     const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
@@ -7956,6 +7492,7 @@ TK_CPU_CLONES void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_
 }
 
 /* rwkv_backward_k: w float32, grad_out float32, computing in float32 */
+#if TK_VX
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -9056,135 +8593,7 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                 tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            #if TK_VX
-                            if (s_w_1 == 1 && s_grad_out_2 == 1) {
-                                tk_rwkv_backward_k__f32_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                            } else
-                            #endif
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_8[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                            v_s_9[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_10[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_11[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                            v_s_12[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_13[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_14[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                            v_s_15[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_16[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_17[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                            v_s_18[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_19[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_20[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                            v_s_21[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_22[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_23[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                }
-                            }
+                            tk_rwkv_backward_k__f32_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -9384,51 +8793,7 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        #if TK_VX
-                        if (s_w_1 == 1 && s_grad_out_2 == 1) {
-                            tk_rwkv_backward_k__f32_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                        } else
-                        #endif
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                        v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        tk_rwkv_backward_k__f32_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -9452,6 +8817,7 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         }
     }
 }
+#endif
 TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_grad_out_2, tk_i64 s_grad_k_2) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -9863,6 +9229,7 @@ void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_k: w float64, grad_out float64, computing in float64 */
+#if TK_VX
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -10963,135 +10330,7 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                 tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            #if TK_VX
-                            if (s_w_1 == 1 && s_grad_out_2 == 1) {
-                                tk_rwkv_backward_k__f64_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                            } else
-                            #endif
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_4[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_5[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_6[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_7[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_8[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_9[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_10[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_11[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_12[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_13[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_14[tk_j] += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_15[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_16[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_17[tk_j] += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_18[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_19[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_20[tk_j] += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                            v_s_21[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            v_s_22[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                            v_s_23[tk_j] += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma omp simd
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                            v_s_4[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_4[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_4[tk_j];
-                                            v_s_5[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_5[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_5[tk_j];
-                                            v_s_6[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_6[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_6[tk_j];
-                                            v_s_7[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_7[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_7[tk_j];
-                                            v_s_8[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_8[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_8[tk_j];
-                                            v_s_9[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_9[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_9[tk_j];
-                                            v_s_10[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_10[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_10[tk_j];
-                                            v_s_11[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_11[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_11[tk_j];
-                                            v_s_12[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_12[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_12[tk_j];
-                                            v_s_13[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_13[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_13[tk_j];
-                                            v_s_14[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_14[tk_j] + ((t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_14[tk_j];
-                                            v_s_15[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_15[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_15[tk_j];
-                                            v_s_16[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_16[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_16[tk_j];
-                                            v_s_17[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_17[tk_j] + ((t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_17[tk_j];
-                                            v_s_18[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_18[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_18[tk_j];
-                                            v_s_19[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_19[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_19[tk_j];
-                                            v_s_20[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_20[tk_j] + ((t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_20[tk_j];
-                                            v_s_21[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_21[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_21[tk_j];
-                                            v_s_22[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_22[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_22[tk_j];
-                                            v_s_23[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_23[tk_j] + ((t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_23[tk_j];
-                                        }
-                                    }
-                                }
-                            }
+                            tk_rwkv_backward_k__f64_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -11291,51 +10530,7 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        #if TK_VX
-                        if (s_w_1 == 1 && s_grad_out_2 == 1) {
-                            tk_rwkv_backward_k__f64_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
-                        } else
-                        #endif
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
-                                        v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma omp simd
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr1[tk_j] <= tk_ur && tk_ur < tk_hr1[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr2[tk_j] <= tk_ur && tk_ur < tk_hr2[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]))) : v_s_2[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        tk_rwkv_backward_k__f64_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -11359,6 +10554,7 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         }
     }
 }
+#endif
 TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_grad_out_2, tk_i64 s_grad_k_2) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
