@@ -65,7 +65,6 @@ typedef struct emitter {
     int nrow;
     tk_buf *pre;                    /* functions emitted before the kernel's body (explicit-vector loops) */
     int nvx;                        /* explicit-vector loops outlined so far */
-    unsigned char unit[64];         /* in an outlined loop: tensors whose last stride is 1 */
     unsigned char arr[TK_MAX_LOCALS];   /* local held per lane (an array) */
 } emitter;
 
@@ -1425,44 +1424,16 @@ static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *h
     line(E, "}");
 }
 
-static void vx_stride(emitter *E, const tk_expr *e, void *arg) {
-    unsigned char *seen = arg;
-    if (e->ref < 0 || e->ref >= 64 || seen[e->ref]) return;
-    seen[e->ref] = 1;
-    const tk_param *p = param(E, e->ref);
-    tk_buf_printf(E->b, "%ss_%s_%d == 1", E->nconds++ ? " && " : "", p->name, e->nargs - 1);
-}
-
 static int used(const emitter *E, const char *name);
 static void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int), int arg);
 static void prologue(emitter *E);
 
-/* Marks the tensors read through row pointers (see vx_rows_in). */
-static void vx_row_refs(emitter *E, const tk_expr *e, const char *v, unsigned char *seen) {
-    if (!e) return;
-    for (int i = 0; i < e->nargs; i++) vx_row_refs(E, e->args[i], v, seen);
-    if (e->kind != TK_E_INDEX || e->nargs == 0 || e->ref < 0 || e->ref >= 64 || !vx_uniform(E, e) ||
-        !expr_uses(e->args[e->nargs - 1], v))
-        return;
-    for (int i = 0; i < e->nargs - 1; i++)
-        if (expr_uses(e->args[i], v)) return;
-    if (!seen[e->ref]) {
-        const tk_param *p = param(E, e->ref);
-        tk_buf_printf(E->b, "%ss_%s_%d == 1", E->nconds++ ? " && " : "", p->name, e->nargs - 1);
-    }
-    seen[e->ref] = 1;
-}
-
-/* Helper parameters: the innermost strides not known to be 1. */
-static void vx_stride_param(emitter *E, const tk_param *p, int slot, int arg) {
+/* In an outlined loop: the innermost strides, 1 (the wide body that calls
+ * it runs with unit innermost strides only; see cpu_kernel). */
+static void vx_unit_stride(emitter *E, const tk_param *p, int slot, int arg) {
     (void)slot;
-    for (int i = 0; i < 64 && i < E->op->decl->nparams + E->op->decl->noutputs; i++)
-        if (E->unit[i] && i < E->op->decl->nparams && param(E, i) == p) {
-            if (arg == 2) line(E, "const tk_i64 s_%s_%d = 1;", p->name, tk_explicit_dims(p) - 1);
-            return;
-        }
-    if (arg == 0) tk_buf_printf(E->b, ", tk_i64 s_%s_%d", p->name, tk_explicit_dims(p) - 1);
-    if (arg == 1) tk_buf_printf(E->b, ", s_%s_%d", p->name, tk_explicit_dims(p) - 1);
+    (void)arg;
+    line(E, "const tk_i64 s_%s_%d = 1;", p->name, tk_explicit_dims(p) - 1);
 }
 
 /* The values an outlined loop takes from the tile: arg 0 prints the
@@ -1473,7 +1444,6 @@ static void vx_args(emitter *E, const tk_stmt *s, const unsigned char *used_loca
     const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
     int N = E->ngroup * E->nblocks;
     tk_buf_puts(E->b, arg ? "a" : "const tk_kargs *a");
-    each_strided(E, vx_stride_param, arg);
     for (int i = 0; i < d->nloop; i++) tk_buf_printf(E->b, arg ? ", v_%s" : ", tk_i64 v_%s", d->loop_vars[i]);
     for (int i = 0; i < E->nshared; i++)
         if (strcmp(E->shared[i], s->name) != 0) tk_buf_printf(E->b, arg ? ", v_%s" : ", tk_i64 v_%s", E->shared[i]);
@@ -1511,25 +1481,13 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     for (int r = 0; r < E->op->nlocals; r++)
         if (E->arr[r] && stmt_count(s->body, s->nbody, E->op->locals[r].name)) used_local[r] = 1;
     assigned_locals(s->body, s->nbody, set);
-    /* the call: the wide body runs with unit innermost strides only (see
-     * cpu_kernel), which the vector and row reads need; the function
-     * takes the other strides */
-    memset(E->unit, 0, sizeof E->unit);
-    E->shared[E->nshared++] = s->name;
-    tk_buf *body = E->b, scratch = {0};
-    E->b = &scratch;   /* the conditions are not needed, only which tensors */
-    E->nconds = 0;
-    for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_stride, E->unit);
-    for (int i = 0; i < s->nbody; i++) vx_row_refs(E, s->body[i]->value, s->name, E->unit);
-    free(scratch.p);
-    E->b = body;
-    E->nshared--;
+    /* the call */
     begin_line(E);
     tk_buf_printf(E->b, "%s(", fname);
     vx_args(E, s, used_local, nb, 1);
     tk_buf_puts(E->b, ");\n");
     /* the function, emitted ahead of the kernel's body */
-    tk_buf fn = {0};
+    tk_buf *body = E->b, fn = {0};
     int indent = E->indent;
     E->b = &fn;
     E->indent = 0;
@@ -1547,7 +1505,7 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     tk_buf_puts(E->b, ") {\n");
     E->indent = 1;
     prologue(E);
-    each_strided(E, vx_stride_param, 2);
+    each_strided(E, vx_unit_stride, 0);
     E->shared[E->nshared++] = s->name;
     /* per-lane locals the loop reads or sets: in registers for the loop */
     for (int r = 0; r < E->op->nlocals; r++)

@@ -317,12 +317,6 @@ TK_VX_DEFINE(f64, m64, double, long long)
     tk_s_; })
 #define tk_vsplat_f32(x) TK_VSPLAT(tk_vf32, 16, x)
 #define tk_vsplat_f64(x) TK_VSPLAT(tk_vf64, 8, x)
-/* whether any lane of m is set */
-#define TK_VANY(MT, N, m) __extension__({ MT tk_a_ = (m); __typeof__(tk_a_[0]) tk_r_ = 0;   \
-    for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_r_ |= tk_a_[tk_q_];                          \
-    tk_r_ != 0; })
-#define tk_vany_m32(m) TK_VANY(tk_vm32, 16, m)
-#define tk_vany_m64(m) TK_VANY(tk_vm64, 8, m)
 /* elements off .. off+N-1 of p where m is set (the others unspecified):
  * one load when the window lies in the tensor's extent [lo, hi), else only
  * the lanes that are set */

@@ -733,8 +733,8 @@ TK_CPU_CLONES void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_k = (const float *)a->t[1].data;
@@ -750,6 +750,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
     tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
     tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
     tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
@@ -1322,8 +1323,8 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_k = (const float *)a->t[1].data;
@@ -1339,6 +1340,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
     tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
     tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
     tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
@@ -1832,7 +1834,7 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            tk_rwkv_forward__f32_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            tk_rwkv_forward__f32_vx0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -2024,7 +2026,7 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_forward__f32_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_forward__f32_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -2456,8 +2458,8 @@ void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_k = (const double *)a->t[1].data;
@@ -2473,6 +2475,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
     tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
     tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
     tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
@@ -3045,8 +3048,8 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 s_out_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_k = (const double *)a->t[1].data;
@@ -3062,6 +3065,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
     tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
     tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
     tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
@@ -3555,7 +3559,7 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                                 tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            tk_rwkv_forward__f64_vx0(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            tk_rwkv_forward__f64_vx0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -3747,7 +3751,7 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_forward__f64_vx1(a, s_out_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_forward__f64_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -4443,8 +4447,8 @@ TK_CPU_CLONES void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_k = (const float *)a->t[0].data;
     const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
     const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
@@ -4459,6 +4463,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
     const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_k_2 = 1;
     const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_w_1 = 1;
     tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
     tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
     tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
@@ -5386,7 +5391,7 @@ TK_BODY void tk_rwkv_backward_w__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                     tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
                                     tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                tk_rwkv_backward_w__f32_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                                tk_rwkv_backward_w__f32_vx0(a, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
                             }
                         }
                     }
@@ -5598,8 +5603,8 @@ void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_kargs *a, tk_i64 s_grad_w_1, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_k = (const double *)a->t[0].data;
     const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
     const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
@@ -5614,6 +5619,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
     const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_k_2 = 1;
     const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_w_1 = 1;
     tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
     tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
     tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
@@ -6541,7 +6547,7 @@ TK_BODY void tk_rwkv_backward_w__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                     tk_lr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
                                     tk_hr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                                tk_rwkv_backward_w__f64_vx0(a, s_grad_w_1, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                                tk_rwkv_backward_w__f64_vx0(a, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
                             }
                         }
                     }
@@ -7497,8 +7503,8 @@ TK_CPU_CLONES void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_grad_out = (const float *)a->t[1].data;
@@ -7513,6 +7519,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_karg
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
     tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
     tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
     tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
@@ -8085,8 +8092,8 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_karg
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_grad_out = (const float *)a->t[1].data;
@@ -8101,6 +8108,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_karg
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
     tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
     tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
     tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
@@ -8593,7 +8601,7 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                 tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            tk_rwkv_backward_k__f32_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            tk_rwkv_backward_k__f32_vx0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -8793,7 +8801,7 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_backward_k__f32_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_backward_k__f32_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -9234,8 +9242,8 @@ void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_grad_out = (const double *)a->t[1].data;
@@ -9250,6 +9258,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_karg
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
     tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
     tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
     tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
@@ -9822,8 +9831,8 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_karg
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 s_grad_k_2, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_grad_out = (const double *)a->t[1].data;
@@ -9838,6 +9847,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_karg
     const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
     const tk_i64 s_w_1 = 1;
     const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
     tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
     tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
     tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
@@ -10330,7 +10340,7 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                                 tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            tk_rwkv_backward_k__f64_vx0(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                            tk_rwkv_backward_k__f64_vx0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                         }
                     }
                     #pragma omp simd
@@ -10530,7 +10540,7 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_backward_k__f64_vx1(a, s_grad_k_2, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_backward_k__f64_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
