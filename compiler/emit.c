@@ -66,6 +66,7 @@ typedef struct emitter {
     tk_buf *pre;                    /* functions emitted before the kernel's body (explicit-vector loops) */
     int nvx;                        /* explicit-vector loops outlined so far */
     unsigned char arr[TK_MAX_LOCALS];   /* local held per lane (an array) */
+    int gpu_tiles;                  /* GPU: the grid-stride loop walks lane tiles (see gpu_tile_loop) */
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -875,7 +876,7 @@ static int lane_plan(emitter *E) {
     const tk_opdecl *d = E->op->decl;
     lane_info li;
     memset(&li, 0, sizeof li);
-    if (E->tg->gpu || E->plain || d->nloop == 0 || !has_top_level_for(d)) return 0;
+    if (E->plain || d->nloop == 0 || !has_top_level_for(d)) return 0;
     E->ngroup = 1;
     if (!lane_walk(E, d->body, d->nbody, &li) || li.nloops == 0) return 0;
     /* locals: per lane, except temporaries that live inside one lane loop */
@@ -905,9 +906,13 @@ static int lane_plan(emitter *E) {
             group_reads_stmts(li.loops[k]->body, li.loops[k]->nbody, d->loop_vars[v], &shared, &own);
         if (shared && own) E->gdim = v;
     }
-    int vec = E->ftype == TK_V_F64 ? 8 : 16;   /* one 512-bit vector */
+    /* CPU: one 512-bit vector; GPU: the lanes are registers of one thread
+     * (thread coarsening), 8 outputs along the innermost dim times 4 group
+     * rows: a lane-invariant load feeds 8 FMAs, a group-invariant one 4 */
+    int vec = E->tg->gpu ? (E->ftype == TK_V_F64 ? 4 : 8) : E->ftype == TK_V_F64 ? 8 : 16;
+    int gmax = E->tg->gpu ? 4 : 8;
     if (E->gdim != d->nloop - 1) {
-        E->ngroup = nacc >= 8 ? 1 : 8 / nacc;
+        E->ngroup = nacc >= gmax ? 1 : gmax / nacc;
         /* group copies vary the group variable: the bounds must still fit */
         li.nloops = 0;
         if (E->ngroup == 1 || !lane_walk(E, d->body, d->nbody, &li)) {
@@ -924,7 +929,7 @@ static int lane_plan(emitter *E) {
     int dir = 0;
     for (int k = 0; k < li.nloops; k++)
         dir += lane_dir_stmts(li.loops[k]->body, li.loops[k]->nbody, d->loop_vars[d->nloop - 1]);
-    E->lane_rev = dir < 0;
+    E->lane_rev = dir < 0 && !E->tg->gpu;
     /* R lane blocks when every lane loop runs on explicit vectors (which
      * stay in registers; the omp simd form's arrays do not): about 24
      * accumulator vectors of the 32 AVX-512 registers, each broadcast of a
@@ -955,8 +960,15 @@ static void set_copy(emitter *E, int c) {
  * group row, else one per copy. */
 static int bound_set(const emitter *E, int c, int nb) { return nb == E->nblocks ? c % E->nblocks : c; }
 
+/* The head of a loop over the lanes: on the GPU always unrolled, so that
+ * per-lane arrays become registers. */
+static void lane_head(emitter *E, int simd) {
+    if (E->tg->gpu) line(E, "#pragma unroll");
+    else if (simd) line(E, "#pragma omp simd");
+}
+
 static void lane_open(emitter *E, int simd) {
-    if (simd) line(E, "#pragma omp simd");
+    lane_head(E, simd);
     line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) {", E->lanes);
     E->indent++;
     E->in_lane = 1;
@@ -1567,6 +1579,7 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
     lane_close(E);
     line(E, "tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;");
     line(E, "double tk_work = 0;");
+    lane_head(E, 0);
     line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) {", V);
     E->indent++;
     for (int g = 0; g < nb; g++) {
@@ -1797,6 +1810,16 @@ static void decompose(emitter *E, int skip_last) {
     for (int o = 0; o < d->nloop; o++) {
         int i = order[o];
         const char *v = d->loop_vars[i];
+        if (E->gpu_tiles && i == d->nloop - 1) {   /* r counts tiles: their first element */
+            line(E, "const tk_i64 v_%s = r %% tk_ntile * %d;", v, E->lanes);
+            line(E, "r /= tk_ntile;");
+            continue;
+        }
+        if (E->gpu_tiles && E->ngroup > 1 && i == E->gdim) {
+            line(E, "const tk_i64 v_%s = r %% tk_ngroup * %d;", v, E->ngroup);
+            line(E, "r /= tk_ngroup;");
+            continue;
+        }
         if (i == d->nloop - 1 && skip_last) line(E, "tk_i64 v_%s = r %% n_%s;", v, v);
         else line(E, "const tk_i64 v_%s = r %% n_%s;", v, v);
         line(E, "r /= n_%s;", v);
@@ -2281,6 +2304,67 @@ static void gpu_loop(emitter *E) {
     line(E, "}");
 }
 
+/* CUDA with lane tiles (thread coarsening): each iteration of the
+ * grid-stride loop is one tile, V consecutive elements of the innermost dim
+ * times G rows of the group dim, computed by one thread in registers (the
+ * lane loops are unrolled). The tiles cover each row with ceil(n / V) of
+ * them; a tile that crosses the end of its row or group runs element by
+ * element instead, so remainders are exact. */
+static void gpu_tile_loop(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    const char *A = E->tg->args;
+    const char *v = d->loop_vars[d->nloop - 1], *g = d->loop_vars[E->gdim];
+    int V = E->lanes, G = E->ngroup;
+    line(E, "const tk_i64 tk_ntile = (n_%s + %d) / %d;", v, V - 1, V);
+    if (G > 1) line(E, "const tk_i64 tk_ngroup = (n_%s + %d) / %d;", g, G - 1, G);
+    begin_line(E);
+    tk_buf_printf(E->b, "const tk_i64 end = n_%s == 0", v);
+    if (G > 1) tk_buf_printf(E->b, " || n_%s == 0", g);
+    tk_buf_printf(E->b, " ? 0 : %snumel / n_%s * tk_ntile", A, v);
+    if (G > 1) tk_buf_printf(E->b, " / n_%s * tk_ngroup", g);
+    tk_buf_puts(E->b, ";\n");
+    line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
+    line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
+    E->indent++;
+    E->gpu_tiles = 1;
+    decompose(E, 0);
+    E->gpu_tiles = 0;
+    begin_line(E);
+    tk_buf_printf(E->b, "if (v_%s + %d <= n_%s", v, V, v);
+    if (G > 1) tk_buf_printf(E->b, " && v_%s + %d <= n_%s", g, G, g);
+    tk_buf_puts(E->b, ") {\n");
+    E->indent++;
+    tile(E);
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
+    /* the partial tile: its elements one by one, each with its own loop variables */
+    if (G > 1) {
+        line(E, "const tk_i64 tk_g0 = v_%s;", g);
+        line(E, "for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + %d, n_%s); ++tk_g) {", G, g);
+        E->indent++;
+        line(E, "const tk_i64 v_%s = tk_g;", g);
+    }
+    line(E, "const tk_i64 tk_t0 = v_%s;", v);
+    line(E, "for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + %d, n_%s); ++tk_t) {", V, v);
+    E->indent++;
+    line(E, "const tk_i64 v_%s = tk_t;", v);
+    int lanes = E->lanes;
+    E->lanes = 0;      /* plain statements: locals are scalars, no lane offsets */
+    block(E, d->body, d->nbody);
+    E->lanes = lanes;
+    E->indent--;
+    line(E, "}");
+    if (G > 1) {
+        E->indent--;
+        line(E, "}");
+    }
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
 static void kernel(emitter *E) {
     const tk_op *op = E->op;
     tk_buf_printf(E->b, "\n/* %s: ", op->decl->name);
@@ -2295,7 +2379,13 @@ static void kernel(emitter *E) {
     tk_buf_printf(E->b, "%s%s%s {\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
-    gpu_loop(E);
+    if (lane_plan(E)) gpu_tile_loop(E);
+    else {
+        E->lanes = 0;
+        E->ngroup = 1;
+        E->gdim = op->decl->nloop - 1;
+        gpu_loop(E);
+    }
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
 }

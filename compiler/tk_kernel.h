@@ -19,6 +19,10 @@ typedef long long tk_i64;
 typedef unsigned long long tk_u64;
 typedef unsigned int tk_u32;
 typedef unsigned short tk_u16;
+#ifndef INT64_MAX   /* NVRTC has no <stdint.h> */
+#define INT64_MAX 0x7fffffffffffffffLL
+#define INT64_MIN (-0x7fffffffffffffffLL - 1)
+#endif
 #else
 #include <stdint.h>
 #include <math.h>

@@ -1,21 +1,24 @@
-/* test_variants.c - differential test of the CPU code generator: every op
- * of ops/ and tests/specs/ is compiled twice at build time, optimised
- * (tkv_opt_*) and plain (tkv_plain_*, no hoisting, segments, unrolling or
- * SIMD), and both run on the same random inputs: random sizes, batch dims,
- * every dtype variant, strided views, random scalars (zero and negative
- * divisors included) and random chunkings of the index space. Outputs must
- * agree (exactly for ints and bools; within rounding of reassociated sums
- * for floats) and guard bytes around each output must stay untouched. */
+/* test_variants.c - differential test of the code generators: every op of
+ * ops/ and tests/specs/ is compiled three times at build time, optimised
+ * for the CPU (tkv_opt_*), plain (tkv_plain_*, no hoisting, segments,
+ * unrolling or SIMD), and as CUDA run on the CPU by cuda_emu.h (tkv_cuda_*:
+ * lane tiles, group rows, partial tiles, grid-stride loops), and all three
+ * run on the same random inputs: random sizes, batch dims, every dtype
+ * variant, strided views, random scalars (zero and negative divisors
+ * included) and random chunkings of the CPU index space. Outputs must agree
+ * with the plain kernel's (exactly for ints and bools; within rounding of
+ * reassociated sums for floats) and guard bytes around each output must
+ * stay untouched. */
 #include <math.h>
 #include <stdint.h>
 
 #include "core.h"
 #include "tk_test.h"
 
-extern const tk_builtin_spec tkv_opt_specs[], tkv_plain_specs[];
-extern const int tkv_opt_nspecs, tkv_plain_nspecs;
-extern const tk_builtin_kernel tkv_opt_kernels[], tkv_plain_kernels[];
-extern const int tkv_opt_nkernels, tkv_plain_nkernels;
+extern const tk_builtin_spec tkv_opt_specs[], tkv_plain_specs[], tkv_cuda_specs[];
+extern const int tkv_opt_nspecs, tkv_plain_nspecs, tkv_cuda_nspecs;
+extern const tk_builtin_kernel tkv_opt_kernels[], tkv_plain_kernels[], tkv_cuda_kernels[];
+extern const int tkv_opt_nkernels, tkv_plain_nkernels, tkv_cuda_nkernels;
 
 #define GUARD 64
 
@@ -82,7 +85,31 @@ static int guards_intact(const buffer *b, unsigned char fill) {
 }
 
 /* One random call of op variant v; returns 1 if it ran and was compared. */
-static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
+/* Elements of output a (a kernel under test) that differ from b (the
+ * plain kernel's), n of dtype dt. */
+static int count_diffs(const unsigned char *a, const unsigned char *b, size_t n, tk_dtype dt) {
+    size_t es = tk_dtype_size(dt);
+    int bad = 0;
+    /* floats: within rounding of the output's scale (normwise; an element
+     * that is a small difference of large sums carries the rounding of the
+     * sums) */
+    double scale = 0;
+    for (size_t k = 0; k < n && dt >= TK_F16; k++) {
+        double y = fabs(elem_as_double(b + k * es, dt));
+        if (y > scale && !isinf(y)) scale = y;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (dt >= TK_F16) {
+            double x = elem_as_double(a + k * es, dt), y = elem_as_double(b + k * es, dt);
+            if (!(fabs(x - y) <= tolerance(dt) * (1.0 + scale)) && !(isnan(x) && isnan(y)) && x != y) bad++;
+        } else if (memcmp(a + k * es, b + k * es, es) != 0) {
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, int v) {
     const tk_opdecl *d = opt->decl;
     int64_t dimsize[TK_MAX_INTS];
     /* small sizes, and sometimes sizes that fill lane tiles (16 elements)
@@ -125,12 +152,13 @@ static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
         for (int64_t e = 0; e < total; e++) rand_elem(data + (size_t)e * es, dt);
         args[i] = tk_arg_tensor(tk_view(data, dt, nd, sizes, strides));
     }
-    tk_call c1, c2;
+    tk_call c1, c2, c3;
     int st1 = tk_bind(opt, args, d->nparams, &c1), st2 = tk_bind(plain, args, d->nparams, &c2);
-    CHECK(st1 == st2);
+    int st3 = tk_bind(cuda, args, d->nparams, &c3);
+    CHECK(st1 == st2 && st1 == st3);
     int ran = 0;
-    if (st1 == TK_OK && st2 == TK_OK) {
-        buffer out1[TK_MAX_TENSORS], out2[TK_MAX_TENSORS];
+    if (st1 == TK_OK && st2 == TK_OK && st3 == TK_OK) {
+        buffer out1[TK_MAX_TENSORS], out2[TK_MAX_TENSORS], out3[TK_MAX_TENSORS];
         for (int o = 0; o < c1.noutputs; o++) {
             int64_t strides[TK_MAX_DIMS], total = 1;
             for (int k = c1.out_ndim[o] - 1; k >= 0; k--) {
@@ -139,6 +167,8 @@ static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
             }
             size_t bytes = (size_t)total * tk_dtype_size(c1.out_dtype[o]);
             void *p1 = buf_new(&out1[o], bytes, 0xA5), *p2 = buf_new(&out2[o], bytes, 0x5A);
+            void *p3 = buf_new(&out3[o], bytes, 0xC3);
+            CHECK(tk_set_output(&c3, o, tk_view(p3, c3.out_dtype[o], c3.out_ndim[o], c3.out_sizes[o], strides)) == TK_OK);
             CHECK(tk_set_output(&c1, o, tk_view(p1, c1.out_dtype[o], c1.out_ndim[o], c1.out_sizes[o], strides)) == TK_OK);
             CHECK(tk_set_output(&c2, o, tk_view(p2, c2.out_dtype[o], c2.out_ndim[o], c2.out_sizes[o], strides)) == TK_OK);
         }
@@ -152,34 +182,24 @@ static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
             b = e;
         }
         CHECK(tk_run_cpu(&c2, 0, c2.kargs.numel) == TK_OK);
+        CHECK(tk_run_cpu(&c3, 0, c3.kargs.numel) == TK_OK);   /* one emulated launch */
         for (int o = 0; o < c1.noutputs; o++) {
             tk_dtype dt = c1.out_dtype[o];
-            size_t es = tk_dtype_size(dt), n = out1[o].bytes / es;
-            const unsigned char *a = out1[o].base + GUARD, *b = out2[o].base + GUARD;
-            int bad = 0;
-            /* floats: within rounding of the output's scale (normwise; an
-             * element that is a small difference of large sums carries the
-             * rounding of the sums) */
-            double scale = 0;
-            for (size_t k = 0; k < n && dt >= TK_F16; k++) {
-                double y = fabs(elem_as_double(b + k * es, dt));
-                if (y > scale && !isinf(y)) scale = y;
-            }
-            for (size_t k = 0; k < n; k++) {
-                if (dt >= TK_F16) {
-                    double x = elem_as_double(a + k * es, dt), y = elem_as_double(b + k * es, dt);
-                    if (!(fabs(x - y) <= tolerance(dt) * (1.0 + scale)) && !(isnan(x) && isnan(y)) && x != y) bad++;
-                } else if (memcmp(a + k * es, b + k * es, es) != 0) {
-                    bad++;
-                }
-            }
+            size_t n = out1[o].bytes / tk_dtype_size(dt);
+            const unsigned char *b = out2[o].base + GUARD;
+            int bad = count_diffs(out1[o].base + GUARD, b, n, dt);
+            int bad_cuda = count_diffs(out3[o].base + GUARD, b, n, dt);
             if (bad)
                 fprintf(stderr, "%s (%s) output %d: %d of %zu elements differ from the plain kernel\n", d->name,
                         opt->variant_codes[v], o, bad, n);
-            CHECK(bad == 0);
-            CHECK(guards_intact(&out1[o], 0xA5) && guards_intact(&out2[o], 0x5A));
+            if (bad_cuda)
+                fprintf(stderr, "%s (%s) output %d: %d of %zu elements of the CUDA kernel differ from the plain kernel\n",
+                        d->name, opt->variant_codes[v], o, bad_cuda, n);
+            CHECK(bad == 0 && bad_cuda == 0);
+            CHECK(guards_intact(&out1[o], 0xA5) && guards_intact(&out2[o], 0x5A) && guards_intact(&out3[o], 0xC3));
             free(out1[o].base);
             free(out2[o].base);
+            free(out3[o].base);
         }
         ran = 1;
     }
@@ -188,20 +208,21 @@ static int one_trial(const tk_op *opt, const tk_op *plain, int v) {
 }
 
 int main(void) {
-    tk_ctx *opt = tk_ctx_new(), *plain = tk_ctx_new();
+    tk_ctx *opt = tk_ctx_new(), *plain = tk_ctx_new(), *cuda = tk_ctx_new();
     int s1 = tk_ctx_add_builtins(opt, tkv_opt_specs, tkv_opt_nspecs, tkv_opt_kernels, tkv_opt_nkernels);
     int s2 = tk_ctx_add_builtins(plain, tkv_plain_specs, tkv_plain_nspecs, tkv_plain_kernels, tkv_plain_nkernels);
-    if (s1 || s2) fprintf(stderr, "%s%s\n", tk_ctx_error(opt), tk_ctx_error(plain));
-    CHECK(s1 == TK_OK && s2 == TK_OK);
+    int s3 = tk_ctx_add_builtins(cuda, tkv_cuda_specs, tkv_cuda_nspecs, tkv_cuda_kernels, tkv_cuda_nkernels);
+    if (s1 || s2 || s3) fprintf(stderr, "%s%s%s\n", tk_ctx_error(opt), tk_ctx_error(plain), tk_ctx_error(cuda));
+    CHECK(s1 == TK_OK && s2 == TK_OK && s3 == TK_OK);
     CHECK(tk_op_count(opt) >= 9);
     int total = 0;
     for (int i = 0; i < tk_op_count(opt); i++) {
-        const tk_op *a = tk_op_at(opt, i), *b = tk_op_find(plain, tk_op_name(a));
-        CHECK(b != NULL);
-        if (!b) continue;
+        const tk_op *a = tk_op_at(opt, i), *b = tk_op_find(plain, tk_op_name(a)), *g = tk_op_find(cuda, tk_op_name(a));
+        CHECK(b != NULL && g != NULL);
+        if (!b || !g) continue;
         for (int v = 0; v < a->nvariants; v++) {
             int ran = 0;
-            for (int t = 0; t < 12; t++) ran += one_trial(a, b, v);
+            for (int t = 0; t < 12; t++) ran += one_trial(a, b, g, v);
             total += ran;
             if (ran < 3) fprintf(stderr, "%s (%s): only %d of 12 random calls bound\n", tk_op_name(a), a->variant_codes[v], ran);
             CHECK(ran >= 3);
@@ -210,5 +231,6 @@ int main(void) {
     printf("test_variants: %d random calls compared over %d ops\n", total, tk_op_count(opt));
     tk_ctx_free(opt);
     tk_ctx_free(plain);
+    tk_ctx_free(cuda);
     return tk_test_report("test_variants");
 }
