@@ -67,6 +67,11 @@ typedef struct emitter {
     int nvx;                        /* explicit-vector loops outlined so far */
     unsigned char arr[TK_MAX_LOCALS];   /* local held per lane (an array) */
     int gpu_tiles;                  /* GPU: the grid-stride loop walks lane tiles (see gpu_tile_loop) */
+    /* GPU: sliding windows (see gpu_window_range): reads whose element for
+     * lane j at u + 1 is lane j -/+ 1's at u, kept in registers tk_w<i> */
+    const tk_expr *win[8];
+    int win_shift[8];               /* -1: lane j takes lane j - 1's value, +1: lane j + 1's */
+    int nwin, win_on;
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -207,6 +212,11 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
     static const char *const post[TK_DTYPE_COUNT] = {
         " != 0)", "", "", "", "", "", ")", ")", "", ""};
+    for (int i = 0; E->win_on && E->in_lane && i < E->nwin; i++)
+        if (E->win[i] == e) {
+            tk_buf_printf(E->b, "tk_w%d[tk_j]", i);
+            return;
+        }
     int r = row_match(E, e);
     if (r >= 0) {   /* through the copy's row pointer: unit stride along the last dim */
         tk_buf_printf(E->b, "%stk_rp%d[", pre[dt], r);
@@ -994,7 +1004,10 @@ static void tile_block(emitter *E, tk_stmt **body, int n);
 /* u over [lo, hi) with the lane loop inside; masked: lanes outside their
  * own range skip the body (tested on 32-bit offsets from tk_mn, so that the
  * test vectorises along with float lanes). */
+static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi);
+
 static void lane_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int masked, int nb) {
+    if (!masked && E->tg->gpu && gpu_window_range(E, s, lo, hi)) return;
     line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
     E->indent++;
     if (masked)
@@ -2304,6 +2317,142 @@ static void gpu_loop(emitter *E) {
     line(E, "}");
 }
 
+static void stride_cond(emitter *E, const tk_param *p, int slot, int arg);
+
+/* ---- GPU sliding windows -------------------------------------------------------
+ * In the unmasked range of a lane loop over u, a read whose index is
+ * a*t + b*u + (lane-invariant terms) along one dim (t: the lanes' variable)
+ * with b = -a or b = a, and lane-invariant elsewhere, gives lane j at u + 1
+ * the element lane j - 1 (or j + 1) read at u. Such a read is loaded once per
+ * lane at the start of the range, then each step shifts the registers by
+ * one lane and loads the one new element: one load per step instead of one
+ * per lane (rwkv: the w row). Only reads every lane makes at every u qualify
+ * (unconditional statements, not under `if`, a conditional expression or
+ * the right side of and/or), so no load leaves the spec's own reads. */
+
+/* Whether every name of e other than t and u is the same in every lane. */
+static int win_rest_ok(const emitter *E, const tk_expr *e, const char *t, const char *u) {
+    if (!e) return 1;
+    if (e->kind == TK_E_NAME) return !strcmp(e->name, t) || !strcmp(e->name, u) || lane_invariant(E, e);
+    for (int i = 0; i < e->nargs; i++)
+        if (!win_rest_ok(E, e->args[i], t, u)) return 0;
+    return 1;
+}
+
+/* Whether tensor read e slides with the lanes along loop variable u; *shift as in win_shift. */
+static int win_read(const emitter *E, const tk_expr *e, const char *u, int *shift) {
+    const tk_opdecl *d = E->op->decl;
+    const char *t = d->loop_vars[d->nloop - 1];
+    tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
+    if (dt != TK_F16 && dt != TK_BF16 && dt != TK_F32 && dt != TK_F64) return 0;
+    /* (lane-invariant names are group-invariant too: lane_invariant rejects the group variable) */
+    int k = -1;
+    for (int i = 0; i < e->nargs; i++) {
+        if (!expr_uses(e->args[i], t) && !expr_uses(e->args[i], u)) {
+            if (!lane_invariant(E, e->args[i])) return 0;
+            continue;
+        }
+        if (k >= 0) return 0;
+        k = i;
+    }
+    int64_t a, b;
+    if (k < 0 || !lane_coef(e->args[k], t, &a) || !lane_coef(e->args[k], u, &b) || a == 0) return 0;
+    if (!win_rest_ok(E, e->args[k], t, u)) return 0;
+    if (b == -a) *shift = -1;
+    else if (b == a) *shift = 1;
+    else return 0;
+    return 1;
+}
+
+static void win_find(emitter *E, const tk_expr *e, const char *u) {
+    if (!e || e->kind == TK_E_COND) return;
+    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_AND || e->op == TK_OPC_OR)) {
+        win_find(E, e->args[0], u);
+        return;
+    }
+    int shift;
+    if (e->kind == TK_E_INDEX && win_read(E, e, u, &shift)) {
+        for (int i = 0; i < E->nwin; i++)
+            if (expr_equal(E->win[i], e)) return;
+        if (E->nwin < 8) {
+            E->win_shift[E->nwin] = shift;
+            E->win[E->nwin++] = e;
+        }
+        return;
+    }
+    for (int i = 0; i < e->nargs; i++) win_find(E, e->args[i], u);
+}
+
+/* The unmasked range [lo, hi) of lane loop s with sliding windows; returns
+ * 0 (nothing emitted) when no read slides. */
+static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi) {
+    int V = E->lanes;
+    E->nwin = 0;
+    for (int i = 0; i < s->nbody; i++)
+        if (s->body[i]->kind == TK_S_ASSIGN) win_find(E, s->body[i]->value, s->name);
+    if (E->nwin == 0) return 0;
+    const char *ct = k_vctype[E->ftype];
+    line(E, "if (%s < %s) {", lo, hi);
+    E->indent++;
+    for (int i = 0; i < E->nwin; i++) line(E, "%s tk_w%d[%d];", ct, i, V);
+    line(E, "{");
+    E->indent++;
+    line(E, "const tk_i64 v_%s = %s;", s->name, lo);
+    lane_open(E, 0);
+    set_copy(E, 0);
+    for (int i = 0; i < E->nwin; i++) {
+        begin_line(E);
+        tk_buf_printf(E->b, "tk_w%d[tk_j] = ", i);
+        expr(E, E->win[i], E->ftype);
+        tk_buf_puts(E->b, ";\n");
+    }
+    lane_close(E);
+    E->indent--;
+    line(E, "}");
+    line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
+    E->indent++;
+    lane_open(E, 1);
+    E->win_on = 1;
+    lane_stmts(E, s->body, s->nbody);
+    E->win_on = 0;
+    lane_close(E);
+    line(E, "if (v_%s + 1 < %s) {", s->name, hi);
+    E->indent++;
+    line(E, "const tk_i64 tk_nx = v_%s + 1;", s->name);
+    for (int i = 0; i < E->nwin; i++) {
+        line(E, "#pragma unroll");
+        if (E->win_shift[i] < 0) line(E, "for (int tk_j = %d; tk_j > 0; --tk_j) tk_w%d[tk_j] = tk_w%d[tk_j - 1];", V - 1, i, i);
+        else line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) tk_w%d[tk_j] = tk_w%d[tk_j + 1];", V - 1, i, i);
+    }
+    line(E, "const tk_i64 v_%s = tk_nx;", s->name);
+    E->in_lane = 1;
+    set_copy(E, 0);
+    for (int i = 0; i < E->nwin; i++) {
+        E->lane_fix = E->win_shift[i] < 0 ? 0 : V - 1;
+        begin_line(E);
+        tk_buf_printf(E->b, "tk_w%d[%d] = ", i, E->lane_fix);
+        expr(E, E->win[i], E->ftype);
+        tk_buf_puts(E->b, ";\n");
+    }
+    E->lane_fix = -1;
+    E->in_lane = 0;
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    E->nwin = 0;
+    return 1;
+}
+
+/* The innermost stride of p as the literal 1 (shadowing the variable). */
+static void unit_stride_decl(emitter *E, const tk_param *p, int slot, int arg) {
+    (void)slot;
+    (void)arg;
+    line(E, "const tk_i64 s_%s_%d = 1;", p->name, tk_explicit_dims(p) - 1);
+}
+
 /* CUDA with lane tiles (thread coarsening): each iteration of the
  * grid-stride loop is one tile, V consecutive elements of the innermost dim
  * times G rows of the group dim, computed by one thread in registers (the
@@ -2376,11 +2525,38 @@ static void kernel(emitter *E) {
         cpu_kernel(E);
         return;
     }
+    /* (no __launch_bounds__(256, 2): capping a tile kernel at 128 registers
+     * spilled rwkv_backward_k, 168 bytes on sm_90 - bench/gpu_static.py) */
+    int tiles = lane_plan(E);
     tk_buf_printf(E->b, "%s%s%s {\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
-    if (lane_plan(E)) gpu_tile_loop(E);
-    else {
+    if (tiles) {
+        /* a copy of the loop for unit innermost strides, where the lanes'
+         * addresses are one pointer plus constant offsets */
+        size_t mark = E->b->len;
+        begin_line(E);
+        tk_buf_puts(E->b, "if (");
+        size_t cond = E->b->len;
+        E->nconds = 0;
+        each_strided(E, stride_cond, 0);
+        if (E->b->len == cond) {
+            E->b->len = mark;
+            E->b->p[mark] = 0;
+            gpu_tile_loop(E);
+        } else {
+            tk_buf_puts(E->b, ") {\n");
+            E->indent++;
+            each_strided(E, unit_stride_decl, 0);
+            gpu_tile_loop(E);
+            E->indent--;
+            line(E, "} else {");
+            E->indent++;
+            gpu_tile_loop(E);
+            E->indent--;
+            line(E, "}");
+        }
+    } else {
         E->lanes = 0;
         E->ngroup = 1;
         E->gdim = op->decl->nloop - 1;

@@ -25,6 +25,7 @@ static tk_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __launch_bounds__(threads, blocks)
 
 template <class Kernel>
 static void tk_emu_launch(Kernel kernel, const tk_kargs *a, tk_i64 begin, tk_i64 end) {

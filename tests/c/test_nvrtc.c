@@ -138,6 +138,37 @@ static int has_bytes(const void *p, size_t len, const char *s) {
     return 0;
 }
 
+/* One op's program for one arch (a thread: the two archs compile at once). */
+typedef struct arch_job {
+    tk_nvrtc *nv;
+    const tk_op *op;
+    const char *src;
+    int sm;
+    tk_binary bin;
+    int ok, kernels;
+} arch_job;
+
+static void *compile_arch(void *p) {
+    arch_job *j = p;
+    char msg[16384] = "", name[160];
+    tk_arch arch;
+    CHECK(tk_nvrtc_arch_for(j->nv, j->sm, &arch, msg, sizeof msg) == TK_OK);
+    CHECK(arch.sm == j->sm && !arch.ptx);
+    snprintf(name, sizeof name, "tk_%s.cu", tk_op_name(j->op));
+    tk_status st = tk_nvrtc_compile(j->nv, j->src, name, arch, &j->bin, msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "%s for sm_%d:\n%s\n", name, j->sm, msg);
+    CHECK(st == TK_OK);
+    if (st != TK_OK) return NULL;
+    j->ok = 1;
+    CHECK(j->bin.size > 64 && !j->bin.is_ptx && memcmp(j->bin.data, "\177ELF", 4) == 0);
+    for (int v = 0; v < tk_op_nvariants(j->op); v++, j->kernels++)
+        if (!has_bytes(j->bin.data, j->bin.size, tk_op_kernel_name(j->op, v))) {
+            fprintf(stderr, "%s: no %s in the sm_%d cubin\n", name, tk_op_kernel_name(j->op, v), j->sm);
+            CHECK(0);
+        }
+    return NULL;
+}
+
 /* Every op's every variant compiles to an ELF cubin for sm_80 and sm_90:
  * one NVRTC program per op and arch holding all its variants (tk_emit), the
  * cubin must define every kernel. Returns one cubin for the cache tests. */
@@ -150,25 +181,22 @@ static tk_binary test_compile_all(tk_nvrtc *nv, tk_ctx *ctx) {
         char *src = NULL;
         CHECK(tk_emit(ctx, op, TK_TARGET_CUDA, &src) == TK_OK);
         if (!src) continue;
+        arch_job jobs[2];
+        pthread_t th[2];
         for (int a = 0; a < 2; a++) {
-            char msg[16384] = "", name[160];
-            tk_arch arch;
-            CHECK(tk_nvrtc_arch_for(nv, sms[a], &arch, msg, sizeof msg) == TK_OK);
-            CHECK(arch.sm == sms[a] && !arch.ptx);
-            snprintf(name, sizeof name, "tk_%s.cu", tk_op_name(op));
-            tk_binary bin;
-            tk_status st = tk_nvrtc_compile(nv, src, name, arch, &bin, msg, sizeof msg);
-            if (st != TK_OK) fprintf(stderr, "%s for sm_%d:\n%s\n", name, sms[a], msg);
-            CHECK(st == TK_OK);
-            if (st != TK_OK) continue;
-            CHECK(bin.size > 64 && !bin.is_ptx && memcmp(bin.data, "\177ELF", 4) == 0);
-            for (int v = 0; v < tk_op_nvariants(op); v++, kernels++)
-                if (!has_bytes(bin.data, bin.size, tk_op_kernel_name(op, v))) {
-                    fprintf(stderr, "%s: no %s in the sm_%d cubin\n", name, tk_op_kernel_name(op, v), sms[a]);
-                    CHECK(0);
-                }
+            memset(&jobs[a], 0, sizeof jobs[a]);
+            jobs[a].nv = nv;
+            jobs[a].op = op;
+            jobs[a].src = src;
+            jobs[a].sm = sms[a];
+            CHECK(pthread_create(&th[a], NULL, compile_arch, &jobs[a]) == 0);
+        }
+        for (int a = 0; a < 2; a++) {
+            pthread_join(th[a], NULL);
+            kernels += jobs[a].kernels;
+            if (!jobs[a].ok) continue;
             tk_binary_free(&keep);
-            keep = bin;
+            keep = jobs[a].bin;
         }
         tk_free(src);
     }

@@ -19,141 +19,320 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 7) / 8;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
-            {
-                float v_s_0[8];
-                float v_s_1[8];
-                float v_s_2[8];
-                float v_s_3[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = p_eps;
-                    v_s_1[tk_j] = p_eps;
-                    v_s_2[tk_j] = p_eps;
-                    v_s_3[tk_j] = p_eps;
-                }
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_out_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_lo0[tk_j] = 0;
-                        tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_3[tk_j]);
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
-                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_2[tk_j]);
-                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_3[tk_j]);
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    float v_s = p_eps;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
                     {
-                        const tk_i64 v_u_end = (v_t + 1LL);
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                            v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_3[tk_j]);
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
+                    }
                 }
             }
         }
@@ -178,141 +357,320 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 7) / 8;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
-            {
-                float v_s_0[8];
-                float v_s_1[8];
-                float v_s_2[8];
-                float v_s_3[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = p_eps;
-                    v_s_1[tk_j] = p_eps;
-                    v_s_2[tk_j] = p_eps;
-                    v_s_3[tk_j] = p_eps;
-                }
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_out_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_lo0[tk_j] = 0;
-                        tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
-                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
-                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    float v_s = p_eps;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
                     {
-                        const tk_i64 v_u_end = (v_t + 1LL);
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                            v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+                    }
                 }
             }
         }
@@ -337,141 +695,320 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 7) / 8;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
-            {
-                float v_s_0[8];
-                float v_s_1[8];
-                float v_s_2[8];
-                float v_s_3[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = p_eps;
-                    v_s_1[tk_j] = p_eps;
-                    v_s_2[tk_j] = p_eps;
-                    v_s_3[tk_j] = p_eps;
-                }
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_out_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_lo0[tk_j] = 0;
-                        tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
-                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
-                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    float v_s = p_eps;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
                     {
-                        const tk_i64 v_u_end = (v_t + 1LL);
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                            v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
                 }
             }
         }
@@ -496,141 +1033,320 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 3) / 4;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 4;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
-            {
-                double v_s_0[4];
-                double v_s_1[4];
-                double v_s_2[4];
-                double v_s_3[4];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                    v_s_0[tk_j] = p_eps;
-                    v_s_1[tk_j] = p_eps;
-                    v_s_2[tk_j] = p_eps;
-                    v_s_3[tk_j] = p_eps;
-                }
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_out_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[4], tk_hi0[4];
+                    double v_s_0[4];
+                    double v_s_1[4];
+                    double v_s_2[4];
+                    double v_s_3[4];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                        tk_lo0[tk_j] = 0;
-                        tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[4], tk_hr0[4];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        double tk_w0[4];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        long long tk_lr0[4], tk_hr0[4];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                            tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                }
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
-                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
-                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        double v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    double v_s = p_eps;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
+                {
+                    double v_s_0[4];
+                    double v_s_1[4];
+                    double v_s_2[4];
+                    double v_s_3[4];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
                     {
-                        const tk_i64 v_u_end = (v_t + 1LL);
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                            v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[4], tk_hr0[4];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        double tk_w0[4];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        double v_s = p_eps;
+                        {
+                            const tk_i64 v_u_end = (v_t + 1LL);
+                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
                 }
             }
         }
@@ -656,85 +1372,107 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
     const tk_i64 d_T = a.i[2];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_j = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_j + 7) / 8;
-    const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_j = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_j + 8 <= n_j) {
-            {
-                float v_s_0[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = 0.0f;
-                }
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_w_1 = 1;
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 8 <= n_j) {
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                        {
-                            tk_i64 tk_lo0[8], tk_hi0[8];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lo0[tk_j] = 0;
-                                tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                            }
-                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                            double tk_work = 0;
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                                }
-                            }
-                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    float v_s_0[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[8], tk_hi0[8];
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                            } else if (tk_mn < tk_mx) {
-                                int tk_lr0[8], tk_hr0[8];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                }
-                                {
-                                    if (tk_L < tk_H) {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    int tk_lr0[8], tk_hr0[8];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            if (tk_L < tk_H) {
+                                                float tk_w0[8];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
                                             }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
@@ -742,29 +1480,159 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                    }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    float v_s = 0.0f;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s);
                 }
             }
-        } else {
-            const tk_i64 tk_t0 = v_j;
-            for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
-                const tk_i64 v_j = tk_t;
-                float v_s = 0.0f;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 8 <= n_j) {
                 {
-                    const tk_i64 v_b_end = d_B;
-                    for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                        {
-                            const tk_i64 v_u_end = (v_j + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    float v_s_0[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                    }
+                                }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    int tk_lr0[8], tk_hr0[8];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                            if (tk_L < tk_H) {
+                                                float tk_w0[8];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                    }
                 }
-                t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s);
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    float v_s = 0.0f;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s);
+                }
             }
         }
     }
@@ -787,85 +1655,107 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
     const tk_i64 d_T = a.i[2];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_j = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_j + 7) / 8;
-    const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_j = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_j + 8 <= n_j) {
-            {
-                float v_s_0[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = 0.0f;
-                }
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_w_1 = 1;
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 8 <= n_j) {
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                        {
-                            tk_i64 tk_lo0[8], tk_hi0[8];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lo0[tk_j] = 0;
-                                tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                            }
-                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                            double tk_work = 0;
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                                }
-                            }
-                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    float v_s_0[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[8], tk_hi0[8];
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                            } else if (tk_mn < tk_mx) {
-                                int tk_lr0[8], tk_hr0[8];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                }
-                                {
-                                    if (tk_L < tk_H) {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    int tk_lr0[8], tk_hr0[8];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            if (tk_L < tk_H) {
+                                                float tk_w0[8];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
                                             }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
@@ -873,29 +1763,159 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    float v_s = 0.0f;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
                 }
             }
-        } else {
-            const tk_i64 tk_t0 = v_j;
-            for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
-                const tk_i64 v_j = tk_t;
-                float v_s = 0.0f;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 8 <= n_j) {
                 {
-                    const tk_i64 v_b_end = d_B;
-                    for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                        {
-                            const tk_i64 v_u_end = (v_j + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                    float v_s_0[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                    }
+                                }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    int tk_lr0[8], tk_hr0[8];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                            if (tk_L < tk_H) {
+                                                float tk_w0[8];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    }
                 }
-                t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    float v_s = 0.0f;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
+                }
             }
         }
     }
@@ -918,85 +1938,107 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
     const tk_i64 d_T = a.i[2];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_j = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_j + 7) / 8;
-    const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_j = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_j + 8 <= n_j) {
-            {
-                float v_s_0[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = 0.0f;
-                }
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_w_1 = 1;
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 8 <= n_j) {
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                        {
-                            tk_i64 tk_lo0[8], tk_hi0[8];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lo0[tk_j] = 0;
-                                tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                            }
-                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                            double tk_work = 0;
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                                }
-                            }
-                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    float v_s_0[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[8], tk_hi0[8];
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                            } else if (tk_mn < tk_mx) {
-                                int tk_lr0[8], tk_hr0[8];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                }
-                                {
-                                    if (tk_L < tk_H) {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    int tk_lr0[8], tk_hr0[8];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            if (tk_L < tk_H) {
+                                                float tk_w0[8];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
                                             }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
@@ -1004,29 +2046,159 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    float v_s = 0.0f;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
                 }
             }
-        } else {
-            const tk_i64 tk_t0 = v_j;
-            for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
-                const tk_i64 v_j = tk_t;
-                float v_s = 0.0f;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 8 <= n_j) {
                 {
-                    const tk_i64 v_b_end = d_B;
-                    for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                        {
-                            const tk_i64 v_u_end = (v_j + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    float v_s_0[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                    }
+                                }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    int tk_lr0[8], tk_hr0[8];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                            if (tk_L < tk_H) {
+                                                float tk_w0[8];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    }
                 }
-                t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    float v_s = 0.0f;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
+                }
             }
         }
     }
@@ -1049,85 +2221,107 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
     const tk_i64 d_T = a.i[2];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_j = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_j + 3) / 4;
-    const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_j = r % tk_ntile * 4;
-        r /= tk_ntile;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_j + 4 <= n_j) {
-            {
-                double v_s_0[4];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                    v_s_0[tk_j] = 0.0;
-                }
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        const tk_i64 s_k_2 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_w_1 = 1;
+        const tk_i64 tk_ntile = (n_j + 3) / 4;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 4 <= n_j) {
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
-                        {
-                            tk_i64 tk_lo0[4], tk_hi0[4];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                tk_lo0[tk_j] = 0;
-                                tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                            }
-                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                            double tk_work = 0;
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                                }
-                            }
-                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                    double v_s_0[4];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        v_s_0[tk_j] = 0.0;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[4], tk_hi0[4];
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                            } else if (tk_mn < tk_mx) {
-                                long long tk_lr0[4], tk_hr0[4];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                    tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                }
-                                {
-                                    if (tk_L < tk_H) {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    long long tk_lr0[4], tk_hr0[4];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            if (tk_L < tk_H) {
+                                                double tk_w0[4];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
                                             }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
@@ -1135,29 +2329,159 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                    t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    double v_s = 0.0;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
                 }
             }
-        } else {
-            const tk_i64 tk_t0 = v_j;
-            for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_j); ++tk_t) {
-                const tk_i64 v_j = tk_t;
-                double v_s = 0.0;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 3) / 4;
+        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_j = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_j + 4 <= n_j) {
                 {
-                    const tk_i64 v_b_end = d_B;
-                    for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                        {
-                            const tk_i64 v_u_end = (v_j + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                    double v_s_0[4];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        v_s_0[tk_j] = 0.0;
+                    }
+                    {
+                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                            {
+                                tk_i64 tk_lo0[4], tk_hi0[4];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    tk_lo0[tk_j] = 0;
+                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                }
+                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                double tk_work = 0;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                    }
+                                }
+                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                } else if (tk_mn < tk_mx) {
+                                    long long tk_lr0[4], tk_hr0[4];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    {
+                                        if (tk_L < tk_H) {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                            if (tk_L < tk_H) {
+                                                double tk_w0[4];
+                                                {
+                                                    const tk_i64 v_u = tk_L;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    }
                 }
-                t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
+            } else {
+                const tk_i64 tk_t0 = v_j;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_j); ++tk_t) {
+                    const tk_i64 v_j = tk_t;
+                    double v_s = 0.0;
+                    {
+                        const tk_i64 v_b_end = d_B;
+                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            {
+                                const tk_i64 v_u_end = (v_j + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        }
+                    }
+                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
+                }
             }
         }
     }
@@ -1182,142 +2506,322 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 7) / 8;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
-            {
-                float v_s_0[8];
-                float v_s_1[8];
-                float v_s_2[8];
-                float v_s_3[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = 0.0f;
-                    v_s_1[tk_j] = 0.0f;
-                    v_s_2[tk_j] = 0.0f;
-                    v_s_3[tk_j] = 0.0f;
-                }
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_k_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_lo0[tk_j] = (v_t + tk_j);
-                        tk_hi0[tk_j] = d_T;
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_3[tk_j]);
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
-                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_2[tk_j]);
-                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_3[tk_j]);
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s);
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    float v_s = 0.0f;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                    }
                     {
-                        const tk_i64 v_t2_end = d_T;
-                        const tk_i64 v_t2_lo = v_t;
-                        for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                            v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s);
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_3[tk_j]);
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s);
+                    }
                 }
             }
         }
@@ -1341,142 +2845,322 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 7) / 8;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
-            {
-                float v_s_0[8];
-                float v_s_1[8];
-                float v_s_2[8];
-                float v_s_3[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = 0.0f;
-                    v_s_1[tk_j] = 0.0f;
-                    v_s_2[tk_j] = 0.0f;
-                    v_s_3[tk_j] = 0.0f;
-                }
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_k_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_lo0[tk_j] = (v_t + tk_j);
-                        tk_hi0[tk_j] = d_T;
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
-                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
-                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    float v_s = 0.0f;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                    }
                     {
-                        const tk_i64 v_t2_end = d_T;
-                        const tk_i64 v_t2_lo = v_t;
-                        for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                            v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+                    }
                 }
             }
         }
@@ -1500,142 +3184,322 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 7) / 8;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 8;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
-            {
-                float v_s_0[8];
-                float v_s_1[8];
-                float v_s_2[8];
-                float v_s_3[8];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    v_s_0[tk_j] = 0.0f;
-                    v_s_1[tk_j] = 0.0f;
-                    v_s_2[tk_j] = 0.0f;
-                    v_s_3[tk_j] = 0.0f;
-                }
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_k_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_lo0[tk_j] = (v_t + tk_j);
-                        tk_hi0[tk_j] = d_T;
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        int tk_lr0[8], tk_hr0[8];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    float v_s = 0.0f;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                    }
                     {
-                        const tk_i64 v_t2_end = d_T;
-                        const tk_i64 v_t2_lo = v_t;
-                        for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                            v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
                 }
             }
         }
@@ -1659,142 +3523,322 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
     const tk_i64 n_b = a.t[2].size[a.t[2].ndim - 3];
     const tk_i64 n_c = a.t[2].size[a.t[2].ndim - 2];
     const tk_i64 n_t = a.t[2].size[a.t[2].ndim - 1];
-    const tk_i64 tk_ntile = (n_t + 3) / 4;
-    const tk_i64 tk_ngroup = (n_b + 3) / 4;
-    const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-    const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-    for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-        tk_i64 r = lin;
-        const tk_i64 v_t = r % tk_ntile * 4;
-        r /= tk_ntile;
-        const tk_i64 v_b = r % tk_ngroup * 4;
-        r /= tk_ngroup;
-        const tk_i64 v_c = r % n_c;
-        r /= n_c;
-        (void)r;
-        if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
-            {
-                double v_s_0[4];
-                double v_s_1[4];
-                double v_s_2[4];
-                double v_s_3[4];
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                    v_s_0[tk_j] = 0.0;
-                    v_s_1[tk_j] = 0.0;
-                    v_s_2[tk_j] = 0.0;
-                    v_s_3[tk_j] = 0.0;
-                }
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        const tk_i64 s_w_1 = 1;
+        const tk_i64 s_grad_out_2 = 1;
+        const tk_i64 s_grad_k_2 = 1;
+        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
-                    tk_i64 tk_lo0[4], tk_hi0[4];
+                    double v_s_0[4];
+                    double v_s_1[4];
+                    double v_s_2[4];
+                    double v_s_3[4];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                        tk_lo0[tk_j] = (v_t + tk_j);
-                        tk_hi0[tk_j] = d_T;
+                        v_s_0[tk_j] = 0.0;
+                        v_s_1[tk_j] = 0.0;
+                        v_s_2[tk_j] = 0.0;
+                        v_s_3[tk_j] = 0.0;
                     }
-                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                    double tk_work = 0;
+                    {
+                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[4], tk_hr0[4];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        double tk_w0[4];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
-                        }
-                    }
-                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                            }
-                        }
-                    } else if (tk_mn < tk_mx) {
-                        long long tk_lr0[4], tk_hr0[4];
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                            tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                            tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                        }
-                        {
-                            if (tk_L < tk_H) {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
-                                }
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                    }
-                                }
-                            }
-                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
                     }
                 }
-                #pragma unroll
-                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        double v_s = 0.0;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
                 }
             }
-        } else {
-            const tk_i64 tk_g0 = v_b;
-            for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
-                const tk_i64 v_b = tk_g;
-                const tk_i64 tk_t0 = v_t;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
-                    const tk_i64 v_t = tk_t;
-                    double v_s = 0.0;
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c;
+            r /= n_c;
+            (void)r;
+            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
+                {
+                    double v_s_0[4];
+                    double v_s_1[4];
+                    double v_s_2[4];
+                    double v_s_3[4];
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        v_s_0[tk_j] = 0.0;
+                        v_s_1[tk_j] = 0.0;
+                        v_s_2[tk_j] = 0.0;
+                        v_s_3[tk_j] = 0.0;
+                    }
                     {
-                        const tk_i64 v_t2_end = d_T;
-                        const tk_i64 v_t2_lo = v_t;
-                        for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                            v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[4], tk_hr0[4];
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        double tk_w0[4];
+                                        {
+                                            const tk_i64 v_t2 = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                            }
+                                        }
+                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
-                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    #pragma unroll
+                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                    }
+                }
+            } else {
+                const tk_i64 tk_g0 = v_b;
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                    const tk_i64 v_b = tk_g;
+                    const tk_i64 tk_t0 = v_t;
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                        const tk_i64 v_t = tk_t;
+                        double v_s = 0.0;
+                        {
+                            const tk_i64 v_t2_end = d_T;
+                            const tk_i64 v_t2_lo = v_t;
+                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                            }
+                        }
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
                 }
             }
         }

@@ -1,0 +1,210 @@
+"""Static report of tk's CUDA kernels, for machines without a GPU.
+
+Every kernel of the given specs is compiled by NVRTC for a real architecture
+(sm_90 by default) with ptxas's resource report (registers, spill bytes), and
+to PTX, in which the hot loop of each kernel is found: the innermost loop
+(a backward branch with no other loop inside) with the most floating-point
+FMAs. Its instruction mix says what bounds the kernel before any GPU runs it:
+loads per FMA (an H100/H200 SM issues 4 warp-FMAs per clock and about one
+warp-load), local-memory traffic (spills, or per-lane arrays that did not
+become registers) and the other instructions (addresses, masks, loop).
+
+    python3 bench/gpu_static.py [--arch sm_90] [--tkc build/tkc] [--json F] SPEC...
+
+Needs NVRTC (nvidia-cuda-nvrtc, or $TK_NVRTC_PATH) and a built tkc; no GPU,
+no driver. The same numbers for the same source, so a change to the code
+generator shows up as a change in this table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import os
+import re
+import site
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def find_nvrtc() -> str:
+    env = os.environ.get("TK_NVRTC_PATH")
+    cands: List[str] = []
+    if env:
+        cands += [env] if os.path.isfile(env) else sorted(glob.glob(os.path.join(env, "libnvrtc.so*")), reverse=True)
+    else:
+        dirs = site.getsitepackages() + [site.getusersitepackages()]
+        for d in dirs:
+            for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
+                cands += sorted(glob.glob(os.path.join(d, sub, "libnvrtc.so*")), reverse=True)
+        cands += ["/usr/local/cuda/lib64/libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
+    for c in cands:
+        try:
+            ctypes.CDLL(c)
+            return c
+        except OSError:
+            continue
+    raise SystemExit("gpu_static: NVRTC not found (pip install nvidia-cuda-nvrtc, or set TK_NVRTC_PATH)")
+
+
+class Nvrtc:
+    def __init__(self, path: str):
+        self.lib = ctypes.CDLL(path)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+    def _check(self, r: int, what: str, log: str = "") -> None:
+        if r != 0:
+            raise RuntimeError(f"{what}: {self.lib.nvrtcGetErrorString(r).decode()}\n{log}")
+
+    def compile(self, src: str, name: str, opts: List[str], want: str) -> tuple:
+        """Returns (output bytes, log); want is "cubin" or "ptx"."""
+        prog = ctypes.c_void_p()
+        self._check(self.lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), name.encode(), 0, None, None),
+                    "nvrtcCreateProgram")
+        try:
+            arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+            r = self.lib.nvrtcCompileProgram(prog, len(opts), arr)
+            n = ctypes.c_size_t()
+            self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+            buf = ctypes.create_string_buffer(n.value)
+            self.lib.nvrtcGetProgramLog(prog, buf)
+            log = buf.value.decode(errors="replace")
+            self._check(r, f"compiling {name}", log)
+            get_size = getattr(self.lib, "nvrtcGet%sSize" % ("CUBIN" if want == "cubin" else "PTX"))
+            get = getattr(self.lib, "nvrtcGet%s" % ("CUBIN" if want == "cubin" else "PTX"))
+            get_size(prog, ctypes.byref(n))
+            out = ctypes.create_string_buffer(n.value)
+            get(prog, out)
+            return out.raw, log
+        finally:
+            self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def ptxas_report(log: str) -> Dict[str, dict]:
+    """Per function: registers, spill stores/loads (bytes), stack frame."""
+    res: Dict[str, dict] = {}
+    cur = None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line) or re.search(r"Function properties for (\w+)", line)
+        if m:
+            cur = m.group(1)
+            res.setdefault(cur, {})
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            res[cur].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            res[cur]["regs"] = int(m.group(1))
+    return res
+
+
+def classify(ins: str) -> str:
+    op = ins.split()[0]
+    if op.startswith("@"):
+        op = ins.split()[1]
+    if re.match(r"(fma|mad)\.rn\.f(32|64)", op):
+        return "fma"
+    if op.startswith("ld.global") or op.startswith("ld.param"):
+        return "ld.global"
+    if op.startswith("ld.shared"):
+        return "ld.shared"
+    if op.startswith("ld.local") or op.startswith("st.local"):
+        return "local"
+    if op.startswith("st.global"):
+        return "st.global"
+    return "other"
+
+
+def hot_loop(ptx_fn: str) -> Optional[dict]:
+    """The innermost loop with the most FMAs in one function's PTX."""
+    lines = [l.strip() for l in ptx_fn.splitlines()]
+    labels = {}
+    body: List[str] = []    # instructions and labels in order
+    for l in lines:
+        if not l or l.startswith("//") or l.startswith("."):
+            continue
+        body.append(l)
+    for i, l in enumerate(body):
+        if re.match(r"^\$L__\w+:$", l):
+            labels[l[:-1]] = i
+    loops = []
+    for i, l in enumerate(body):
+        m = re.search(r"bra(\.uni)?\s+(\$L__\w+);", l)
+        if m and m.group(2) in labels and labels[m.group(2)] < i:
+            loops.append((labels[m.group(2)], i))
+    inner = [(a, b) for (a, b) in loops if not any(a <= c and d <= b and (c, d) != (a, b) for (c, d) in loops)]
+    best = None
+    for a, b in inner:
+        mix: Dict[str, int] = {}
+        n = 0
+        for l in body[a:b + 1]:
+            if l.endswith(":") or l in ("{", "}"):
+                continue
+            k = classify(l)
+            mix[k] = mix.get(k, 0) + 1
+            n += 1
+        mix["total"] = n
+        if mix.get("fma", 0) == 0:
+            continue
+        key = (mix["fma"], -n)
+        if best is None or key > best[0]:
+            best = (key, mix)
+    return best[1] if best else None
+
+
+def split_ptx(ptx: str) -> Dict[str, str]:
+    out = {}
+    for m in re.finditer(r"\.visible \.entry (\w+)\((.*?)\n\}\n", ptx, re.S):
+        out[m.group(1)] = m.group(0)
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("specs", nargs="*", default=sorted(glob.glob(os.path.join(ROOT, "ops", "*.tk"))))
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--tkc", default=os.path.join(ROOT, "build", "tkc"))
+    ap.add_argument("--only", default="f32", help="variant suffix to report (f32, f16, bf16, f64, all)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    nv = Nvrtc(find_nvrtc())
+    inc = "-I" + os.path.join(ROOT, "compiler")
+    rows = []
+    for spec in a.specs:
+        src = subprocess.run([a.tkc, "emit-cuda", spec], check=True, capture_output=True, text=True).stdout
+        name = os.path.basename(spec) + ".cu"
+        _, log = nv.compile(src, name, [f"--gpu-architecture={a.arch}", inc, "--ptxas-options=-v", "-std=c++17"],
+                            "cubin")
+        res = ptxas_report(log)
+        ptx, _ = nv.compile(src, name, ["--gpu-architecture=compute_" + a.arch.split("_")[1], inc, "-std=c++17"],
+                            "ptx")
+        fns = split_ptx(ptx.rstrip(b"\0").decode())
+        for fn in sorted(fns):
+            if a.only != "all" and not fn.endswith("__" + a.only) and ("__" + a.only + "_") not in fn:
+                continue
+            r = dict(kernel=fn, **res.get(fn, {}))
+            r["hot_loop"] = hot_loop(fns[fn])
+            rows.append(r)
+    print(f"{'kernel':34} {'regs':>4} {'spill':>6}  hot loop: {'fma':>4} {'ld.g':>4} {'local':>5} {'other':>5}  fma/ld")
+    for r in rows:
+        h = r["hot_loop"] or {}
+        ld = h.get("ld.global", 0)
+        ratio = f"{h.get('fma', 0) / ld:.1f}" if ld else ("-" if not h else "inf")
+        print(f"{r['kernel']:34} {r.get('regs', '?'):>4} {r.get('spill_st', 0) + r.get('spill_ld', 0):>6}"
+              f"  {'':10}{h.get('fma', 0):>4} {ld:>4} {h.get('local', 0):>5} {h.get('other', 0):>5}  {ratio:>6}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(arch=a.arch, kernels=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
