@@ -112,6 +112,8 @@ def classify(ins: str) -> str:
         op = ins.split()[1]
     if re.match(r"(fma|mad)\.rn\.f(32|64)", op):
         return "fma"
+    if re.match(r"(div|rem)\.[su]64", op):
+        return "div64"     # one PTX instruction, a long subroutine in SASS
     if op.startswith("ld.global") or op.startswith("ld.param"):
         return "ld.global"
     if op.startswith("ld.shared"):
@@ -124,7 +126,8 @@ def classify(ins: str) -> str:
 
 
 def hot_loop(ptx_fn: str) -> Optional[dict]:
-    """The innermost loop with the most FMAs in one function's PTX."""
+    """The innermost loop with the most FMAs in one function's PTX (without
+    FMAs: the longest innermost loop, e.g. an element-wise grid-stride loop)."""
     lines = [l.strip() for l in ptx_fn.splitlines()]
     labels = {}
     body: List[str] = []    # instructions and labels in order
@@ -152,9 +155,7 @@ def hot_loop(ptx_fn: str) -> Optional[dict]:
             mix[k] = mix.get(k, 0) + 1
             n += 1
         mix["total"] = n
-        if mix.get("fma", 0) == 0:
-            continue
-        key = (mix["fma"], -n)
+        key = (mix.get("fma", 0), -n if mix.get("fma", 0) else n)
         if best is None or key > best[0]:
             best = (key, mix)
     return best[1] if best else None
@@ -173,13 +174,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--tkc", default=os.path.join(ROOT, "build", "tkc"))
     ap.add_argument("--only", default="f32", help="variant suffix to report (f32, f16, bf16, f64, all)")
+    ap.add_argument("--plain", action="store_true", help="the plain kernels (one element a thread) too, for comparison")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     nv = Nvrtc(find_nvrtc())
     inc = "-I" + os.path.join(ROOT, "compiler")
     rows = []
-    for spec in a.specs:
-        src = subprocess.run([a.tkc, "emit-cuda", spec], check=True, capture_output=True, text=True).stdout
+    jobs = [(spec, False) for spec in a.specs] + ([(spec, True) for spec in a.specs] if a.plain else [])
+    for spec, plain in jobs:
+        cmd = [a.tkc, "emit-cuda"] + (["--plain"] if plain else []) + [spec]
+        src = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        if a.only != "all":   # only the kernels reported: a quarter of the compile time
+            blocks = re.split(r"\n(?=/\* \w+: )", src)
+            src = "\n".join([blocks[0]] + [b for b in blocks[1:] if re.search(r"void \w+__%s\b" % a.only, b)])
         name = os.path.basename(spec) + ".cu"
         _, log = nv.compile(src, name, [f"--gpu-architecture={a.arch}", inc, "--ptxas-options=-v", "-std=c++17"],
                             "cubin")
@@ -190,16 +197,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         for fn in sorted(fns):
             if a.only != "all" and not fn.endswith("__" + a.only) and ("__" + a.only + "_") not in fn:
                 continue
-            r = dict(kernel=fn, **res.get(fn, {}))
+            r = dict(kernel=fn + (" (plain)" if plain else ""), **res.get(fn, {}))
             r["hot_loop"] = hot_loop(fns[fn])
             rows.append(r)
-    print(f"{'kernel':34} {'regs':>4} {'spill':>6}  hot loop: {'fma':>4} {'ld.g':>4} {'local':>5} {'other':>5}  fma/ld")
+    print(f"NVRTC, {a.arch}; hot loop = the innermost loop with the most FMAs, else the longest "
+          "(PTX instructions; div64: 64-bit divisions and remainders)")
+    print(f"{'kernel':42} {'regs':>4} {'spill':>6}  hot loop: {'fma':>4} {'ld.g':>4} {'local':>5} {'div64':>5} "
+          f"{'other':>5}  fma/ld")
     for r in rows:
         h = r["hot_loop"] or {}
         ld = h.get("ld.global", 0)
         ratio = f"{h.get('fma', 0) / ld:.1f}" if ld else ("-" if not h else "inf")
-        print(f"{r['kernel']:34} {r.get('regs', '?'):>4} {r.get('spill_st', 0) + r.get('spill_ld', 0):>6}"
-              f"  {'':10}{h.get('fma', 0):>4} {ld:>4} {h.get('local', 0):>5} {h.get('other', 0):>5}  {ratio:>6}")
+        print(f"{r['kernel']:42} {r.get('regs', '?'):>4} {r.get('spill_st', 0) + r.get('spill_ld', 0):>6}"
+              f"  {'':10}{h.get('fma', 0):>4} {ld:>4} {h.get('local', 0):>5} {h.get('div64', 0):>5} "
+              f"{h.get('other', 0):>5}  {ratio:>6}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(arch=a.arch, kernels=rows), f, indent=1)

@@ -1567,6 +1567,24 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     E->indent = indent;
 }
 
+/* GPU: the per-lane offsets, then the masked head, the unmasked common
+ * range and the masked tail; without a common range the head is all of
+ * [tk_mn, tk_mx) (one masked copy of the body less than the CPU form). */
+static void gpu_masked_ranges(emitter *E, const tk_stmt *s, int nb) {
+    int V = E->lanes;
+    for (int g = 0; g < nb; g++) line(E, "int tk_lr%d[%d], tk_hr%d[%d];", g, V, g, V);
+    lane_open(E, 0);
+    for (int g = 0; g < nb; g++) {
+        line(E, "tk_lr%d[tk_j] = (int)(tk_mini(tk_maxi(tk_lo%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, g);
+        line(E, "tk_hr%d[tk_j] = (int)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, g);
+    }
+    lane_close(E);
+    line(E, "if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;");
+    lane_range(E, s, "tk_mn", "tk_L", 1, nb);
+    lane_range(E, s, "tk_L", "tk_H", 0, nb);
+    lane_range(E, s, "tk_H", "tk_mx", 1, nb);
+}
+
 /* A loop whose bounds differ between lanes: each lane's range [lo, hi) is
  * computed, their common part runs unmasked, the rest masked; lanes whose
  * ranges barely overlap (or lie far apart) run one after the other. */
@@ -1606,7 +1624,20 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
     }
     E->indent--;
     line(E, "}");
-    /* lanes whose ranges barely overlap run one by one */
+    /* lanes whose ranges barely overlap run one by one (CPU; on the GPU
+     * the masked form always: less code for NVRTC, and a thread's lanes
+     * are neighbours) */
+    if (E->tg->gpu) {
+        line(E, "(void)tk_work;");
+        line(E, "if (tk_mn < tk_mx) {");
+        E->indent++;
+        gpu_masked_ranges(E, s, nb);
+        E->indent--;
+        line(E, "}");
+        E->indent--;
+        line(E, "}");
+        return;
+    }
     line(E, "if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * %d > 2.0 * tk_work + %d || "
             "(double)tk_mx - (double)tk_mn > 1e9)) {", V * nb, 4 * V * nb);
     E->indent++;

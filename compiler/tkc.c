@@ -1,8 +1,9 @@
 /* tkc.c - the tk spec compiler's command line.
  *
  *   tkc check SPEC...               parse and check; print each op's schema
- *   tkc emit-c SPEC                 print the C source of every op in SPEC
- *   tkc emit-cuda SPEC              print the CUDA C source
+ *   tkc emit-c [--plain] SPEC       print the C source of every op in SPEC
+ *   tkc emit-cuda [--plain] SPEC    print the CUDA C source (--plain: without
+ *                                   tiles, windows, hoisting or unrolling)
  *   tkc gen-builtin [--plain | --cuda-emu] [--table NAME] -o OUT SPEC...
  *                                   write the built-in kernel table for libtk
  *                                   (--plain: unoptimised kernels named *_plain;
@@ -133,7 +134,7 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
 }
 
 static int usage(void) {
-    fputs("usage: tkc check SPEC... | emit-c SPEC... | emit-cuda SPEC... |\n"
+    fputs("usage: tkc check SPEC... | emit-c [--plain] SPEC... | emit-cuda [--plain] SPEC... |\n"
           "       gen-builtin [--plain | --cuda-emu] [--table NAME] -o OUT SPEC...\n", stderr);
     return 2;
 }
@@ -154,6 +155,9 @@ int main(int argc, char **argv) {
         if (!outpath || first >= argc || (emu && flags)) return usage();
     } else if (strcmp(cmd, "check") && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda")) {
         return usage();
+    } else if (strcmp(cmd, "check") && strcmp(argv[first], "--plain") == 0) {
+        flags |= TK_EMIT_PLAIN;
+        if (++first >= argc) return usage();
     }
     int n = argc - first;
     tk_ctx *ctx = tk_ctx_new();
@@ -179,7 +183,7 @@ int main(int argc, char **argv) {
                 if (rc) remove(outpath);
             }
         } else {
-            rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, 0, 0, stdout);
+            rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, flags, 0, stdout);
         }
     }
     for (int i = 0; i < n; i++) free(texts[i]);

@@ -66,88 +66,59 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -223,88 +194,59 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -404,88 +346,59 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -561,88 +474,59 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -742,88 +626,59 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -899,88 +754,59 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const int tk_ur = (int)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -1080,88 +906,59 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
+                            int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                 }
                             }
-                        } else if (tk_mn < tk_mx) {
-                            long long tk_lr0[4], tk_hr0[4];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            if (tk_L < tk_H) {
+                                double tk_w0[4];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
+                                        #pragma unroll
+                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                    }
+                                }
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        double tk_w0[4];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -1237,88 +1034,59 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
+                            int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                 }
                             }
-                        } else if (tk_mn < tk_mx) {
-                            long long tk_lr0[4], tk_hr0[4];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            if (tk_L < tk_H) {
+                                double tk_w0[4];
+                                {
+                                    const tk_i64 v_u = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                    if (v_u + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_u + 1;
+                                        #pragma unroll
+                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_u = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                    }
+                                }
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        double tk_w0[4];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -1413,67 +1181,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                    }
-                                } else if (tk_mn < tk_mx) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
-                                            if (tk_L < tk_H) {
-                                                float tk_w0[8];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -1543,67 +1294,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                    }
-                                } else if (tk_mn < tk_mx) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
-                                            if (tk_L < tk_H) {
-                                                float tk_w0[8];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -1696,67 +1430,50 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                    }
-                                } else if (tk_mn < tk_mx) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
-                                            if (tk_L < tk_H) {
-                                                float tk_w0[8];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -1826,67 +1543,50 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                    }
-                                } else if (tk_mn < tk_mx) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
-                                            if (tk_L < tk_H) {
-                                                float tk_w0[8];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -1979,67 +1679,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                    }
-                                } else if (tk_mn < tk_mx) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                             }
-                                            if (tk_L < tk_H) {
-                                                float tk_w0[8];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -2109,67 +1792,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                    }
-                                } else if (tk_mn < tk_mx) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        }
+                                    }
+                                    if (tk_L < tk_H) {
+                                        float tk_w0[8];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                             }
-                                            if (tk_L < tk_H) {
-                                                float tk_w0[8];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const int tk_ur = (int)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -2262,67 +1928,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
+                                    int tk_lr0[4], tk_hr0[4];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
-                                } else if (tk_mn < tk_mx) {
-                                    long long tk_lr0[4], tk_hr0[4];
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    if (tk_L < tk_H) {
+                                        double tk_w0[4];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                            }
+                                        }
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const long long tk_ur = (long long)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                            if (tk_L < tk_H) {
-                                                double tk_w0[4];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const long long tk_ur = (long long)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const long long tk_ur = (long long)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -2392,67 +2041,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                         tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                (void)tk_work;
+                                if (tk_mn < tk_mx) {
+                                    int tk_lr0[4], tk_hr0[4];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    }
+                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
-                                } else if (tk_mn < tk_mx) {
-                                    long long tk_lr0[4], tk_hr0[4];
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                        tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    if (tk_L < tk_H) {
+                                        double tk_w0[4];
+                                        {
+                                            const tk_i64 v_u = tk_L;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                            }
+                                        }
                                     }
-                                    {
-                                        if (tk_L < tk_H) {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                                const long long tk_ur = (long long)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                            if (tk_L < tk_H) {
-                                                double tk_w0[4];
-                                                {
-                                                    const tk_i64 v_u = tk_L;
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                        tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
-                                                    #pragma unroll
-                                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                    }
-                                                    if (v_u + 1 < tk_H) {
-                                                        const tk_i64 tk_nx = v_u + 1;
-                                                        #pragma unroll
-                                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                        const tk_i64 v_u = tk_nx;
-                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                                    }
-                                                }
-                                            }
-                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                                const long long tk_ur = (long long)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
-                                        } else {
-                                            for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
-                                                const long long tk_ur = (long long)(v_u - tk_mn);
-                                                #pragma unroll
-                                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                                }
-                                            }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                 }
@@ -2553,88 +2185,59 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -2711,88 +2314,59 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -2892,88 +2466,59 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -3050,88 +2595,59 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -3231,88 +2747,59 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -3389,88 +2876,59 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                            }
-                        } else if (tk_mn < tk_mx) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                }
+                            }
+                            if (tk_L < tk_H) {
+                                float tk_w0[8];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[8];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const int tk_ur = (int)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                                }
+                            }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const int tk_ur = (int)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -3570,88 +3028,59 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
+                            int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                 }
                             }
-                        } else if (tk_mn < tk_mx) {
-                            long long tk_lr0[4], tk_hr0[4];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            if (tk_L < tk_H) {
+                                double tk_w0[4];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
+                                        #pragma unroll
+                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                    }
+                                }
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        double tk_w0[4];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                 }
                             }
                         }
@@ -3728,88 +3157,59 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                 tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 4 > 2.0 * tk_work + 16 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        (void)tk_work;
+                        if (tk_mn < tk_mx) {
+                            int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                }
-                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
-                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                 }
                             }
-                        } else if (tk_mn < tk_mx) {
-                            long long tk_lr0[4], tk_hr0[4];
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            if (tk_L < tk_H) {
+                                double tk_w0[4];
+                                {
+                                    const tk_i64 v_t2 = tk_L;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                    }
+                                    if (v_t2 + 1 < tk_H) {
+                                        const tk_i64 tk_nx = v_t2 + 1;
+                                        #pragma unroll
+                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        const tk_i64 v_t2 = tk_nx;
+                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                    }
+                                }
                             }
-                            {
-                                if (tk_L < tk_H) {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        double tk_w0[4];
-                                        {
-                                            const tk_i64 v_t2 = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
-                                            }
-                                        }
-                                        for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                                v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                            }
-                                            if (v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                            }
-                                        }
-                                    }
-                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
-                                } else {
-                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
-                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                        #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
-                                        }
-                                    }
+                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                 }
                             }
                         }

@@ -124,3 +124,28 @@ def test_gpu_bench_dry_run_on_cpu(lib_path, tmp_path):
     for target in ("<= 40 us", ">= 85%", ">= 300x", "<= 0.30 ms", "<= 0.70 ms", "bfloat16", "float16", "per call"):
         assert target in summary, target
     assert "bit-equal to torch_pad" in r.stdout
+
+
+def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
+    """bench/gpu_static.py compiles the CUDA kernels with NVRTC (no GPU) and
+    reads their hot loops. The tiled rwkv kernels must feed several FMAs from
+    each global load (the plain, one-element-a-thread kernels: two loads per
+    FMA), with no spills; brick_pad's element loop shows its 64-bit divisions."""
+    tkc = os.path.join(os.path.dirname(lib_path), "tkc")
+    if not os.path.exists(tkc):
+        pytest.fail(f"no tkc next to {lib_path}: build the project first")
+    out = tmp_path / "static.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_static.py"), "--tkc", tkc, "--plain",
+                        "--json", str(out), os.path.join(ROOT, "ops", "rwkv_forward.tk"),
+                        os.path.join(ROOT, "ops", "brick_pad.tk")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    import json
+    rows = {k["kernel"]: k for k in json.loads(out.read_text())["kernels"]}
+    for op in ("rwkv_forward", "rwkv_backward_k", "rwkv_backward_w"):
+        tiled, plain = rows[f"tk_{op}__f32"], rows[f"tk_{op}__f32 (plain)"]
+        h, p = tiled["hot_loop"], plain["hot_loop"]
+        assert h["fma"] >= 4 * h["ld.global"], (op, h)
+        assert p["fma"] <= p["ld.global"], (op, p)
+        assert tiled["spill_st"] == 0 and tiled["spill_ld"] == 0 and h.get("local", 0) == 0, (op, tiled)
+    assert rows["tk_brick_pad__f32"]["hot_loop"]["div64"] > 0
+    assert "tk_rwkv_forward__f32" in r.stdout
