@@ -15,10 +15,12 @@
 #              float16 vs float32, per-call launch overhead vs torch.add, peak
 #              memory, kernels per call (profiler), NVRTC cold / warm first-call
 #              latency; its last lines put each figure next to its target
+#   static     bench/gpu_static.py: registers, spills and hot-loop instruction
+#              mix of every kernel (NVRTC), next to the timings
 #   sanitizer  compute-sanitizer memcheck on ci/gpu_small_case.py, where it works
 # The summary table is printed last. Files in $OUT (default out/gpu-check):
 #   gpu_check.json (steps, times, versions, bench), gpu_bench.json, info.txt and
-#   build.log, ctest.log, pytest.log, bench.log, sanitizer.log
+#   build.log, ctest.log, pytest.log, bench.log, static.log, sanitizer.log, gpu_static.json
 # Usage: bash ci/gpu-check.sh        Exit status 0 when every step passed
 # (a sanitizer that cannot run on this machine counts as passed, and says so).
 set -uo pipefail
@@ -93,7 +95,7 @@ run_step build 170 build.log bash -c "
 
 if [ -f "$BUILD/libtk.so" ]; then
   # ---- tests ----------------------------------------------------------------------
-  run_step ctest 60 ctest.log ctest --test-dir "$BUILD" --output-on-failure -R '^test_nvrtc$'
+  run_step ctest 90 ctest.log ctest --test-dir "$BUILD" --output-on-failure -R '^test_nvrtc$'
   XDIST=()
   $PY -c 'import xdist' 2>/dev/null && XDIST=(-n 8)
   # the CUDA tests of every file (test ids naming cuda or gpu); CI runs the CPU suite
@@ -102,6 +104,7 @@ if [ -f "$BUILD/libtk.so" ]; then
 
   # ---- benchmarks -----------------------------------------------------------------
   run_step bench 90 bench.log $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json"
+  run_step static 30 static.log $PY bench/gpu_static.py --tkc "$BUILD/tkc" --plain --json "$OUT/gpu_static.json"
 
   # ---- compute-sanitizer ----------------------------------------------------------
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
