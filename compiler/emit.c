@@ -1854,14 +1854,19 @@ static void decompose(emitter *E, int skip_last) {
     for (int o = 0; o < d->nloop; o++) {
         int i = order[o];
         const char *v = d->loop_vars[i];
-        if (E->gpu_tiles && i == d->nloop - 1) {   /* r counts tiles: their first element */
-            line(E, "const tk_i64 v_%s = r %% tk_ntile * %d;", v, E->lanes);
-            line(E, "r /= tk_ntile;");
-            continue;
-        }
-        if (E->gpu_tiles && E->ngroup > 1 && i == E->gdim) {
-            line(E, "const tk_i64 v_%s = r %% tk_ngroup * %d;", v, E->ngroup);
-            line(E, "r /= tk_ngroup;");
+        /* GPU: one (32-bit when it fits) division a dim, the remainder from it */
+        const char *n = E->gpu_tiles && i == d->nloop - 1                    ? "tk_ntile"
+                        : E->gpu_tiles && E->ngroup > 1 && i == E->gdim ? "tk_ngroup"
+                                                                         : NULL;
+        int scale = !n ? 1 : i == d->nloop - 1 ? E->lanes : E->ngroup;   /* tiles: their first element */
+        if (E->tg->gpu) {
+            char nb[80];
+            if (!n) snprintf(nb, sizeof nb, "n_%s", v);
+            else snprintf(nb, sizeof nb, "%s", n);
+            line(E, "const tk_i64 q_%s = tk_udiv(r, %s);", v, nb);
+            if (scale > 1) line(E, "const tk_i64 v_%s = (r - q_%s * %s) * %d;", v, v, nb, scale);
+            else line(E, "const tk_i64 v_%s = r - q_%s * %s;", v, v, nb);
+            line(E, "r = q_%s;", v);
             continue;
         }
         if (i == d->nloop - 1 && skip_last) line(E, "tk_i64 v_%s = r %% n_%s;", v, v);
@@ -1879,8 +1884,9 @@ static void decompose(emitter *E, int skip_last) {
     for (int i = 0; i < d->noutputs; i++) line(E, "tk_i64 o_%s = 0;", output(E, i)->name);
     line(E, "for (tk_i64 bd = %snbatch - 1; bd >= 0; --bd) {", A);
     E->indent++;
-    line(E, "const tk_i64 bi = r %% %st[%d].size[bd];", A, lslot);
-    line(E, "r /= %st[%d].size[bd];", A, lslot);
+    line(E, "const tk_i64 bq = tk_udiv(r, %st[%d].size[bd]);", A, lslot);
+    line(E, "const tk_i64 bi = r - bq * %st[%d].size[bd];", A, lslot);
+    line(E, "r = bq;");
     for (int i = 0; i < d->nparams; i++)
         if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
             line(E, "o_%s += bi * %st[%d].stride[bd];", param(E, i)->name, A, op->slot[i]);

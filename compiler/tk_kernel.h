@@ -117,18 +117,29 @@ static inline int tk_env_narrow(void) {
 #define TK_FN static inline
 #endif
 
+/* Truncating a / b (b != 0, b != -1) in 32 bits when both operands fit:
+ * a 64-bit division is a long subroutine on the GPU (and slower on x86). */
+TK_FN tk_i64 tk_tdiv(tk_i64 a, tk_i64 b) {
+    if (a == (tk_i64)(tk_i32)a && b == (tk_i64)(tk_i32)b) return (tk_i64)((tk_i32)a / (tk_i32)b);
+    return a / b;
+}
+/* a / b for a >= 0, b > 0 (flat index decomposition), 32-bit when both fit */
+TK_FN tk_i64 tk_udiv(tk_i64 a, tk_i64 b) {
+    if (((tk_u64)a | (tk_u64)b) >> 32 == 0) return (tk_i64)((tk_u32)a / (tk_u32)b);
+    return a / b;
+}
 /* Python floor division and modulo; x // 0 and x % 0 give 0, and
  * INT64_MIN // -1 wraps instead of trapping. */
 TK_FN tk_i64 tk_floordiv(tk_i64 a, tk_i64 b) {
     if (b == 0) return 0;
     if (b == -1) return (tk_i64)(0 - (tk_u64)a);
-    tk_i64 q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    tk_i64 q = tk_tdiv(a, b);
+    if ((a - q * b != 0) && ((a < 0) != (b < 0))) q -= 1;
     return q;
 }
 TK_FN tk_i64 tk_mod(tk_i64 a, tk_i64 b) {
     if (b == 0 || b == -1) return 0;
-    tk_i64 r = a % b;
+    tk_i64 r = a - tk_tdiv(a, b) * b;
     if (r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
 }

@@ -24,8 +24,9 @@ TK_BODY void tk_brick_pad__b8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -93,8 +94,9 @@ TK_BODY void tk_brick_pad__u8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -162,8 +164,9 @@ TK_BODY void tk_brick_pad__i8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -231,8 +234,9 @@ TK_BODY void tk_brick_pad__i16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -300,8 +304,9 @@ TK_BODY void tk_brick_pad__i32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -369,8 +374,9 @@ TK_BODY void tk_brick_pad__i64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -438,8 +444,9 @@ TK_BODY void tk_brick_pad__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -507,8 +514,9 @@ TK_BODY void tk_brick_pad__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -576,8 +584,9 @@ TK_BODY void tk_brick_pad__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -645,8 +654,9 @@ TK_BODY void tk_brick_pad__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[1].size[bd];
-            r /= a->t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[1].size[bd]);
+            const tk_i64 bi = r - bq * a->t[1].size[bd];
+            r = bq;
             o_tile += bi * a->t[0].stride[bd];
             o_out += bi * a->t[1].stride[bd];
         }
@@ -717,8 +727,9 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[2].size[bd];
-            r /= a->t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[2].size[bd]);
+            const tk_i64 bi = r - bq * a->t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a->t[1].stride[bd];
             o_grad_tile += bi * a->t[2].stride[bd];
         }
@@ -993,8 +1004,9 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[2].size[bd];
-            r /= a->t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[2].size[bd]);
+            const tk_i64 bi = r - bq * a->t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a->t[1].stride[bd];
             o_grad_tile += bi * a->t[2].stride[bd];
         }
@@ -1269,8 +1281,9 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[2].size[bd];
-            r /= a->t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[2].size[bd]);
+            const tk_i64 bi = r - bq * a->t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a->t[1].stride[bd];
             o_grad_tile += bi * a->t[2].stride[bd];
         }
@@ -1545,8 +1558,9 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a->nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a->t[2].size[bd];
-            r /= a->t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a->t[2].size[bd]);
+            const tk_i64 bi = r - bq * a->t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a->t[1].stride[bd];
             o_grad_tile += bi * a->t[2].stride[bd];
         }

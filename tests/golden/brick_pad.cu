@@ -21,15 +21,18 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -63,15 +66,18 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -105,15 +111,18 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -147,15 +156,18 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -189,15 +201,18 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -231,15 +246,18 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -273,15 +291,18 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -315,15 +336,18 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -357,15 +381,18 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -399,15 +426,18 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_col = r % n_col;
-        r /= n_col;
-        const tk_i64 v_row = r % n_row;
-        r /= n_row;
+        const tk_i64 q_col = tk_udiv(r, n_col);
+        const tk_i64 v_col = r - q_col * n_col;
+        r = q_col;
+        const tk_i64 q_row = tk_udiv(r, n_row);
+        const tk_i64 v_row = r - q_row * n_row;
+        r = q_row;
         tk_i64 o_tile = 0;
         tk_i64 o_out = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[1].size[bd];
-            r /= a.t[1].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+            const tk_i64 bi = r - bq * a.t[1].size[bd];
+            r = bq;
             o_tile += bi * a.t[0].stride[bd];
             o_out += bi * a.t[1].stride[bd];
         }
@@ -444,15 +474,18 @@ extern "C" __global__ void tk_brick_pad_backward__f16(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_j = r % n_j;
-        r /= n_j;
-        const tk_i64 v_i = r % n_i;
-        r /= n_i;
+        const tk_i64 q_j = tk_udiv(r, n_j);
+        const tk_i64 v_j = r - q_j * n_j;
+        r = q_j;
+        const tk_i64 q_i = tk_udiv(r, n_i);
+        const tk_i64 v_i = r - q_i * n_i;
+        r = q_i;
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[2].size[bd];
-            r /= a.t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[2].size[bd]);
+            const tk_i64 bi = r - bq * a.t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a.t[1].stride[bd];
             o_grad_tile += bi * a.t[2].stride[bd];
         }
@@ -498,15 +531,18 @@ extern "C" __global__ void tk_brick_pad_backward__bf16(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_j = r % n_j;
-        r /= n_j;
-        const tk_i64 v_i = r % n_i;
-        r /= n_i;
+        const tk_i64 q_j = tk_udiv(r, n_j);
+        const tk_i64 v_j = r - q_j * n_j;
+        r = q_j;
+        const tk_i64 q_i = tk_udiv(r, n_i);
+        const tk_i64 v_i = r - q_i * n_i;
+        r = q_i;
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[2].size[bd];
-            r /= a.t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[2].size[bd]);
+            const tk_i64 bi = r - bq * a.t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a.t[1].stride[bd];
             o_grad_tile += bi * a.t[2].stride[bd];
         }
@@ -552,15 +588,18 @@ extern "C" __global__ void tk_brick_pad_backward__f32(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_j = r % n_j;
-        r /= n_j;
-        const tk_i64 v_i = r % n_i;
-        r /= n_i;
+        const tk_i64 q_j = tk_udiv(r, n_j);
+        const tk_i64 v_j = r - q_j * n_j;
+        r = q_j;
+        const tk_i64 q_i = tk_udiv(r, n_i);
+        const tk_i64 v_i = r - q_i * n_i;
+        r = q_i;
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[2].size[bd];
-            r /= a.t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[2].size[bd]);
+            const tk_i64 bi = r - bq * a.t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a.t[1].stride[bd];
             o_grad_tile += bi * a.t[2].stride[bd];
         }
@@ -606,15 +645,18 @@ extern "C" __global__ void tk_brick_pad_backward__f64(const tk_kargs a) {
     const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
     for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
         tk_i64 r = lin;
-        const tk_i64 v_j = r % n_j;
-        r /= n_j;
-        const tk_i64 v_i = r % n_i;
-        r /= n_i;
+        const tk_i64 q_j = tk_udiv(r, n_j);
+        const tk_i64 v_j = r - q_j * n_j;
+        r = q_j;
+        const tk_i64 q_i = tk_udiv(r, n_i);
+        const tk_i64 v_i = r - q_i * n_i;
+        r = q_i;
         tk_i64 o_grad_out = 0;
         tk_i64 o_grad_tile = 0;
         for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
-            const tk_i64 bi = r % a.t[2].size[bd];
-            r /= a.t[2].size[bd];
+            const tk_i64 bq = tk_udiv(r, a.t[2].size[bd]);
+            const tk_i64 bi = r - bq * a.t[2].size[bd];
+            r = bq;
             o_grad_out += bi * a.t[1].stride[bd];
             o_grad_tile += bi * a.t[2].stride[bd];
         }

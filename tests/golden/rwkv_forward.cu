@@ -29,12 +29,15 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -157,12 +160,15 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -309,12 +315,15 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -437,12 +446,15 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -589,12 +601,15 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -717,12 +732,15 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -869,12 +887,15 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -997,12 +1018,15 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -1149,10 +1173,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1262,10 +1288,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1398,10 +1426,12 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1511,10 +1541,12 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1647,10 +1679,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1760,10 +1794,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1896,10 +1932,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 4;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 4;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 4 <= n_j) {
                 {
@@ -2009,10 +2047,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 4;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_j = tk_udiv(r, tk_ntile);
+            const tk_i64 v_j = (r - q_j * tk_ntile) * 4;
+            r = q_j;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_j + 4 <= n_j) {
                 {
@@ -2148,12 +2188,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2277,12 +2320,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2429,12 +2475,15 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2558,12 +2607,15 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2710,12 +2762,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2839,12 +2894,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2991,12 +3049,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -3120,12 +3181,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c;
-            r /= n_c;
+            const tk_i64 q_t = tk_udiv(r, tk_ntile);
+            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
+            r = q_t;
+            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
+            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
+            r = q_b;
+            const tk_i64 q_c = tk_udiv(r, n_c);
+            const tk_i64 v_c = r - q_c * n_c;
+            r = q_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
