@@ -20,6 +20,7 @@
 #include "sha256.h"
 #include "tk_cc.h"
 #include "tk_cuda.h"
+#include "msg.h"
 
 extern char **environ;
 
@@ -51,19 +52,6 @@ struct tk_cc {
     char identity_error[1024];
     int warned;                 /* the cache-off warning was printed */
 };
-
-static void put(char *msg, size_t n, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void put(char *msg, size_t n, const char *fmt, ...) {
-    if (!msg || n == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, n, fmt, ap);
-    va_end(ap);
-}
 
 /* snprintf that says whether the text fit (paths must not be cut short). */
 static int fmt(char *out, size_t n, const char *f, ...)
@@ -199,7 +187,7 @@ static int run(char *const *argv, char *out, size_t n) {
 
 /* What a command that could not start means to the user. */
 static void no_compiler(const tk_cc *cc, int err, char *msg, size_t n) {
-    put(msg, n, "tk: no C compiler: '%s' could not be run (%s). Run-time specs need one for their CPU "
+    tk_put(msg, n, "tk: no C compiler: '%s' could not be run (%s). Run-time specs need one for their CPU "
         "kernels: install gcc or clang, or set TK_CC to a C compiler", cc->command, strerror(err));
 }
 
@@ -228,7 +216,7 @@ static int identity(tk_cc *cc, char *msg, size_t n) {
         }
     }
     int ok = cc->identity_state == 1;
-    if (!ok) put(msg, n, "%s", cc->identity_error);
+    if (!ok) tk_put(msg, n, "%s", cc->identity_error);
     pthread_mutex_unlock(&cc->lock);
     return ok;
 }
@@ -283,7 +271,7 @@ static int make_build_dir(tk_cc *cc, char *out, size_t n, int *in_cache, char *m
     const char *tmp = env_nonempty("TMPDIR");
     fmt(out, n, "%s/tk-cc-XXXXXX", tmp ? tmp : "/tmp");
     if (mkdtemp(out)) return 1;
-    put(msg, msglen, "tk: cannot make a folder to compile in (%s: %s)", out, strerror(errno));
+    tk_put(msg, msglen, "tk: cannot make a folder to compile in (%s: %s)", out, strerror(errno));
     return 0;
 }
 
@@ -307,7 +295,7 @@ static char *emit_all(tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_
     for (int i = 0; i < nops; i++) {
         char *src = NULL;
         if (tk_emit(ctx, ops[i], TK_TARGET_C, &src) != TK_OK) {
-            put(msg, n, "tk: generating C for %s failed: %s", tk_op_name(ops[i]), tk_ctx_error(ctx));
+            tk_put(msg, n, "tk: generating C for %s failed: %s", tk_op_name(ops[i]), tk_ctx_error(ctx));
             free(b.p);
             return NULL;
         }
@@ -316,7 +304,7 @@ static char *emit_all(tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_
     }
     if (b.oom || !b.p) {
         free(b.p);
-        put(msg, n, "tk: out of memory");
+        tk_put(msg, n, "tk: out of memory");
         return NULL;
     }
     return b.p;
@@ -353,7 +341,7 @@ static tk_status compile_file(tk_cc *cc, const char *build, const char *hex, con
     fmt(hpath, sizeof hpath, "%s/tk_kernel.h", build);
     const char *header = tk_kernel_header();
     if (!write_file(hpath, header, strlen(header)) || !write_file(cpath, src, strlen(src))) {
-        put(msg, n, "tk: cannot write %s: %s", cpath, strerror(errno));
+        tk_put(msg, n, "tk: cannot write %s: %s", cpath, strerror(errno));
         return TK_ERR_COMPILE;
     }
     char *argv[MAX_ARGS];
@@ -373,7 +361,7 @@ static tk_status compile_file(tk_cc *cc, const char *build, const char *hex, con
     }
     char *out = malloc(OUTPUT_MAX);
     if (!out) {
-        put(msg, n, "tk: out of memory");
+        tk_put(msg, n, "tk: out of memory");
         return TK_ERR_NOMEM;
     }
     int rc = run(argv, out, OUTPUT_MAX);
@@ -382,7 +370,7 @@ static tk_status compile_file(tk_cc *cc, const char *build, const char *hex, con
         no_compiler(cc, errno, msg, n);
         st = TK_ERR_NOTFOUND;
     } else if (rc != 0) {
-        put(msg, n, "tk: compiling the CPU kernels of %s failed (%s, exit status %d; TK_DEBUG=1 prints the "
+        tk_put(msg, n, "tk: compiling the CPU kernels of %s failed (%s, exit status %d; TK_DEBUG=1 prints the "
             "source):\n%s", what, cc->command, rc, out);
         st = TK_ERR_COMPILE;
     }
@@ -395,7 +383,7 @@ static tk_status load_kernels(const char *path, tk_op *const *ops, int nops, cha
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *e = dlerror();
-        put(msg, n, "tk: cannot load the compiled kernels %s: %s", path, e ? e : "unknown error");
+        tk_put(msg, n, "tk: cannot load the compiled kernels %s: %s", path, e ? e : "unknown error");
         return TK_ERR_COMPILE;
     }
     for (int i = 0; i < nops; i++)
@@ -403,7 +391,7 @@ static tk_status load_kernels(const char *path, tk_op *const *ops, int nops, cha
             tk_cpu_fn fn;
             *(void **)&fn = dlsym(lib, tk_op_kernel_name(ops[i], v));
             if (!fn) {
-                put(msg, n, "tk: %s has no kernel %s", path, tk_op_kernel_name(ops[i], v));
+                tk_put(msg, n, "tk: %s has no kernel %s", path, tk_op_kernel_name(ops[i], v));
                 return TK_ERR_COMPILE;   /* lib stays loaded: harmless */
             }
             tk_op_set_cpu_kernel(ops[i], v, fn);
@@ -462,7 +450,7 @@ tk_status tk_cc_load_spec(tk_cc *cc, tk_ctx *ctx, const char *file, const char *
     tk_status st = tk_load_spec(ctx, file, text, len);
     if (st == TK_OK) st = tk_ctx_link(ctx);
     if (st != TK_OK) {
-        put(msg, msglen, "%s", tk_ctx_error(ctx));
+        tk_put(msg, msglen, "%s", tk_ctx_error(ctx));
         return st;
     }
     int nops = tk_op_count(ctx) - first;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "tk_cuda.h"
+#include "msg.h"
 
 typedef int CUresult;               /* CUDA_SUCCESS == 0 */
 typedef int CUdevice;
@@ -109,20 +110,6 @@ struct tk_cuda {
     kernel **kernels;
     int nkernels, cap;
 };
-
-static void put(char *msg, size_t n, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static void put(char *msg, size_t n, const char *fmt, ...) {
-    if (!msg || n == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, n, fmt, ap);
-    va_end(ap);
-}
 
 static int env_flag(const char *name) {
     const char *v = getenv(name);
@@ -224,7 +211,7 @@ static int ensure_driver(tk_cuda *cu) {
     void *lib = dlopen(cu->driver_name, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *why = dlerror();
-        put(cu->driver_error, sizeof cu->driver_error,
+        tk_put(cu->driver_error, sizeof cu->driver_error,
             "%s not found: the NVIDIA driver is not installed or not visible to this process (%s)", cu->driver_name,
             why ? why : "dlopen failed");
         return 0;
@@ -232,7 +219,7 @@ static int ensure_driver(tk_cuda *cu) {
     for (size_t i = 0; i < DRIVER_NFN; i++) {
         void *fn = dlsym(lib, k_driver_names[i]);
         if (!fn) {
-            put(cu->driver_error, sizeof cu->driver_error, "%s has no %s: driver too old (CUDA 11 or newer needed)",
+            tk_put(cu->driver_error, sizeof cu->driver_error, "%s has no %s: driver too old (CUDA 11 or newer needed)",
                 cu->driver_name, k_driver_names[i]);
             dlclose(lib);
             memset(&cu->cu, 0, sizeof cu->cu);
@@ -244,7 +231,7 @@ static int ensure_driver(tk_cuda *cu) {
     CUresult r = cu->cu.init(0);
     if (r == 0) r = cu->cu.device_count(&cu->ndevices);
     if (r != 0) {
-        put(cu->driver_error, sizeof cu->driver_error, "cuInit failed: %s", cu_error(cu, r, err, sizeof err));
+        tk_put(cu->driver_error, sizeof cu->driver_error, "cuInit failed: %s", cu_error(cu, r, err, sizeof err));
         dlclose(lib);
         memset(&cu->cu, 0, sizeof cu->cu);
         return 0;
@@ -259,7 +246,7 @@ static int ensure_driver(tk_cuda *cu) {
  * caller holds cu->lock. */
 static int ensure_device(tk_cuda *cu, int ordinal, char *why, size_t n) {
     if (ordinal < 0 || ordinal >= cu->ndevices) {
-        put(why, n, "no such device (the driver sees %d)", cu->ndevices);
+        tk_put(why, n, "no such device (the driver sees %d)", cu->ndevices);
         return 0;
     }
     device *d = &cu->devices[ordinal];
@@ -273,7 +260,7 @@ static int ensure_device(tk_cuda *cu, int ordinal, char *why, size_t n) {
     if (r == 0 && cu->cu.device_name(d->name, (int)sizeof d->name, d->dev) != 0) d->name[0] = 0;
     if (r == 0) r = cu->cu.ctx_retain(&d->ctx, d->dev);
     if (r != 0) {
-        put(why, n, "cannot use the device: %s", cu_error(cu, r, err, sizeof err));
+        tk_put(why, n, "cannot use the device: %s", cu_error(cu, r, err, sizeof err));
         return 0;
     }
     d->sm = d->sm * 10 + minor;
@@ -301,7 +288,7 @@ static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, char *
     char *src = NULL;
     pthread_mutex_lock(&cu->emit_lock);
     if (tk_emit_variant(ctx, op, variant, TK_TARGET_CUDA, &src) != TK_OK) {
-        put(why, n, "generating CUDA C failed: %s", tk_ctx_error(ctx));
+        tk_put(why, n, "generating CUDA C failed: %s", tk_ctx_error(ctx));
         src = NULL;
     }
     pthread_mutex_unlock(&cu->emit_lock);
@@ -330,7 +317,7 @@ static tk_status get_binary(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int varia
                             int *cached, char *why, size_t n) {
     *cached = 0;
     if (!ensure_nvrtc(cu)) {
-        put(why, n, "%s", cu->nvrtc_error);
+        tk_put(why, n, "%s", cu->nvrtc_error);
         return TK_ERR_NOTFOUND;
     }
     tk_arch arch;
@@ -376,12 +363,12 @@ tk_status tk_cuda_precompile(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int vari
     tk_binary bin;
     tk_status st = get_binary(cu, ctx, op, variant, sm, &bin, cached, why, sizeof why);
     if (st != TK_OK) {
-        put(msg, msglen, "tk.%s: cannot compile for sm_%d: %s", tk_op_name(op), sm, why);
+        tk_put(msg, msglen, "tk.%s: cannot compile for sm_%d: %s", tk_op_name(op), sm, why);
         return st;
     }
     tk_binary_free(&bin);
     if (!cu->cache_dir[0] || cu->cache_warned) {
-        put(msg, msglen, "tk.%s: compiled for sm_%d, but the disk cache is off", tk_op_name(op), sm);
+        tk_put(msg, msglen, "tk.%s: compiled for sm_%d, but the disk cache is off", tk_op_name(op), sm);
         return TK_ERR_INVALID;
     }
     return TK_OK;
@@ -407,7 +394,7 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     }
     tk_binary_free(&bin);
     if (r != 0) {
-        put(why, n, "loading %s for sm_%d failed: %s", tk_op_kernel_name(k->op, k->variant), d->sm,
+        tk_put(why, n, "loading %s for sm_%d failed: %s", tk_op_kernel_name(k->op, k->variant), d->sm,
             cu_error(cu, r, err, sizeof err));
         return TK_ERR_INVALID;
     }
@@ -447,13 +434,13 @@ static kernel *get_kernel(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, int dev
     int added;
     kernel *k = find_or_add(cu, call->op, call->variant, dev, &added);
     if (!k) {
-        put(why, n, "out of memory");
+        tk_put(why, n, "out of memory");
         return NULL;
     }
     if (!added && k->state == K_BUILDING) {
         while (k->state == K_BUILDING) pthread_cond_wait(&cu->built, &cu->lock);
         if (k->state == K_READY) return k;
-        put(why, n, "%s", k->error);    /* the build this thread waited for failed */
+        tk_put(why, n, "%s", k->error);    /* the build this thread waited for failed */
         return NULL;
     }
     if (k->state == K_READY) return k;
@@ -462,7 +449,7 @@ static kernel *get_kernel(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, int dev
     tk_status st = build(cu, ctx, k, why, n);
     pthread_mutex_lock(&cu->lock);
     k->state = st == TK_OK ? K_READY : K_FAILED;
-    if (st != TK_OK) put(k->error, sizeof k->error, "%s", why);
+    if (st != TK_OK) tk_put(k->error, sizeof k->error, "%s", why);
     pthread_cond_broadcast(&cu->built);
     return st == TK_OK ? k : NULL;
 }
@@ -470,7 +457,7 @@ static kernel *get_kernel(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, int dev
 tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *stream, char *msg,
                          size_t msglen) {
     if (!cu || !ctx || !call || !call->op || call->device != TK_CUDA) {
-        put(msg, msglen, "tk_cuda_launch: not a bound call on a CUDA device");
+        tk_put(msg, msglen, "tk_cuda_launch: not a bound call on a CUDA device");
         return TK_ERR_INVALID;
     }
     if (call->kargs.numel <= 0) return TK_OK;
@@ -478,12 +465,12 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
     const int dev = call->device_index;
     pthread_mutex_lock(&cu->lock);
     kernel *k = NULL;
-    if (!ensure_driver(cu)) put(why, sizeof why, "%s", cu->driver_error);
+    if (!ensure_driver(cu)) tk_put(why, sizeof why, "%s", cu->driver_error);
     else if (ensure_device(cu, dev, why, sizeof why)) k = get_kernel(cu, ctx, call, dev, why, sizeof why);
     const device *d = &cu->devices[dev < 0 || dev >= MAX_DEVICES ? 0 : dev];
     pthread_mutex_unlock(&cu->lock);
     if (!k) {
-        put(msg, msglen, "tk.%s: cannot run on cuda:%d: %s", tk_op_name(call->op), dev, why);
+        tk_put(msg, msglen, "tk.%s: cannot run on cuda:%d: %s", tk_op_name(call->op), dev, why);
         return TK_ERR_NOTFOUND;
     }
     tk_kargs kargs = call->kargs;       /* the kernel's single parameter, by value */
@@ -497,7 +484,7 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
         leave(cu, pushed);
     }
     if (r != 0) {
-        put(msg, msglen, "tk.%s: launching %s on cuda:%d failed: %s", tk_op_name(call->op),
+        tk_put(msg, msglen, "tk.%s: launching %s on cuda:%d failed: %s", tk_op_name(call->op),
             tk_op_kernel_name(call->op, call->variant), dev, cu_error(cu, r, err, sizeof err));
         return TK_ERR_INVALID;
     }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "tk_cuda.h"
+#include "msg.h"
 
 typedef int nvrtcResult;            /* NVRTC_SUCCESS == 0 */
 typedef struct _nvrtcProgram *nvrtcProgram;
@@ -58,20 +59,6 @@ struct tk_nvrtc {
 static const char *const k_lib_names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
 #define NLIB_NAMES 3
 
-static void put(char *msg, size_t n, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static void put(char *msg, size_t n, const char *fmt, ...) {
-    if (!msg || n == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, n, fmt, ap);
-    va_end(ap);
-}
-
 /* Appends text to msg (size n), truncating. */
 static void append(char *msg, size_t n, const char *text) {
     size_t len = strlen(msg);
@@ -91,7 +78,7 @@ static int resolve(tk_nvrtc *nv, char *msg, size_t msglen) {
         void *fn = dlsym(nv->lib, k_nvrtc_names[i]);
         memcpy((char *)&nv->api + i * sizeof fn, &fn, sizeof fn);
         if (!fn && !optional_fn((int)i)) {
-            put(msg, msglen, "%s has no %s: not a usable NVRTC", nv->path, k_nvrtc_names[i]);
+            tk_put(msg, msglen, "%s has no %s: not a usable NVRTC", nv->path, k_nvrtc_names[i]);
             return 0;
         }
     }
@@ -158,7 +145,7 @@ static void *find_library(tk_nvrtc *nv, const char *const *dirs, int ndirs, char
             lib = try_open(env, searched, sizeof searched);
         }
         if (!lib)
-            put(msg, msglen, "libnvrtc.so not found (TK_NVRTC_PATH=%s; searched: %s); point TK_NVRTC_PATH "
+            tk_put(msg, msglen, "libnvrtc.so not found (TK_NVRTC_PATH=%s; searched: %s); point TK_NVRTC_PATH "
                              "at an NVRTC library or the folder holding it, or unset it", env, searched);
         return lib;
     }
@@ -182,7 +169,7 @@ static void *find_library(tk_nvrtc *nv, const char *const *dirs, int ndirs, char
         void *lib = try_open(k_lib_names[i], searched, sizeof searched);
         if (lib) return lib;
     }
-    put(msg, msglen, "libnvrtc.so not found (searched: %s); install nvidia-cuda-nvrtc or set TK_NVRTC_PATH",
+    tk_put(msg, msglen, "libnvrtc.so not found (searched: %s); install nvidia-cuda-nvrtc or set TK_NVRTC_PATH",
         searched);
     return NULL;
 }
@@ -209,7 +196,7 @@ tk_status tk_nvrtc_open(const char *const *dirs, int ndirs, tk_nvrtc **out, char
     *out = NULL;
     tk_nvrtc *nv = calloc(1, sizeof *nv);
     if (!nv) {
-        put(msg, msglen, "out of memory");
+        tk_put(msg, msglen, "out of memory");
         return TK_ERR_NOMEM;
     }
     nv->lib = find_library(nv, dirs, ndirs, msg, msglen);
@@ -244,7 +231,7 @@ tk_status tk_nvrtc_arch_for(const tk_nvrtc *nv, int sm, tk_arch *out, char *msg,
         if (nv->archs[i] < sm && nv->archs[i] > best) best = nv->archs[i];
     }
     if (best == 0) {
-        put(msg, msglen, "NVRTC %d.%d cannot compile for sm_%d (its oldest arch is sm_%d)", nv->major,
+        tk_put(msg, msglen, "NVRTC %d.%d cannot compile for sm_%d (its oldest arch is sm_%d)", nv->major,
             nv->minor, sm, nv->archs[0]);
         return TK_ERR_NOTFOUND;
     }
@@ -312,7 +299,7 @@ static void append_log(char *msg, size_t msglen, const char *log, const char *na
 /* Copies the program's log into msg after a first line naming the failure. */
 static void compile_error(tk_nvrtc *nv, nvrtcProgram prog, nvrtcResult r, const char *src, const char *name,
                           tk_arch arch, char *msg, size_t msglen) {
-    put(msg, msglen, "NVRTC %d.%d failed to compile %s for %s_%d (%s):", nv->major, nv->minor, name,
+    tk_put(msg, msglen, "NVRTC %d.%d failed to compile %s for %s_%d (%s):", nv->major, nv->minor, name,
         arch.ptx ? "compute" : "sm", arch.sm, nv->api.error_string ? nv->api.error_string(r) : "error");
     size_t n = 0;
     if (nv->api.log_size(prog, &n) != 0 || n == 0) return;
@@ -331,22 +318,22 @@ static tk_status fetch_output(tk_nvrtc *nv, nvrtcProgram prog, tk_arch arch, tk_
     nvrtcResult (*size_fn)(nvrtcProgram, size_t *) = arch.ptx ? nv->api.ptx_size : nv->api.cubin_size;
     nvrtcResult (*get_fn)(nvrtcProgram, char *) = arch.ptx ? nv->api.ptx : nv->api.cubin;
     if (!size_fn || !get_fn) {
-        put(msg, msglen, "NVRTC %d.%d cannot produce cubins (needs 11.1 or newer)", nv->major, nv->minor);
+        tk_put(msg, msglen, "NVRTC %d.%d cannot produce cubins (needs 11.1 or newer)", nv->major, nv->minor);
         return TK_ERR_NOTFOUND;
     }
     size_t n = 0;
     if (size_fn(prog, &n) != 0 || n == 0) {
-        put(msg, msglen, "NVRTC produced no %s", arch.ptx ? "PTX" : "cubin");
+        tk_put(msg, msglen, "NVRTC produced no %s", arch.ptx ? "PTX" : "cubin");
         return TK_ERR_INVALID;
     }
     out->data = malloc(n);
     if (!out->data) {
-        put(msg, msglen, "out of memory");
+        tk_put(msg, msglen, "out of memory");
         return TK_ERR_NOMEM;
     }
     if (get_fn(prog, out->data) != 0) {
         tk_binary_free(out);
-        put(msg, msglen, "NVRTC could not return the %s", arch.ptx ? "PTX" : "cubin");
+        tk_put(msg, msglen, "NVRTC could not return the %s", arch.ptx ? "PTX" : "cubin");
         return TK_ERR_INVALID;
     }
     out->size = n;
@@ -362,7 +349,7 @@ tk_status tk_nvrtc_compile(tk_nvrtc *nv, const char *src, const char *name, tk_a
     nvrtcProgram prog = NULL;
     nvrtcResult r = nv->api.create(&prog, src, name, 1, &header, &header_name);
     if (r != 0) {
-        put(msg, msglen, "nvrtcCreateProgram failed: %s", nv->api.error_string ? nv->api.error_string(r) : "?");
+        tk_put(msg, msglen, "nvrtcCreateProgram failed: %s", nv->api.error_string ? nv->api.error_string(r) : "?");
         return TK_ERR_NOMEM;
     }
     char buf[32];
