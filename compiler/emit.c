@@ -1609,7 +1609,7 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
     }
     lane_close(E);
     line(E, "tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;");
-    line(E, "double tk_work = 0;");
+    if (!E->tg->gpu) line(E, "double tk_work = 0;");   /* the lane-by-lane test (CPU) */
     lane_head(E, 0);
     line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) {", V);
     E->indent++;
@@ -1618,7 +1618,7 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
         line(E, "if (tk_lo%d[tk_j] < tk_hi%d[tk_j]) {", g, g);
         E->indent++;
         line(E, "tk_mn = tk_mini(tk_mn, tk_lo%d[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi%d[tk_j]);", g, g);
-        line(E, "tk_work += (double)tk_hi%d[tk_j] - (double)tk_lo%d[tk_j];", g, g);
+        if (!E->tg->gpu) line(E, "tk_work += (double)tk_hi%d[tk_j] - (double)tk_lo%d[tk_j];", g, g);
         E->indent--;
         line(E, "}");
     }
@@ -1628,7 +1628,6 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
      * the masked form always: less code for NVRTC, and a thread's lanes
      * are neighbours) */
     if (E->tg->gpu) {
-        line(E, "(void)tk_work;");
         line(E, "if (tk_mn < tk_mx) {");
         E->indent++;
         gpu_masked_ranges(E, s, nb);
@@ -1854,15 +1853,17 @@ static void decompose(emitter *E, int skip_last) {
     for (int o = 0; o < d->nloop; o++) {
         int i = order[o];
         const char *v = d->loop_vars[i];
-        /* GPU: one (32-bit when it fits) division a dim, the remainder from it */
-        const char *n = E->gpu_tiles && i == d->nloop - 1                    ? "tk_ntile"
-                        : E->gpu_tiles && E->ngroup > 1 && i == E->gdim ? "tk_ngroup"
-                                                                         : NULL;
-        int scale = !n ? 1 : i == d->nloop - 1 ? E->lanes : E->ngroup;   /* tiles: their first element */
-        if (E->tg->gpu) {
+        if (E->tg->gpu) {   /* one (32-bit when it fits) division a dim, the remainder from it */
             char nb[80];
-            if (!n) snprintf(nb, sizeof nb, "n_%s", v);
-            else snprintf(nb, sizeof nb, "%s", n);
+            int scale = 1;   /* tiles: r counts them, v_ is their first element */
+            snprintf(nb, sizeof nb, "n_%s", v);
+            if (E->gpu_tiles && i == d->nloop - 1) {
+                snprintf(nb, sizeof nb, "tk_ntile");
+                scale = E->lanes;
+            } else if (E->gpu_tiles && E->ngroup > 1 && i == E->gdim) {
+                snprintf(nb, sizeof nb, "tk_ngroup");
+                scale = E->ngroup;
+            }
             line(E, "const tk_i64 q_%s = tk_udiv(r, %s);", v, nb);
             if (scale > 1) line(E, "const tk_i64 v_%s = (r - q_%s * %s) * %d;", v, v, nb, scale);
             else line(E, "const tk_i64 v_%s = r - q_%s * %s;", v, v, nb);
@@ -2190,6 +2191,24 @@ static void stride_cond(emitter *E, const tk_param *p, int slot, int arg) {
     tk_buf_printf(E->b, "%ss_%s_%d == 1", E->nconds++ ? " && " : "", p->name, tk_explicit_dims(p) - 1);
 }
 
+/* Prints `if (s_x_N == 1 && ...)` over the strided tensors' innermost
+ * strides (no newline); returns 0, printing nothing, when there is none. */
+static int unit_stride_test(emitter *E) {
+    size_t mark = E->b->len;
+    begin_line(E);
+    tk_buf_puts(E->b, "if (");
+    size_t cond = E->b->len;
+    E->nconds = 0;
+    each_strided(E, stride_cond, 0);
+    if (E->b->len == cond) {
+        E->b->len = mark;
+        E->b->p[mark] = 0;
+        return 0;
+    }
+    tk_buf_puts(E->b, ")");
+    return 1;
+}
+
 static void stride_arg(emitter *E, const tk_param *p, int slot, int unit) {
     (void)slot;
     if (unit) tk_buf_puts(E->b, ", 1");
@@ -2228,18 +2247,10 @@ static void cpu_body(emitter *E, const char *suffix, int wide) {
 static void stride_dispatch(emitter *E, const char *suffix, const char *strided) {
     const char *name = E->op->kernel_names[E->variant], *sfx = E->plain ? "_plain" : "";
     each_strided(E, stride_load, 0);
-    size_t mark = E->b->len;
-    begin_line(E);
-    tk_buf_puts(E->b, "if (");
-    size_t cond = E->b->len;
-    E->nconds = 0;
-    each_strided(E, stride_cond, 0);
-    if (E->b->len == cond) {       /* no strided tensor: one call */
-        E->b->len = mark;
-        E->b->p[mark] = 0;
+    if (!unit_stride_test(E)) {       /* no strided tensor: one call */
         line(E, "%s%s%s(a, begin, end);", name, sfx, suffix);
     } else {
-        tk_buf_printf(E->b, ")\n");
+        tk_buf_puts(E->b, "\n");
         E->indent++;
         begin_line(E);
         tk_buf_printf(E->b, "%s%s%s(a, begin, end", name, sfx, suffix);
@@ -2420,6 +2431,20 @@ static void win_find(emitter *E, const tk_expr *e, const char *u) {
     for (int i = 0; i < e->nargs; i++) win_find(E, e->args[i], u);
 }
 
+/* Loads every window's element of lane `lane` (-1: of every lane, tk_j). */
+static void win_load(emitter *E, int lane) {
+    for (int i = 0; i < E->nwin; i++) {
+        int l = lane < 0 ? -1 : E->win_shift[i] < 0 ? 0 : E->lanes - 1;   /* the lane with no predecessor */
+        E->lane_fix = l;
+        begin_line(E);
+        if (l < 0) tk_buf_printf(E->b, "tk_w%d[tk_j] = ", i);
+        else tk_buf_printf(E->b, "tk_w%d[%d] = ", i, l);
+        expr(E, E->win[i], E->ftype);
+        tk_buf_puts(E->b, ";\n");
+    }
+    E->lane_fix = -1;
+}
+
 /* The unmasked range [lo, hi) of lane loop s with sliding windows; returns
  * 0 (nothing emitted) when no read slides. */
 static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi) {
@@ -2437,12 +2462,7 @@ static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const 
     line(E, "const tk_i64 v_%s = %s;", s->name, lo);
     lane_open(E, 0);
     set_copy(E, 0);
-    for (int i = 0; i < E->nwin; i++) {
-        begin_line(E);
-        tk_buf_printf(E->b, "tk_w%d[tk_j] = ", i);
-        expr(E, E->win[i], E->ftype);
-        tk_buf_puts(E->b, ";\n");
-    }
+    win_load(E, -1);
     lane_close(E);
     E->indent--;
     line(E, "}");
@@ -2464,14 +2484,7 @@ static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const 
     line(E, "const tk_i64 v_%s = tk_nx;", s->name);
     E->in_lane = 1;
     set_copy(E, 0);
-    for (int i = 0; i < E->nwin; i++) {
-        E->lane_fix = E->win_shift[i] < 0 ? 0 : V - 1;
-        begin_line(E);
-        tk_buf_printf(E->b, "tk_w%d[%d] = ", i, E->lane_fix);
-        expr(E, E->win[i], E->ftype);
-        tk_buf_puts(E->b, ";\n");
-    }
-    E->lane_fix = -1;
+    win_load(E, 0);
     E->in_lane = 0;
     E->indent--;
     line(E, "}");
@@ -2571,18 +2584,10 @@ static void kernel(emitter *E) {
     if (tiles) {
         /* a copy of the loop for unit innermost strides, where the lanes'
          * addresses are one pointer plus constant offsets */
-        size_t mark = E->b->len;
-        begin_line(E);
-        tk_buf_puts(E->b, "if (");
-        size_t cond = E->b->len;
-        E->nconds = 0;
-        each_strided(E, stride_cond, 0);
-        if (E->b->len == cond) {
-            E->b->len = mark;
-            E->b->p[mark] = 0;
+        if (!unit_stride_test(E)) {
             gpu_tile_loop(E);
         } else {
-            tk_buf_puts(E->b, ") {\n");
+            tk_buf_puts(E->b, " {\n");
             E->indent++;
             each_strided(E, unit_stride_decl, 0);
             gpu_tile_loop(E);

@@ -60,16 +60,13 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -191,16 +188,13 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -346,16 +340,13 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -477,16 +468,13 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -632,16 +620,13 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -763,16 +748,13 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -918,16 +900,13 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 4; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
@@ -1049,16 +1028,13 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 4; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
@@ -1198,16 +1174,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
@@ -1313,16 +1286,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
@@ -1451,16 +1421,13 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
@@ -1566,16 +1533,13 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
@@ -1704,16 +1668,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
@@ -1819,16 +1780,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
@@ -1957,16 +1915,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 4; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[4], tk_hr0[4];
                                     #pragma unroll
@@ -2072,16 +2027,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                double tk_work = 0;
                                 #pragma unroll
                                 for (int tk_j = 0; tk_j < 4; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                        tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                                     }
                                 }
-                                (void)tk_work;
                                 if (tk_mn < tk_mx) {
                                     int tk_lr0[4], tk_hr0[4];
                                     #pragma unroll
@@ -2219,16 +2171,13 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -2351,16 +2300,13 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -2506,16 +2452,13 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -2638,16 +2581,13 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -2793,16 +2733,13 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -2925,16 +2862,13 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
@@ -3080,16 +3014,13 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 4; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
@@ -3212,16 +3143,13 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        double tk_work = 0;
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 4; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
                             }
                         }
-                        (void)tk_work;
                         if (tk_mn < tk_mx) {
                             int tk_lr0[4], tk_hr0[4];
                             #pragma unroll
