@@ -161,6 +161,40 @@ def hot_loop(ptx_fn: str) -> Optional[dict]:
     return best[1] if best else None
 
 
+ELEM_BYTES = {"b8": 1, "u8": 1, "i8": 1, "i16": 2, "f16": 2, "bf16": 2, "i32": 4, "f32": 4, "i64": 8, "f64": 8}
+
+
+def chunk_block(ptx_fn: str, kernel: str) -> Optional[dict]:
+    """GPU chunks (element-wise kernels without loops): the straight-line
+    block that computes one full chunk of K elements and ends in its 16-byte
+    streaming stores (st.global.cs.v4), its instruction mix and instructions
+    per element. None when the kernel has no such stores."""
+    body = [l.strip() for l in ptx_fn.splitlines()]
+    body = [l for l in body if l and not l.startswith("//") and not l.startswith(".") and l not in ("{", "}")]
+    first = next((i for i, l in enumerate(body) if l.startswith("st.global.cs.v4")), None)
+    if first is None:
+        return None
+    last, i = first, first + 1    # the last vector store before the block ends
+    while i < len(body) and not body[i].endswith(":") and not re.match(r"(@%p\d+ )?bra", body[i]):
+        if body[i].startswith("st.global.cs.v4"):
+            last = i
+        i += 1
+    start = first
+    while start > 0 and not body[start - 1].endswith(":"):
+        start -= 1
+    mix: Dict[str, int] = {}
+    for l in body[start:last + 1]:
+        k = classify(l)
+        mix[k] = mix.get(k, 0) + 1
+    mix["total"] = last + 1 - start
+    mix["st.v4"] = sum(1 for l in body[first:last + 1] if l.startswith("st.global.cs.v4"))
+    esize = ELEM_BYTES.get(kernel.rsplit("__", 1)[-1].split("_")[0])
+    if esize:   # K: 32 bytes of the widest output, at most 16 elements (emit.c, chunk_plan)
+        mix["elements"] = min(16, 32 // esize)
+        mix["per_element"] = round(mix["total"] / mix["elements"], 1)
+    return mix
+
+
 def split_ptx(ptx: str) -> Dict[str, str]:
     out = {}
     for m in re.finditer(r"\.visible \.entry (\w+)\((.*?)\n\}\n", ptx, re.S):
@@ -199,6 +233,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 continue
             r = dict(kernel=fn + (" (plain)" if plain else ""), **res.get(fn, {}))
             r["hot_loop"] = hot_loop(fns[fn])
+            r["chunk"] = chunk_block(fns[fn], fn)
             rows.append(r)
     print(f"NVRTC, {a.arch}; hot loop = the innermost loop with the most FMAs, else the longest "
           "(PTX instructions; div64: 64-bit divisions and remainders)")
@@ -211,6 +246,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{r['kernel']:42} {r.get('regs', '?'):>4} {r.get('spill_st', 0) + r.get('spill_ld', 0):>6}"
               f"  {'':10}{h.get('fma', 0):>4} {ld:>4} {h.get('local', 0):>5} {h.get('div64', 0):>5} "
               f"{h.get('other', 0):>5}  {ratio:>6}")
+    chunks = [r for r in rows if r.get("chunk")]
+    if chunks:
+        print("\nGPU chunks: the straight-line block computing one chunk of K elements, ending in its 16-byte stores")
+        print(f"{'kernel':42} {'K':>3} {'instr':>5} {'ld.g':>4} {'st.v4':>5} {'div64':>5}  instr/element")
+        for r in chunks:
+            c = r["chunk"]
+            print(f"{r['kernel']:42} {c.get('elements', '?'):>3} {c['total']:>5} {c.get('ld.global', 0):>4} "
+                  f"{c['st.v4']:>5} {c.get('div64', 0):>5}  {c.get('per_element', '?'):>6}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(arch=a.arch, kernels=rows), f, indent=1)

@@ -72,6 +72,11 @@ typedef struct emitter {
     const tk_expr *win[8];
     int win_shift[8];               /* -1: lane j takes lane j - 1's value, +1: lane j + 1's */
     int nwin, win_on;
+    /* GPU chunks (see gpu_chunk_loop): K consecutive elements of the
+     * innermost dim per iteration, divisions stepped, stores gathered */
+    int chunk;                      /* K; 0: one element per iteration */
+    int in_chunk;                   /* emitting the unrolled body of a full chunk */
+    const tk_stmt *vst[TK_MAX_TENSORS];  /* output i's store, gathered in registers tk_o<i> (NULL: stored directly) */
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -225,6 +230,12 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         tk_buf_printf(E->b, "]%s", post[dt]);
         return;
     }
+    if (E->chunk) {   /* GPU chunks: the asm of their vector stores would cost the implicit read-only path */
+        tk_buf_printf(E->b, "%s__ldg(&t_%s[", pre[dt], p->name);
+        tensor_offset(E, e);
+        tk_buf_printf(E->b, "])%s", post[dt]);
+        return;
+    }
     tk_buf_printf(E->b, "%st_%s[", pre[dt], p->name);
     tensor_offset(E, e);
     tk_buf_printf(E->b, "]%s", post[dt]);
@@ -296,7 +307,10 @@ static void binary(emitter *E, const tk_expr *e) {
             if (e->op == TK_OPC_MOD) tk_buf_printf(E->b, "(tk_r%d + (v_%s - tk_c0))", i, v);
             else tk_buf_printf(E->b, "tk_q%d", i);
             return;
-        } else if (E->memo[i] == e && !E->segmented) {
+        } else if (E->memo[i] == e && E->in_chunk) {
+            tk_buf_printf(E->b, "tk_%c%d", e->op == TK_OPC_MOD ? 'r' : 'q', i);
+            return;
+        } else if (E->memo[i] == e && !E->segmented && !E->tg->gpu) {
             tk_buf_printf(E->b, "tk_divmemo_%c(&tk_dm%d, ", e->op == TK_OPC_MOD ? 'r' : 'q', i);
             expr(E, e->args[0], TK_V_INT);
             tk_buf_puts(E->b, ", ");
@@ -439,10 +453,9 @@ static void assign(emitter *E, const tk_stmt *s) {
     tk_buf_puts(E->b, ";\n");
 }
 
-static void store(emitter *E, const tk_stmt *s) {
+/* The element of output s->ref that store s writes: t_out[offset]. */
+static void store_target(emitter *E, const tk_stmt *s) {
     const tk_param *o = output(E, s->ref);
-    tk_dtype dt = tk_variant_out_dtype(E->op, E->variant, s->ref);
-    begin_line(E);
     tk_buf_printf(E->b, "t_%s[", o->name);
     if (has_ell(o)) tk_buf_printf(E->b, "o_%s + ", o->name);
     for (int i = 0; i < s->nindex; i++) {
@@ -451,7 +464,15 @@ static void store(emitter *E, const tk_stmt *s) {
         stride(E, o, i);
     }
     if (s->nindex == 0) tk_buf_puts(E->b, "0");
-    tk_buf_puts(E->b, "] = ");
+    tk_buf_puts(E->b, "]");
+}
+
+static void store(emitter *E, const tk_stmt *s) {
+    tk_dtype dt = tk_variant_out_dtype(E->op, E->variant, s->ref);
+    begin_line(E);
+    if (E->in_chunk && E->vst[s->ref]) tk_buf_printf(E->b, "tk_o%d.e[tk_k]", s->ref);
+    else store_target(E, s);
+    tk_buf_puts(E->b, " = ");
     switch (dt) {
     case TK_F16: tk_buf_puts(E->b, "tk_f32_to_f16("); expr(E, s->value, TK_V_F32); tk_buf_puts(E->b, ")"); break;
     case TK_BF16: tk_buf_puts(E->b, "tk_f32_to_bf16("); expr(E, s->value, TK_V_F32); tk_buf_puts(E->b, ")"); break;
@@ -1859,10 +1880,18 @@ static void decompose(emitter *E, int skip_last) {
             snprintf(nb, sizeof nb, "n_%s", v);
             if (E->gpu_tiles && i == d->nloop - 1) {
                 snprintf(nb, sizeof nb, "tk_ntile");
-                scale = E->lanes;
+                scale = E->chunk ? E->chunk : E->lanes;
             } else if (E->gpu_tiles && E->ngroup > 1 && i == E->gdim) {
                 snprintf(nb, sizeof nb, "tk_ngroup");
                 scale = E->ngroup;
+            }
+            if (E->lanes) {
+                /* tiles: once per tile of V x G outputs, so speed does not
+                 * matter, and the 64-bit form costs fewer registers (rwkv f32
+                 * on sm_90: 96 / 79 instead of 128 / 105; bench/gpu_static.py) */
+                line(E, "const tk_i64 v_%s = r %% %s * %d;", v, nb, scale);
+                line(E, "r /= %s;", nb);
+                continue;
             }
             line(E, "const tk_i64 q_%s = tk_udiv(r, %s);", v, nb);
             if (scale > 1) line(E, "const tk_i64 v_%s = (r - q_%s * %s) * %d;", v, v, nb, scale);
@@ -2029,7 +2058,9 @@ static void plan_run(emitter *E) {
     memset(E->def, 0, sizeof E->def);
     E->nmemo = 0;
     E->segmented = 0;
-    if (E->tg->gpu || E->plain || d->nloop == 0 || E->ncopies > 1 || d->nbody > (int)sizeof E->hoisted) return;
+    if ((E->tg->gpu && !E->chunk) || E->plain || d->nloop == 0 || E->ncopies > 1 ||
+        d->nbody > (int)sizeof E->hoisted)
+        return;
     count_assigns(d->body, d->nbody, count);
     for (int i = 0; i < d->nbody; i++) {
         const tk_stmt *s = d->body[i];
@@ -2192,14 +2223,16 @@ static void stride_cond(emitter *E, const tk_param *p, int slot, int arg) {
 }
 
 /* Prints `if (s_x_N == 1 && ...)` over the strided tensors' innermost
- * strides (no newline); returns 0, printing nothing, when there is none. */
-static int unit_stride_test(emitter *E) {
+ * strides and then the condition extra (no newline); returns 0, printing
+ * nothing, when there is none. */
+static int unit_stride_test(emitter *E, const char *extra) {
     size_t mark = E->b->len;
     begin_line(E);
     tk_buf_puts(E->b, "if (");
     size_t cond = E->b->len;
     E->nconds = 0;
     each_strided(E, stride_cond, 0);
+    if (extra && extra[0]) tk_buf_printf(E->b, "%s%s", E->b->len == cond ? "" : " && ", extra);
     if (E->b->len == cond) {
         E->b->len = mark;
         E->b->p[mark] = 0;
@@ -2247,7 +2280,7 @@ static void cpu_body(emitter *E, const char *suffix, int wide) {
 static void stride_dispatch(emitter *E, const char *suffix, const char *strided) {
     const char *name = E->op->kernel_names[E->variant], *sfx = E->plain ? "_plain" : "";
     each_strided(E, stride_load, 0);
-    if (!unit_stride_test(E)) {       /* no strided tensor: one call */
+    if (!unit_stride_test(E, NULL)) {       /* no strided tensor: one call */
         line(E, "%s%s%s(a, begin, end);", name, sfx, suffix);
     } else {
         tk_buf_puts(E->b, "\n");
@@ -2564,6 +2597,196 @@ static void gpu_tile_loop(emitter *E) {
     line(E, "}");
 }
 
+/* ---- GPU chunks -----------------------------------------------------------------
+ * For loop-free bodies (element-wise maps such as brick_pad): each iteration
+ * of the grid-stride loop computes a chunk of K consecutive elements of the
+ * innermost dim (32 bytes of the widest output, at most 16 elements), so
+ * the per-row work (index decomposition, statements that do not depend on
+ * the innermost variable) runs once per chunk, and every floor division or
+ * modulo whose numerator grows by one per element is divided once per chunk
+ * and then stepped (the CPU's segments, one element at a time). An output
+ * that the body stores exactly once, unconditionally, is gathered in
+ * registers and written with 16-byte stores when its row is contiguous and
+ * aligned. A chunk that crosses the end of its row runs element by element.
+ * Bodies with loops keep one element per thread: they have few, heavy
+ * elements and need the threads. */
+
+static int has_for(tk_stmt **body, int n) {
+    for (int i = 0; i < n; i++)
+        if (body[i]->kind == TK_S_FOR || has_for(body[i]->body, body[i]->nbody) ||
+            has_for(body[i]->orelse, body[i]->norelse))
+            return 1;
+    return 0;
+}
+
+/* Counts the stores of each output: at the top level, and nested. */
+static void count_stores(tk_stmt **body, int n, int top, int *ntop, int *nnested) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_STORE) (top ? ntop : nnested)[s->ref]++;
+        count_stores(s->body, s->nbody, 0, ntop, nnested);
+        count_stores(s->orelse, s->norelse, 0, ntop, nnested);
+    }
+}
+
+/* Decides the chunk: K, the stepped divisions, the gathered stores;
+ * returns 0 when the body does not qualify. */
+static int chunk_plan(emitter *E) {
+    const tk_op *op = E->op;
+    const tk_opdecl *d = op->decl;
+    E->chunk = 0;
+    memset(E->vst, 0, sizeof E->vst);
+    if (E->plain || d->nloop == 0 || has_for(d->body, d->nbody) || d->noutputs > TK_MAX_TENSORS) return 0;
+    size_t widest = 1;
+    for (int i = 0; i < d->noutputs; i++) {
+        size_t sz = tk_dtype_size(tk_variant_out_dtype(op, E->variant, i));
+        if (sz > widest) widest = sz;
+    }
+    E->chunk = 32 / (int)widest > 16 ? 16 : 32 / (int)widest;
+    plan_run(E);
+    if (!E->segmented) E->nmemo = 0;   /* a numerator that does not grow by one: divided per element */
+    E->segmented = 0;
+    const char *t = d->loop_vars[d->nloop - 1];
+    int ntop[TK_MAX_TENSORS] = {0}, nnested[TK_MAX_TENSORS] = {0};
+    count_stores(d->body, d->nbody, 1, ntop, nnested);
+    for (int i = 0; i < d->nbody; i++) {
+        const tk_stmt *s = d->body[i];
+        if (s->kind != TK_S_STORE || ntop[s->ref] != 1 || nnested[s->ref] != 0 || s->nindex == 0) continue;
+        int ok = strcmp(s->index[s->nindex - 1]->name, t) == 0;
+        for (int k = 0; k < s->nindex - 1; k++) ok = ok && strcmp(s->index[k]->name, t) != 0;
+        size_t bytes = (size_t)E->chunk * tk_dtype_size(tk_variant_out_dtype(op, E->variant, s->ref));
+        if (ok && bytes % 16 == 0) E->vst[s->ref] = s;
+    }
+    return 1;
+}
+
+/* Writes gathered output i of a full chunk (v_ is its first element) in
+ * 16-byte stores: this copy of the loop runs only on aligned rows. */
+static void chunk_store(emitter *E, int i) {
+    const char *ct = k_ctype[tk_variant_out_dtype(E->op, E->variant, i)];
+    size_t bytes = (size_t)E->chunk * tk_dtype_size(tk_variant_out_dtype(E->op, E->variant, i));
+    line(E, "{");
+    E->indent++;
+    begin_line(E);
+    tk_buf_printf(E->b, "%s *tk_p = &", ct);
+    store_target(E, E->vst[i]);
+    tk_buf_puts(E->b, ";\n");
+    for (int q = 0; q < (int)(bytes / 16); q++) line(E, "__stcs((tk_v16 *)tk_p + %d, tk_o%d.v[%d]);", q, i, q);
+    E->indent--;
+    line(E, "}");
+}
+
+/* CUDA with chunks: the grid-stride loop walks chunks, ceil(n / K) a row. */
+static void gpu_chunk_loop(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    const char *A = E->tg->args, *v = d->loop_vars[d->nloop - 1];
+    int K = E->chunk;
+    line(E, "const tk_i64 tk_ntile = (n_%s + %d) / %d;", v, K - 1, K);
+    line(E, "const tk_i64 end = n_%s == 0 ? 0 : %snumel / n_%s * tk_ntile;", v, A, v);
+    line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
+    line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
+    E->indent++;
+    E->gpu_tiles = 1;
+    decompose(E, 0);
+    E->gpu_tiles = 0;
+    run_block(E, 1);
+    for (int i = 0; i < E->nmemo; i++) {
+        begin_line(E);
+        tk_buf_printf(E->b, "const tk_i64 tk_d%d = ", i);
+        expr(E, E->memo[i]->args[1], TK_V_INT);
+        tk_buf_puts(E->b, ";\n");
+    }
+    begin_line(E);
+    tk_buf_printf(E->b, "if (v_%s + %d <= n_%s", v, K, v);
+    for (int i = 0; i < E->nmemo; i++) tk_buf_printf(E->b, " && tk_d%d > 0", i);
+    tk_buf_puts(E->b, ") {\n");
+    E->indent++;
+    for (int i = 0; i < E->nmemo; i++) {
+        E->inline_locals = 1;
+        begin_line(E);
+        tk_buf_printf(E->b, "const tk_i64 tk_n%d = ", i);
+        expr(E, E->memo[i]->args[0], TK_V_INT);
+        tk_buf_puts(E->b, ";\n");
+        E->inline_locals = 0;
+        line(E, "tk_i64 tk_q%d = tk_floordiv(tk_n%d, tk_d%d), tk_r%d = tk_n%d - tk_q%d * tk_d%d;", i, i, i, i, i, i,
+             i);
+    }
+    for (int i = 0; i < d->noutputs; i++) {
+        if (!E->vst[i]) continue;
+        size_t bytes = (size_t)K * tk_dtype_size(tk_variant_out_dtype(E->op, E->variant, i));
+        line(E, "union { tk_v16 v[%d]; %s e[%d]; } tk_o%d;", (int)(bytes / 16),
+             k_ctype[tk_variant_out_dtype(E->op, E->variant, i)], K, i);
+    }
+    line(E, "const tk_i64 tk_c0 = v_%s;", v);
+    line(E, "#pragma unroll");
+    line(E, "for (int tk_k = 0; tk_k < %d; ++tk_k) {", K);
+    E->indent++;
+    line(E, "const tk_i64 v_%s = tk_c0 + tk_k;", v);
+    E->in_chunk = 1;
+    run_block(E, 0);
+    E->in_chunk = 0;
+    for (int i = 0; i < E->nmemo; i++) line(E, "if (++tk_r%d == tk_d%d) tk_r%d = 0, ++tk_q%d;", i, i, i, i);
+    E->indent--;
+    line(E, "}");
+    for (int i = 0; i < d->noutputs; i++)
+        if (E->vst[i]) chunk_store(E, i);
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
+    /* a partial chunk (or a divisor that is not positive): element by element */
+    line(E, "const tk_i64 tk_t0 = v_%s;", v);
+    line(E, "for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + %d, n_%s); ++tk_t) {", K, v);
+    E->indent++;
+    line(E, "const tk_i64 v_%s = tk_t;", v);
+    run_block(E, 0);
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
+/* A grid-stride loop (fn) with a copy for unit innermost strides, where
+ * the compiler sees the literal 1. GPU chunks gather stores only in that
+ * copy, and only where every row of the gathered outputs starts on 16
+ * bytes (tk_al<i>; then so does every chunk): the other copy stores element
+ * by element. */
+static void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *)) {
+    char extra[512] = "";
+    const tk_stmt *vst[TK_MAX_TENSORS];
+    memcpy(vst, E->vst, sizeof vst);
+    for (int i = 0; i < E->op->decl->noutputs; i++) {
+        size_t n = strlen(extra);
+        if (!vst[i]) continue;
+        /* (inline: passing a.t[i] to a function costs the loads' read-only path) */
+        int slot = E->op->out_slot[i];
+        const char *A = E->tg->args;
+        line(E, "int tk_al%d = ((tk_u64)%st[%d].data & 15) == 0;", i, A, slot);
+        line(E, "for (tk_i64 tk_i = 0; tk_i < %st[%d].ndim - 1; ++tk_i)", A, slot);
+        line(E, "    if (%st[%d].size[tk_i] != 1 && ((%st[%d].stride[tk_i] * %d) & 15) != 0) tk_al%d = 0;", A, slot, A,
+             slot, (int)tk_dtype_size(tk_variant_out_dtype(E->op, E->variant, i)), i);
+        snprintf(extra + n, sizeof extra - n, "%stk_al%d", n ? " && " : "", i);
+    }
+    memset(E->vst, 0, sizeof E->vst);
+    if (!unit_stride_test(E, extra)) {
+        fn(E);
+        return;
+    }
+    tk_buf_puts(E->b, " {\n");
+    E->indent++;
+    each_strided(E, unit_stride_decl, 0);
+    memcpy(E->vst, vst, sizeof vst);
+    fn(E);
+    memset(E->vst, 0, sizeof E->vst);
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
+    fn(E);
+    E->indent--;
+    line(E, "}");
+}
+
 static void kernel(emitter *E) {
     const tk_op *op = E->op;
     tk_buf_printf(E->b, "\n/* %s: ", op->decl->name);
@@ -2582,27 +2805,14 @@ static void kernel(emitter *E) {
     E->indent = 1;
     prologue(E);
     if (tiles) {
-        /* a copy of the loop for unit innermost strides, where the lanes'
-         * addresses are one pointer plus constant offsets */
-        if (!unit_stride_test(E)) {
-            gpu_tile_loop(E);
-        } else {
-            tk_buf_puts(E->b, " {\n");
-            E->indent++;
-            each_strided(E, unit_stride_decl, 0);
-            gpu_tile_loop(E);
-            E->indent--;
-            line(E, "} else {");
-            E->indent++;
-            gpu_tile_loop(E);
-            E->indent--;
-            line(E, "}");
-        }
+        /* the lanes' addresses: one pointer plus constant offsets */
+        gpu_unit_stride_copy(E, gpu_tile_loop);
     } else {
         E->lanes = 0;
         E->ngroup = 1;
         E->gdim = op->decl->nloop - 1;
-        gpu_loop(E);
+        if (chunk_plan(E)) gpu_unit_stride_copy(E, gpu_chunk_loop);
+        else gpu_loop(E);
     }
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");

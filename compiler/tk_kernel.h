@@ -185,6 +185,17 @@ TK_FN tk_i64 tk_f2i(double x) {
     if (x <= -9223372036854775808.0) return (tk_i64)(-0x7fffffffffffffffLL - 1);
     return (tk_i64)x;
 }
+#if defined(__cplusplus)
+/* 16 bytes that CUDA kernels store as one vector (st.global.v4): GPU
+ * chunks gather an output's elements in a union with these (emit.c). */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+typedef uint4 tk_v16;   /* a vector type: NVVM keeps its stores whole */
+#else
+struct alignas(16) tk_v16 {
+    tk_u32 w[4];
+};
+#endif
+#endif
 /* min/max like Python's: min(a, b) is b only when b < a (NaN-safe order). */
 TK_FN tk_i64 tk_mini(tk_i64 a, tk_i64 b) { return b < a ? b : a; }
 TK_FN tk_i64 tk_maxi(tk_i64 a, tk_i64 b) { return b > a ? b : a; }

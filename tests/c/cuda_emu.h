@@ -27,6 +27,23 @@ static tk_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __forceinline__ inline
 #define __launch_bounds__(threads, blocks)
 
+/* the read-only load and the streaming store of GPU chunks (emit.c); a
+ * vector store to an address that is not a multiple of its size, which a
+ * GPU faults on and x86 forgives, is counted in tk_emu_misaligned */
+extern "C" {
+long tk_emu_misaligned = 0, tk_emu_vector_stores = 0;
+}
+template <class T>
+static inline T __ldg(const T *p) {
+    return *p;
+}
+template <class T>
+static inline void __stcs(T *p, T v) {
+    if ((size_t)p % sizeof(T) != 0) tk_emu_misaligned++;
+    tk_emu_vector_stores++;
+    *p = v;
+}
+
 template <class Kernel>
 static void tk_emu_launch(Kernel kernel, const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     (void)begin;

@@ -19,6 +19,7 @@ extern const tk_builtin_spec tkv_opt_specs[], tkv_plain_specs[], tkv_cuda_specs[
 extern const int tkv_opt_nspecs, tkv_plain_nspecs, tkv_cuda_nspecs;
 extern const tk_builtin_kernel tkv_opt_kernels[], tkv_plain_kernels[], tkv_cuda_kernels[];
 extern const int tkv_opt_nkernels, tkv_plain_nkernels, tkv_cuda_nkernels;
+extern long tk_emu_misaligned, tk_emu_vector_stores;    /* cuda_emu.h */
 
 #define GUARD 64
 
@@ -229,6 +230,10 @@ int main(void) {
         }
     }
     printf("test_variants: %d random calls compared over %d ops\n", total, tk_op_count(opt));
+    /* the CUDA chunks' 16-byte stores ran (aligned rows occur) and never
+     * to an address a GPU would fault on */
+    printf("test_variants: %ld emulated vector stores, %ld misaligned\n", tk_emu_vector_stores, tk_emu_misaligned);
+    CHECK(tk_emu_vector_stores > 0 && tk_emu_misaligned == 0);
     tk_ctx_free(opt);
     tk_ctx_free(plain);
     tk_ctx_free(cuda);

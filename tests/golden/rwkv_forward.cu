@@ -29,15 +29,12 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -157,15 +154,12 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -309,15 +303,12 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -437,15 +428,12 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -589,15 +577,12 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -717,15 +702,12 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -869,15 +851,12 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -997,15 +976,12 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -1149,12 +1125,10 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1261,12 +1235,10 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1396,12 +1368,10 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1508,12 +1478,10 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1643,12 +1611,10 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1755,12 +1721,10 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 8;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 8 <= n_j) {
                 {
@@ -1890,12 +1854,10 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 4;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 4 <= n_j) {
                 {
@@ -2002,12 +1964,10 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_j = tk_udiv(r, tk_ntile);
-            const tk_i64 v_j = (r - q_j * tk_ntile) * 4;
-            r = q_j;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_j = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_j + 4 <= n_j) {
                 {
@@ -2140,15 +2100,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2269,15 +2226,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2421,15 +2375,12 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2550,15 +2501,12 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2702,15 +2650,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2831,15 +2776,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 8;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 8;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -2983,15 +2925,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
@@ -3112,15 +3051,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_t = tk_udiv(r, tk_ntile);
-            const tk_i64 v_t = (r - q_t * tk_ntile) * 4;
-            r = q_t;
-            const tk_i64 q_b = tk_udiv(r, tk_ngroup);
-            const tk_i64 v_b = (r - q_b * tk_ngroup) * 4;
-            r = q_b;
-            const tk_i64 q_c = tk_udiv(r, n_c);
-            const tk_i64 v_c = r - q_c * n_c;
-            r = q_c;
+            const tk_i64 v_t = r % tk_ntile * 4;
+            r /= tk_ntile;
+            const tk_i64 v_b = r % tk_ngroup * 4;
+            r /= tk_ngroup;
+            const tk_i64 v_c = r % n_c * 1;
+            r /= n_c;
             (void)r;
             if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
                 {
