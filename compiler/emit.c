@@ -77,6 +77,7 @@ typedef struct emitter {
     int chunk;                      /* K; 0: one element per iteration */
     int in_chunk;                   /* emitting the unrolled body of a full chunk */
     const tk_stmt *vst[TK_MAX_TENSORS];  /* output i's store, gathered in registers tk_o<i> (NULL: stored directly) */
+    int raw_read;                   /* tensor_read gives the stored element, unconverted */
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -213,10 +214,14 @@ static int row_match(const emitter *E, const tk_expr *e);
 static void tensor_read(emitter *E, const tk_expr *e) {
     const tk_param *p = param(E, e->ref);
     tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
-    static const char *const pre[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
+    static const char *const to_value[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
         "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
-    static const char *const post[TK_DTYPE_COUNT] = {
+    static const char *const to_value_end[TK_DTYPE_COUNT] = {
         " != 0)", "", "", "", "", "", ")", ")", "", ""};
+    const char *pre[TK_DTYPE_COUNT], *post[TK_DTYPE_COUNT];
+    memcpy(pre, to_value, sizeof pre);
+    memcpy(post, to_value_end, sizeof post);
+    if (E->raw_read) pre[dt] = post[dt] = "";
     for (int i = 0; E->win_on && E->in_lane && i < E->nwin; i++)
         if (E->win[i] == e) {
             tk_buf_printf(E->b, "tk_w%d[tk_j]", i);
@@ -473,6 +478,15 @@ static void store(emitter *E, const tk_stmt *s) {
     if (E->in_chunk && E->vst[s->ref]) tk_buf_printf(E->b, "tk_o%d.e[tk_k]", s->ref);
     else store_target(E, s);
     tk_buf_puts(E->b, " = ");
+    if ((dt == TK_F16 || dt == TK_BF16) && s->value->kind == TK_E_INDEX &&
+        tk_variant_dtype(E->op, E->variant, s->value->ref) == dt) {
+        /* a 16-bit float copied as it is: the round trip through float32 is exact */
+        E->raw_read = 1;
+        expr(E, s->value, s->value->vtype);
+        E->raw_read = 0;
+        tk_buf_puts(E->b, ";\n");
+        return;
+    }
     switch (dt) {
     case TK_F16: tk_buf_puts(E->b, "tk_f32_to_f16("); expr(E, s->value, TK_V_F32); tk_buf_puts(E->b, ")"); break;
     case TK_BF16: tk_buf_puts(E->b, "tk_f32_to_bf16("); expr(E, s->value, TK_V_F32); tk_buf_puts(E->b, ")"); break;

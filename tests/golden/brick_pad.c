@@ -467,7 +467,7 @@ TK_BODY void tk_brick_pad__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_f16(tk_f16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
@@ -477,7 +477,7 @@ TK_BODY void tk_brick_pad__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             tk_i64 v_x1 = (v_col - p_pw);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_f16(tk_f16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
+            t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
 }
@@ -537,7 +537,7 @@ TK_BODY void tk_brick_pad__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_bf16(tk_bf16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
@@ -547,7 +547,7 @@ TK_BODY void tk_brick_pad__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end
             tk_i64 v_x1 = (v_col - p_pw);
             tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
             tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-            t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_bf16(tk_bf16_to_f32(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]));
+            t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
         }
     }
 }

@@ -823,7 +823,7 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    tk_o0.e[tk_k] = tk_f32_to_f16(tk_f16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                     if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
                 }
                 {
@@ -838,7 +838,7 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_f16(tk_f16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
         }
@@ -877,7 +877,7 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_f16(tk_f16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                     if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
@@ -887,7 +887,7 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_f16(tk_f16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
         }
@@ -951,7 +951,7 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    tk_o0.e[tk_k] = tk_f32_to_bf16(tk_bf16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                     if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
                 }
                 {
@@ -966,7 +966,7 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_bf16(tk_bf16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
         }
@@ -1005,7 +1005,7 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_bf16(tk_bf16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                     if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
@@ -1015,7 +1015,7 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = tk_f32_to_bf16(tk_bf16_to_f32(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1])));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
         }
