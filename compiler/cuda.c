@@ -84,6 +84,7 @@ typedef struct kernel {
     int state;
     CUmodule mod;
     CUfunction fn;
+    int per_thread;         /* elements a grid-stride iteration computes (tk_emit_cuda_per_thread) */
     char error[4096];       /* K_FAILED: why */
 } kernel;
 
@@ -384,6 +385,10 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     int cached;
     tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, why, n);
     if (st != TK_OK) return st;
+    pthread_mutex_lock(&cu->emit_lock);
+    k->per_thread = tk_emit_cuda_per_thread(ctx, k->op, k->variant);
+    pthread_mutex_unlock(&cu->emit_lock);
+    if (k->per_thread < 1) k->per_thread = 1;   /* (emitting just succeeded) */
     char err[256];
     int pushed;
     CUresult r = enter(cu, d, &pushed);
@@ -479,7 +484,9 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
     int pushed;
     CUresult r = enter(cu, d, &pushed);
     if (r == 0) {
-        r = cu->cu.launch(k->fn, tk_cuda_grid_size(kargs.numel, d->nsm), 1, 1, TK_CUDA_BLOCK, 1, 1, 0,
+        /* one thread per chunk or tile (fewer when rows are shorter than one) */
+        int64_t items = kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
+        r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, d->nsm), 1, 1, TK_CUDA_BLOCK, 1, 1, 0,
                           (CUstream)stream, params, NULL);
         leave(cu, pushed);
     }

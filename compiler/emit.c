@@ -2832,6 +2832,21 @@ static void kernel(emitter *E) {
     tk_buf_puts(E->b, "}\n");
 }
 
+static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk_target target, unsigned flags) {
+    memset(E, 0, sizeof *E);
+    E->b = b;
+    E->op = op;
+    E->tg = &k_targets[target];
+    E->variant = variant;
+    E->ftype = tk_variant_float_type(op, variant) == TK_F64 ? TK_V_F64 : TK_V_F32;
+    E->copy = -1;
+    E->lane_fix = -1;
+    E->ncopies = 1;
+    E->gdim = op->decl->nloop - 1;
+    E->ngroup = E->nblocks = 1;
+    E->plain = (flags & TK_EMIT_PLAIN) != 0;
+}
+
 static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int last, tk_target target,
                                unsigned flags, char **out) {
     if (!ctx || !cop || !out || (unsigned)target > TK_TARGET_CUDA) return TK_ERR_INVALID;
@@ -2847,18 +2862,7 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
             return st;
         }
         emitter E;
-        memset(&E, 0, sizeof E);
-        E.b = &b;
-        E.op = op;
-        E.tg = &k_targets[target];
-        E.variant = v;
-        E.ftype = tk_variant_float_type(op, v) == TK_F64 ? TK_V_F64 : TK_V_F32;
-        E.copy = -1;
-        E.lane_fix = -1;
-        E.ncopies = 1;
-        E.gdim = op->decl->nloop - 1;
-        E.ngroup = E.nblocks = 1;
-        E.plain = (flags & TK_EMIT_PLAIN) != 0;
+        emitter_init(&E, &b, op, v, target, flags);
         kernel(&E);
     }
     if (b.oom) {
@@ -2881,4 +2885,24 @@ tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned fl
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, char **out) {
     if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
     return emit_variants(ctx, op, variant, variant + 1, target, 0, out);
+}
+
+int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *cop, int variant) {
+    if (!ctx || !cop || variant < 0 || variant >= cop->nvariants) return 0;
+    tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST */
+    if (tk_check_body(op, variant, ctx->err, sizeof ctx->err) != TK_OK) return 0;
+    tk_buf b = {0};
+    emitter E;
+    emitter_init(&E, &b, op, variant, TK_TARGET_CUDA, 0);
+    int n = 1;      /* as kernel() decides */
+    if (lane_plan(&E)) {
+        n = E.lanes * E.ngroup;
+    } else {
+        E.lanes = 0;
+        E.ngroup = 1;
+        E.gdim = op->decl->nloop - 1;
+        if (chunk_plan(&E)) n = E.chunk;
+    }
+    free(b.p);
+    return n;
 }

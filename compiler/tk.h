@@ -259,6 +259,10 @@ tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned fl
 /* Generates one variant only. */
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,
                           tk_target target, char **out);
+/* How many elements of the index space one grid-stride iteration of the
+ * variant's CUDA kernel computes (1; a chunk of K; a tile of V x G): the
+ * launcher sizes its grid by numel / that. 0 on error (tk_ctx_error). */
+int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant);
 void tk_free(void *p);
 
 /* The text of tk_kernel.h, as compiled into the library. */

@@ -563,12 +563,16 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(strcmp(st->last_function, "tk_rwkv_forward__f32") == 0);
     CHECK(tk_cache_list(dir, NULL, NULL) == 1);
 
-    /* cuda:1 (sm_80) gets its own module; a big index space is capped at 32 blocks per SM */
+    /* cuda:1 (sm_80) gets its own module */
     CHECK(rwkv_call(ctx, 1, 32, 768, 768, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->module_loads == 2 && st->loads_per_device[1] == 1 && st->launches == N + 1);
-    CHECK(st->last_grid == 108 * 32 && st->last_stream == NULL);
+    CHECK(st->last_grid == 32 * 768 * 768 / 32 / TK_CUDA_BLOCK && st->last_stream == NULL);  /* a tile a thread */
     CHECK(tk_cache_list(dir, NULL, NULL) == 2);      /* sm_80 and sm_90 cubins */
+    /* a mid-sized call: one thread per tile of 8 x 4 outputs, not per output */
+    CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+    CHECK(st->last_grid == 8 * 64 * 256 / 32 / TK_CUDA_BLOCK);
     /* one launch per call, no new module; the context is pushed only when not current */
     void (*set_current)(int) = NULL;
     *(void **)&set_current = dlsym(lib, "fake_cuda_set_current");
@@ -576,11 +580,11 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     if (set_current) set_current(1);
     int pushes = st->pushes;
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->module_loads == 2 && st->launches == N + 2 && st->pushes == pushes);
+    CHECK(st->module_loads == 2 && st->launches == N + 3 && st->pushes == pushes);
     if (set_current) set_current(-1);
     /* an empty index space launches nothing */
     CHECK(rwkv_call(ctx, 0, 0, 3, 5, &call));
-    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->launches == N + 2);
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->launches == N + 3);
     /* a device the driver does not have */
     CHECK(rwkv_call(ctx, 2, 1, 1, 1, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
@@ -604,6 +608,39 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     dlclose(lib);
 }
 
+/* The variant of op whose kernel is named tk_<op>__<code>, -1 if none. */
+static int variant_of(const tk_op *op, const char *code) {
+    char want[160];
+    snprintf(want, sizeof want, "tk_%s__%s", tk_op_name(op), code);
+    for (int v = 0; v < tk_op_nvariants(op); v++)
+        if (strcmp(tk_op_kernel_name(op, v), want) == 0) return v;
+    return -1;
+}
+
+/* Elements per grid-stride iteration, as the CUDA emitter plans them: rwkv
+ * tiles of 8 (float64: 4) lanes x 4 batch rows (backward_w: no group),
+ * brick_pad chunks of 32 bytes, brick_pad_backward (loops) one element. */
+static void test_per_thread(tk_ctx *ctx) {
+    static const struct {
+        const char *op, *code;
+        int n;
+    } cases[] = {{"rwkv_forward", "f32", 32}, {"rwkv_forward", "f64", 16}, {"rwkv_backward_w", "bf16", 8},
+                 {"brick_pad", "f32", 8},     {"brick_pad", "bf16", 16},   {"brick_pad", "f64", 4},
+                 {"brick_pad", "u8", 16},     {"brick_pad_backward", "f32", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const tk_op *op = tk_op_find(ctx, cases[i].op);
+        int v = op ? variant_of(op, cases[i].code) : -1;
+        CHECK(v >= 0);
+        if (v < 0) continue;
+        int n = tk_emit_cuda_per_thread(ctx, op, v);
+        if (n != cases[i].n) fprintf(stderr, "%s %s: %d elements a thread, expected %d\n", cases[i].op, cases[i].code, n,
+                                     cases[i].n);
+        CHECK(n == cases[i].n);
+    }
+    CHECK(tk_emit_cuda_per_thread(ctx, tk_op_find(ctx, "brick_pad"), 999) == 0);
+    CHECK(tk_emit_cuda_per_thread(ctx, NULL, 0) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_nvrtc OPS_DIR TESTS_DIR [NVRTC_DIR...]\n");
@@ -614,6 +651,7 @@ int main(int argc, char **argv) {
     test_sha256();
     test_grid_size();
     tk_ctx *ctx = load_ops(argv[1]);
+    test_per_thread(ctx);
     test_no_driver(ctx);
     test_no_nvrtc(ctx);
     tk_nvrtc *nv = open_nvrtc();

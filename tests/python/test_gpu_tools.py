@@ -130,7 +130,7 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
     """bench/gpu_static.py compiles the CUDA kernels with NVRTC (no GPU) and
     reads their hot loops. The tiled rwkv kernels must feed several FMAs from
     each global load (the plain, one-element-a-thread kernels: two loads per
-    FMA), with no spills; brick_pad compiles without spills."""
+    FMA), with no spills; brick_pad compiles without spills, as chunks."""
     tkc = os.path.join(os.path.dirname(lib_path), "tkc")
     if not os.path.exists(tkc):
         pytest.fail(f"no tkc next to {lib_path}: build the project first")
@@ -148,4 +148,12 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
         assert p["fma"] <= p["ld.global"], (op, p)
         assert tiled["spill_st"] == 0 and tiled["spill_ld"] == 0 and h.get("local", 0) == 0, (op, tiled)
     assert rows["tk_brick_pad__f32"]["regs"] > 0 and rows["tk_brick_pad__f32"].get("spill_st", 0) == 0
+    # brick_pad runs as chunks of 8 float32: one block of straight-line code
+    # per chunk, 8 loads, two 16-byte stores, no 64-bit division, and few
+    # instructions an element (one element a thread took ~200)
+    c = rows["tk_brick_pad__f32"]["chunk"]
+    assert c and c["elements"] == 8 and c["st.v4"] == 2 and c["ld.global"] == 8, c
+    assert c.get("div64", 0) == 0 and c["per_element"] <= 16, c
+    assert rows["tk_brick_pad__f32 (plain)"]["chunk"] is None
+    assert "GPU chunks" in r.stdout
     assert "tk_rwkv_forward__f32" in r.stdout
