@@ -2550,17 +2550,14 @@ static void unit_stride_decl(emitter *E, const tk_param *p, int slot, int arg) {
     line(E, "const tk_i64 s_%s_%d = 1;", p->name, tk_explicit_dims(p) - 1);
 }
 
-/* CUDA with lane tiles (thread coarsening): each iteration of the
- * grid-stride loop is one tile, V consecutive elements of the innermost dim
- * times G rows of the group dim, computed by one thread in registers (the
- * lane loops are unrolled). The tiles cover each row with ceil(n / V) of
- * them; a tile that crosses the end of its row or group runs element by
- * element instead, so remainders are exact. */
-static void gpu_tile_loop(emitter *E) {
+/* Opens a grid-stride loop over tiles of V consecutive elements of the
+ * innermost dim times G rows of the group dim (G = 1: none), ceil(n / V)
+ * tiles a row, and decomposes the tile's index into its first element's
+ * loop variables. */
+static void gpu_tiles_head(emitter *E, int V, int G) {
     const tk_opdecl *d = E->op->decl;
     const char *A = E->tg->args;
     const char *v = d->loop_vars[d->nloop - 1], *g = d->loop_vars[E->gdim];
-    int V = E->lanes, G = E->ngroup;
     line(E, "const tk_i64 tk_ntile = (n_%s + %d) / %d;", v, V - 1, V);
     if (G > 1) line(E, "const tk_i64 tk_ngroup = (n_%s + %d) / %d;", g, G - 1, G);
     begin_line(E);
@@ -2575,6 +2572,19 @@ static void gpu_tile_loop(emitter *E) {
     E->gpu_tiles = 1;
     decompose(E, 0);
     E->gpu_tiles = 0;
+}
+
+/* CUDA with lane tiles (thread coarsening): each iteration of the
+ * grid-stride loop is one tile, V consecutive elements of the innermost dim
+ * times G rows of the group dim, computed by one thread in registers (the
+ * lane loops are unrolled). The tiles cover each row with ceil(n / V) of
+ * them; a tile that crosses the end of its row or group runs element by
+ * element instead, so remainders are exact. */
+static void gpu_tile_loop(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    const char *v = d->loop_vars[d->nloop - 1], *g = d->loop_vars[E->gdim];
+    int V = E->lanes, G = E->ngroup;
+    gpu_tiles_head(E, V, G);
     begin_line(E);
     tk_buf_printf(E->b, "if (v_%s + %d <= n_%s", v, V, v);
     if (G > 1) tk_buf_printf(E->b, " && v_%s + %d <= n_%s", g, G, g);
@@ -2693,16 +2703,9 @@ static void chunk_store(emitter *E, int i) {
 /* CUDA with chunks: the grid-stride loop walks chunks, ceil(n / K) a row. */
 static void gpu_chunk_loop(emitter *E) {
     const tk_opdecl *d = E->op->decl;
-    const char *A = E->tg->args, *v = d->loop_vars[d->nloop - 1];
+    const char *v = d->loop_vars[d->nloop - 1];
     int K = E->chunk;
-    line(E, "const tk_i64 tk_ntile = (n_%s + %d) / %d;", v, K - 1, K);
-    line(E, "const tk_i64 end = n_%s == 0 ? 0 : %snumel / n_%s * tk_ntile;", v, A, v);
-    line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
-    line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
-    E->indent++;
-    E->gpu_tiles = 1;
-    decompose(E, 0);
-    E->gpu_tiles = 0;
+    gpu_tiles_head(E, K, 1);
     run_block(E, 1);
     for (int i = 0; i < E->nmemo; i++) {
         begin_line(E);
