@@ -218,10 +218,7 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
     static const char *const to_value_end[TK_DTYPE_COUNT] = {
         " != 0)", "", "", "", "", "", ")", ")", "", ""};
-    const char *pre[TK_DTYPE_COUNT], *post[TK_DTYPE_COUNT];
-    memcpy(pre, to_value, sizeof pre);
-    memcpy(post, to_value_end, sizeof post);
-    if (E->raw_read) pre[dt] = post[dt] = "";
+    const char *pre = E->raw_read ? "" : to_value[dt], *post = E->raw_read ? "" : to_value_end[dt];
     for (int i = 0; E->win_on && E->in_lane && i < E->nwin; i++)
         if (E->win[i] == e) {
             tk_buf_printf(E->b, "tk_w%d[tk_j]", i);
@@ -229,21 +226,21 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         }
     int r = row_match(E, e);
     if (r >= 0) {   /* through the copy's row pointer: unit stride along the last dim */
-        tk_buf_printf(E->b, "%stk_rp%d[", pre[dt], r);
+        tk_buf_printf(E->b, "%stk_rp%d[", pre, r);
         expr(E, e->args[e->nargs - 1], TK_V_INT);
         stride(E, p, e->nargs - 1);
-        tk_buf_printf(E->b, "]%s", post[dt]);
+        tk_buf_printf(E->b, "]%s", post);
         return;
     }
     if (E->chunk) {   /* GPU chunks: the asm of their vector stores would cost the implicit read-only path */
-        tk_buf_printf(E->b, "%s__ldg(&t_%s[", pre[dt], p->name);
+        tk_buf_printf(E->b, "%s__ldg(&t_%s[", pre, p->name);
         tensor_offset(E, e);
-        tk_buf_printf(E->b, "])%s", post[dt]);
+        tk_buf_printf(E->b, "])%s", post);
         return;
     }
-    tk_buf_printf(E->b, "%st_%s[", pre[dt], p->name);
+    tk_buf_printf(E->b, "%st_%s[", pre, p->name);
     tensor_offset(E, e);
-    tk_buf_printf(E->b, "]%s", post[dt]);
+    tk_buf_printf(E->b, "]%s", post);
 }
 
 static void call_f(emitter *E, const char *f32name, const char *f64name, const tk_expr *e, tk_vtype t) {

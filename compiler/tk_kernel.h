@@ -186,10 +186,11 @@ TK_FN tk_i64 tk_f2i(double x) {
     return (tk_i64)x;
 }
 #if defined(__cplusplus)
-/* 16 bytes that CUDA kernels store as one vector (st.global.v4): GPU
- * chunks gather an output's elements in a union with these (emit.c). */
+/* 16 bytes that CUDA kernels store as one vector: GPU chunks gather an
+ * output's elements in a union with these (emit.c) and write them with
+ * __stcs (st.global.cs.v4; a plain assignment may become 4 scalar stores). */
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-typedef uint4 tk_v16;   /* a vector type: NVVM keeps its stores whole */
+typedef uint4 tk_v16;
 #else
 struct alignas(16) tk_v16 {
     tk_u32 w[4];
