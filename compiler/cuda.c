@@ -171,9 +171,16 @@ void tk_cuda_free(tk_cuda *cu) {
 
 const char *tk_cuda_cache_dir(const tk_cuda *cu) { return cu->cache_dir; }
 
-unsigned tk_cuda_grid_size(int64_t numel, int nsm) {
-    if (numel <= 0) return 0;
-    int64_t blocks = (numel + TK_CUDA_BLOCK - 1) / TK_CUDA_BLOCK;
+unsigned tk_cuda_block_size(int64_t n, int nsm) {
+    int64_t want = 4 * (int64_t)(nsm > 0 ? nsm : 1);
+    unsigned block = TK_CUDA_BLOCK;
+    while (block > TK_CUDA_BLOCK_MIN && n > 0 && (n + block - 1) / block < want) block /= 2;
+    return block;
+}
+
+unsigned tk_cuda_grid_size(int64_t n, unsigned block, int nsm) {
+    if (n <= 0 || block == 0) return 0;
+    int64_t blocks = (n + block - 1) / block;
     int64_t cap = 32 * (int64_t)(nsm > 0 ? nsm : 1);
     return (unsigned)(blocks < cap ? blocks : cap);
 }
@@ -486,7 +493,8 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
     if (r == 0) {
         /* one thread per chunk or tile (fewer when rows are shorter than one) */
         int64_t items = kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
-        r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, d->nsm), 1, 1, TK_CUDA_BLOCK, 1, 1, 0,
+        unsigned block = tk_cuda_block_size(items, d->nsm);
+        r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, block, d->nsm), 1, 1, block, 1, 1, 0,
                           (CUstream)stream, params, NULL);
         leave(cu, pushed);
     }

@@ -72,6 +72,7 @@ typedef struct emitter {
     const tk_expr *win[8];
     int win_shift[8];               /* -1: lane j takes lane j - 1's value, +1: lane j + 1's */
     int nwin, win_on;
+    int win_rot;                    /* in an unrolled round of V steps: window slots renamed by tk_p, not shifted */
     /* GPU chunks (see gpu_chunk_loop): K consecutive elements of the
      * innermost dim per iteration, divisions stepped, stores gathered */
     int chunk;                      /* K; 0: one element per iteration */
@@ -221,7 +222,9 @@ static void tensor_read(emitter *E, const tk_expr *e) {
     const char *pre = E->raw_read ? "" : to_value[dt], *post = E->raw_read ? "" : to_value_end[dt];
     for (int i = 0; E->win_on && E->in_lane && i < E->nwin; i++)
         if (E->win[i] == e) {
-            tk_buf_printf(E->b, "tk_w%d[tk_j]", i);
+            if (!E->win_rot) tk_buf_printf(E->b, "tk_w%d[tk_j]", i);
+            else if (E->win_shift[i] < 0) tk_buf_printf(E->b, "tk_w%d[(tk_j + %d - tk_p) %% %d]", i, E->lanes, E->lanes);
+            else tk_buf_printf(E->b, "tk_w%d[(tk_j + tk_p) %% %d]", i, E->lanes);
             return;
         }
     int r = row_match(E, e);
@@ -966,6 +969,9 @@ static int lane_plan(emitter *E) {
      * backwards when the reads in lane loops mostly do, so that they load
      * ascending memory */
     E->lanes = vec;
+    /* GPU without a group (nothing to share across rows): twice the lanes,
+     * so that a round of the sliding window still feeds ~16 FMAs per load */
+    if (E->tg->gpu && E->ngroup == 1 && nacc == 1) E->lanes = 2 * vec;
     /* copies: about 8 independent accumulator vectors (two FMA pipes of
      * 4 cycles), a group row's broadcast feeding R lane blocks */
     int dir = 0;
@@ -2482,7 +2488,9 @@ static void win_load(emitter *E, int lane) {
         E->lane_fix = l;
         begin_line(E);
         if (l < 0) tk_buf_printf(E->b, "tk_w%d[tk_j] = ", i);
-        else tk_buf_printf(E->b, "tk_w%d[%d] = ", i, l);
+        else if (!E->win_rot) tk_buf_printf(E->b, "tk_w%d[%d] = ", i, l);
+        else if (E->win_shift[i] < 0) tk_buf_printf(E->b, "tk_w%d[%d - tk_p] = ", i, E->lanes - 1);  /* lane 0 after step tk_p */
+        else tk_buf_printf(E->b, "tk_w%d[tk_p] = ", i);                                             /* lane V-1 after step tk_p */
         expr(E, E->win[i], E->ftype);
         tk_buf_puts(E->b, ";\n");
     }
@@ -2510,7 +2518,39 @@ static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const 
     lane_close(E);
     E->indent--;
     line(E, "}");
-    line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
+    /* Full rounds of V steps, unrolled: the window's registers are renamed
+     * by the step (slot (j -/+ tk_p) mod V), so no step moves them, and the
+     * loads of a round take constant offsets from one address. */
+    line(E, "tk_i64 tk_u0 = %s;", lo);
+    line(E, "for (; tk_u0 + %d <= %s; tk_u0 += %d) {", V, hi, V);
+    E->indent++;
+    line(E, "#pragma unroll");
+    line(E, "for (int tk_p = 0; tk_p < %d; ++tk_p) {", V);
+    E->indent++;
+    line(E, "const tk_i64 v_%s = tk_u0 + tk_p;", s->name);
+    E->win_rot = 1;
+    lane_open(E, 1);
+    E->win_on = 1;
+    lane_stmts(E, s->body, s->nbody);
+    E->win_on = 0;
+    lane_close(E);
+    line(E, "if (tk_p + 1 < %d || v_%s + 1 < %s) {", V, s->name, hi);
+    E->indent++;
+    line(E, "const tk_i64 tk_nx = v_%s + 1;", s->name);
+    line(E, "const tk_i64 v_%s = tk_nx;", s->name);
+    E->in_lane = 1;
+    set_copy(E, 0);
+    win_load(E, 0);
+    E->in_lane = 0;
+    E->win_rot = 0;
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    /* the last steps (fewer than V), from slot = lane again: shifted */
+    line(E, "for (tk_i64 v_%s = tk_u0; v_%s < %s; ++v_%s) {", s->name, s->name, hi, s->name);
     E->indent++;
     lane_open(E, 1);
     E->win_on = 1;

@@ -169,11 +169,18 @@ void tk_cuda_describe(tk_cuda *cu, char *out, size_t n);
 /* The cache folder in use ("" when disabled). */
 const char *tk_cuda_cache_dir(const tk_cuda *cu);
 
-/* Launch shape for numel elements on a device with nsm multiprocessors:
- * 256 threads per block; blocks = min(ceil(numel / 256), 32 * nsm); 0 when
- * numel <= 0. The kernels' grid-stride loop covers the rest. */
+/* Launch shape for n threads' work (elements, chunks or tiles) on a device
+ * with nsm multiprocessors. Threads per block: TK_CUDA_BLOCK (256), halved
+ * down to TK_CUDA_BLOCK_MIN (64) while that gives fewer than 4 blocks per
+ * SM: a small grid (rwkv_backward_w: C x T / 16 tiles) then spreads over
+ * every SM in even parts instead of leaving most of them idle for a second,
+ * partial wave of large blocks. */
 #define TK_CUDA_BLOCK 256
-unsigned tk_cuda_grid_size(int64_t numel, int nsm);
+#define TK_CUDA_BLOCK_MIN 64
+unsigned tk_cuda_block_size(int64_t n, int nsm);
+/* blocks = min(ceil(n / block), 32 * nsm); 0 when n <= 0. The kernels'
+ * grid-stride loop covers the rest. */
+unsigned tk_cuda_grid_size(int64_t n, unsigned block, int nsm);
 
 #ifdef __cplusplus
 }

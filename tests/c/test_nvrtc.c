@@ -108,13 +108,24 @@ static void test_sha256(void) {
 }
 
 static void test_grid_size(void) {
-    CHECK(tk_cuda_grid_size(0, 132) == 0);
-    CHECK(tk_cuda_grid_size(-5, 132) == 0);
-    CHECK(tk_cuda_grid_size(1, 132) == 1);
-    CHECK(tk_cuda_grid_size(256, 132) == 1);
-    CHECK(tk_cuda_grid_size(257, 132) == 2);
-    CHECK(tk_cuda_grid_size((int64_t)1 << 40, 132) == 132 * 32);   /* capped: grid-stride loop */
-    CHECK(tk_cuda_grid_size(34080256, 132) == 132 * 32);
+    CHECK(tk_cuda_grid_size(0, 256, 132) == 0);
+    CHECK(tk_cuda_grid_size(-5, 256, 132) == 0);
+    CHECK(tk_cuda_grid_size(5, 0, 132) == 0);
+    CHECK(tk_cuda_grid_size(1, 256, 132) == 1);
+    CHECK(tk_cuda_grid_size(256, 256, 132) == 1);
+    CHECK(tk_cuda_grid_size(257, 256, 132) == 2);
+    CHECK(tk_cuda_grid_size(257, 64, 132) == 5);
+    CHECK(tk_cuda_grid_size((int64_t)1 << 40, 256, 132) == 132 * 32);   /* capped: grid-stride loop */
+    CHECK(tk_cuda_grid_size(34080256, 256, 132) == 132 * 32);
+    /* 256 threads a block while that gives >= 4 blocks per SM, else halved
+     * down to 64: a small grid spreads over every SM */
+    CHECK(tk_cuda_block_size(589824, 132) == 256);            /* rwkv_forward B=32 C=768 T=768: 2304 blocks */
+    CHECK(tk_cuda_block_size(4 * 132 * 256, 132) == 256);
+    CHECK(tk_cuda_block_size(4 * 132 * 256 - 256, 132) == 128);
+    CHECK(tk_cuda_block_size(73728, 132) == 128);             /* 288 blocks of 256 on 132 SMs: 576 of 128 */
+    CHECK(tk_cuda_block_size(36864, 132) == 64);              /* rwkv_backward_w C=768 T=768, 16 lanes */
+    CHECK(tk_cuda_block_size(1, 132) == 64 && tk_cuda_block_size(1, 0) == 64);
+    CHECK(tk_cuda_block_size(0, 132) == 256);                 /* (no launch) */
 }
 
 /* ---- NVRTC --------------------------------------------------------------------- */
@@ -558,7 +569,7 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     pthread_barrier_destroy(&start);
     CHECK(st->inits == 1 && st->module_loads == 1 && st->loads_per_device[0] == 1);
     CHECK(st->launches == N && st->pushes == st->pops);
-    CHECK(st->last_grid == 1 && st->last_block == TK_CUDA_BLOCK && st->last_stream == (void *)0x5157);
+    CHECK(st->last_grid == 1 && st->last_block == TK_CUDA_BLOCK_MIN && st->last_stream == (void *)0x5157);
     CHECK(memcmp(&st->last_kargs, &call.kargs, sizeof call.kargs) == 0);   /* tk_kargs by value */
     CHECK(strcmp(st->last_function, "tk_rwkv_forward__f32") == 0);
     CHECK(tk_cache_list(dir, NULL, NULL) == 1);
@@ -567,12 +578,13 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(rwkv_call(ctx, 1, 32, 768, 768, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->module_loads == 2 && st->loads_per_device[1] == 1 && st->launches == N + 1);
-    CHECK(st->last_grid == 32 * 768 * 768 / 32 / TK_CUDA_BLOCK && st->last_stream == NULL);  /* a tile a thread */
+    CHECK(st->last_grid == 32 * 768 * 768 / 32 / TK_CUDA_BLOCK && st->last_block == TK_CUDA_BLOCK);  /* a tile a thread */
+    CHECK(st->last_stream == NULL);
     CHECK(tk_cache_list(dir, NULL, NULL) == 2);      /* sm_80 and sm_90 cubins */
     /* a mid-sized call: one thread per tile of 8 x 4 outputs, not per output */
     CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->last_grid == 8 * 64 * 256 / 32 / TK_CUDA_BLOCK);
+    CHECK(st->last_grid == 8 * 64 * 256 / 32 / 64 && st->last_block == 64);  /* 4096 threads on 108 SMs: blocks of 64 */
     /* one launch per call, no new module; the context is pushed only when not current */
     void (*set_current)(int) = NULL;
     *(void **)&set_current = dlsym(lib, "fake_cuda_set_current");
@@ -618,13 +630,15 @@ static int variant_of(const tk_op *op, const char *code) {
 }
 
 /* Elements per grid-stride iteration, as the CUDA emitter plans them: rwkv
- * tiles of 8 (float64: 4) lanes x 4 batch rows (backward_w: no group),
- * brick_pad chunks of 32 bytes, brick_pad_backward (loops) one element. */
+ * tiles of 8 (float64: 4) lanes x 4 batch rows (backward_w, no group:
+ * twice the lanes), brick_pad chunks of 32 bytes, brick_pad_backward
+ * (loops) one element. */
 static void test_per_thread(tk_ctx *ctx) {
     static const struct {
         const char *op, *code;
         int n;
-    } cases[] = {{"rwkv_forward", "f32", 32}, {"rwkv_forward", "f64", 16}, {"rwkv_backward_w", "bf16", 8},
+    } cases[] = {{"rwkv_forward", "f32", 32}, {"rwkv_forward", "f64", 16}, {"rwkv_backward_w", "bf16", 16},
+                 {"rwkv_backward_w", "f64", 8},
                  {"brick_pad", "f32", 8},     {"brick_pad", "bf16", 16},   {"brick_pad", "f64", 4},
                  {"brick_pad", "u8", 16},     {"brick_pad_backward", "f32", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

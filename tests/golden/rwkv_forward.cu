@@ -91,7 +91,26 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -216,7 +235,26 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -365,7 +403,26 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -490,7 +547,26 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -639,7 +715,26 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -764,7 +859,26 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -913,7 +1027,26 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_p + 1 < 4 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -1038,7 +1171,26 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (tk_p + 1 < 4 || v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -1120,45 +1272,45 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
-        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
+            const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 8 <= n_j) {
+            if (v_j + 16 <= n_j) {
                 {
-                    float v_s_0[8];
+                    float v_s_0[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
+                                    int tk_lr0[16], tk_hr0[16];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -1166,28 +1318,44 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        float tk_w0[8];
+                                        float tk_w0[16];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
@@ -1196,7 +1364,7 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
@@ -1205,13 +1373,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1230,45 +1398,45 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
+            const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 8 <= n_j) {
+            if (v_j + 16 <= n_j) {
                 {
-                    float v_s_0[8];
+                    float v_s_0[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
+                                    int tk_lr0[16], tk_hr0[16];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -1276,28 +1444,44 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        float tk_w0[8];
+                                        float tk_w0[16];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
@@ -1306,7 +1490,7 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
@@ -1315,13 +1499,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1363,45 +1547,45 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
-        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
+            const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 8 <= n_j) {
+            if (v_j + 16 <= n_j) {
                 {
-                    float v_s_0[8];
+                    float v_s_0[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
+                                    int tk_lr0[16], tk_hr0[16];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -1409,28 +1593,44 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        float tk_w0[8];
+                                        float tk_w0[16];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
@@ -1439,7 +1639,7 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
@@ -1448,13 +1648,13 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1473,45 +1673,45 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
+            const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 8 <= n_j) {
+            if (v_j + 16 <= n_j) {
                 {
-                    float v_s_0[8];
+                    float v_s_0[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
+                                    int tk_lr0[16], tk_hr0[16];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -1519,28 +1719,44 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        float tk_w0[8];
+                                        float tk_w0[16];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                             }
@@ -1549,7 +1765,7 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                         }
                                     }
@@ -1558,13 +1774,13 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1606,45 +1822,45 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
-        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
+            const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 8 <= n_j) {
+            if (v_j + 16 <= n_j) {
                 {
-                    float v_s_0[8];
+                    float v_s_0[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
+                                    int tk_lr0[16], tk_hr0[16];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -1652,28 +1868,44 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        float tk_w0[8];
+                                        float tk_w0[16];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                             }
@@ -1682,7 +1914,7 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
@@ -1691,13 +1923,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1716,45 +1948,45 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
+            const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 8 <= n_j) {
+            if (v_j + 16 <= n_j) {
                 {
-                    float v_s_0[8];
+                    float v_s_0[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
+                                tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
+                                    int tk_lr0[16], tk_hr0[16];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -1762,28 +1994,44 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        float tk_w0[8];
+                                        float tk_w0[16];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                             }
@@ -1792,7 +2040,7 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
@@ -1801,13 +2049,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1849,45 +2097,45 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
-        const tk_i64 tk_ntile = (n_j + 3) / 4;
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 4;
+            const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 4 <= n_j) {
+            if (v_j + 8 <= n_j) {
                 {
-                    double v_s_0[4];
+                    double v_s_0[8];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[4], tk_hi0[4];
+                                tk_i64 tk_lo0[8], tk_hi0[8];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[4], tk_hr0[4];
+                                    int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -1895,28 +2143,44 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const long long tk_ur = (long long)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        double tk_w0[4];
+                                        double tk_w0[8];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                                 tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                }
+                                                if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[7 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                             }
@@ -1925,7 +2189,7 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const long long tk_ur = (long long)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
@@ -1934,13 +2198,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     double v_s = 0.0;
                     {
@@ -1959,45 +2223,45 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_j + 3) / 4;
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_j = r % tk_ntile * 4;
+            const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_j + 4 <= n_j) {
+            if (v_j + 8 <= n_j) {
                 {
-                    double v_s_0[4];
+                    double v_s_0[8];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                     }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
                         for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
                             {
-                                tk_i64 tk_lo0[4], tk_hi0[4];
+                                tk_i64 tk_lo0[8], tk_hi0[8];
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_lo0[tk_j] = 0;
                                     tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                 }
                                 tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                                     if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                         tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                     }
                                 }
                                 if (tk_mn < tk_mx) {
-                                    int tk_lr0[4], tk_hr0[4];
+                                    int tk_lr0[8], tk_hr0[8];
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
@@ -2005,28 +2269,44 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                         const long long tk_ur = (long long)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
                                     if (tk_L < tk_H) {
-                                        double tk_w0[4];
+                                        double tk_w0[8];
                                         {
                                             const tk_i64 v_u = tk_L;
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                                 tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        tk_i64 tk_u0 = tk_L;
+                                        for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                }
+                                                if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[7 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                        }
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                                 v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             }
                                             if (v_u + 1 < tk_H) {
                                                 const tk_i64 tk_nx = v_u + 1;
                                                 #pragma unroll
-                                                for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                 const tk_i64 v_u = tk_nx;
                                                 tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                             }
@@ -2035,7 +2315,7 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                     for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                         const long long tk_ur = (long long)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         }
                                     }
@@ -2044,13 +2324,13 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
                     const tk_i64 v_j = tk_t;
                     double v_s = 0.0;
                     {
@@ -2162,7 +2442,26 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
@@ -2288,7 +2587,26 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
@@ -2437,7 +2755,26 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
@@ -2563,7 +2900,26 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
@@ -2712,7 +3068,26 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -2838,7 +3213,26 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        }
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -2987,7 +3381,26 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                        }
+                                        if (tk_p + 1 < 4 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -3113,7 +3526,26 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
-                                for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                tk_i64 tk_u0 = tk_L;
+                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                    #pragma unroll
+                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                        }
+                                        if (tk_p + 1 < 4 || v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
+                                    }
+                                }
+                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 4; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
