@@ -33,6 +33,10 @@ setup:
 	@$(PYTHON) -c 'import glob, site, sys; d = site.getsitepackages() + [site.getusersitepackages()]; sys.exit(not any(glob.glob(p + "/nvidia/*/lib/libnvrtc.so*") for p in d))' 2>/dev/null || \
 	  ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so' || \
 	  { echo "setup: pip install nvidia-cuda-nvrtc==13.*"; $(PIP) 'nvidia-cuda-nvrtc==13.*'; }
+	@# nvdisasm (5 MB): bench/gpu_static.py reads the kernels' SASS; test_gpu_tools checks it.
+	@$(PYTHON) -c 'import glob, site, sys; d = site.getsitepackages() + [site.getusersitepackages()]; sys.exit(not any(glob.glob(p + "/nvidia/*/bin/nvdisasm") for p in d))' 2>/dev/null || \
+	  command -v nvdisasm >/dev/null || \
+	  { echo "setup: pip install nvidia-cuda-nvdisasm==13.*"; $(PIP) 'nvidia-cuda-nvdisasm==13.*'; }
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \

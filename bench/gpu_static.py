@@ -11,6 +11,14 @@ become registers) and the other instructions (addresses, masks, loop).
 
     python3 bench/gpu_static.py [--arch sm_90] [--tkc build/tkc] [--json F] SPEC...
 
+The PTX is the compiler's input; what the GPU runs is the SASS ptxas makes
+of it. With nvdisasm (pip install nvidia-cuda-nvdisasm, or $TK_NVDISASM) the
+cubin is disassembled too and the same hot loop is read in SASS: there the
+FFMA share of the loop's instructions bounds the fraction of the FP32 FMA
+peak the kernel can reach, since each SM sub-partition issues one warp
+instruction per clock and has 32 FP32 lanes (any other instruction in the
+loop takes an FMA's issue slot).
+
 Needs NVRTC (nvidia-cuda-nvrtc, or $TK_NVRTC_PATH) and a built tkc; no GPU,
 no driver. The same numbers for the same source, so a change to the code
 generator shows up as a change in this table.
@@ -24,9 +32,11 @@ import glob
 import json
 import os
 import re
+import shutil
 import site
 import subprocess
 import sys
+import tempfile
 from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,6 +60,77 @@ def find_nvrtc() -> str:
         except OSError:
             continue
     raise SystemExit("gpu_static: NVRTC not found (pip install nvidia-cuda-nvrtc, or set TK_NVRTC_PATH)")
+
+
+def find_nvdisasm() -> Optional[str]:
+    """nvdisasm from $TK_NVDISASM, the nvidia-cuda-nvdisasm wheel, the CUDA
+    toolkit or PATH; None when there is none."""
+    env = os.environ.get("TK_NVDISASM")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    cands: List[str] = []
+    for d in site.getsitepackages() + [site.getusersitepackages()]:
+        cands += [os.path.join(d, "nvidia", sub, "bin", "nvdisasm") for sub in ("cu13", "cuda_nvdisasm")]
+    cands += [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvdisasm")]
+    for c in cands:
+        if os.access(c, os.X_OK):
+            return c
+    return shutil.which("nvdisasm")
+
+
+def split_sass(text: str) -> Dict[str, List[tuple]]:
+    """nvdisasm's listing per function: [(kind, text)], kind "label" or "ins"."""
+    out: Dict[str, List[tuple]] = {}
+    cur = None
+    for line in text.splitlines():
+        m = re.match(r"\s*\.section\s+\.text\.(\w+),", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+            continue
+        if cur is None:
+            continue
+        m = re.match(r"^\s*(\.L_x_\d+):", line)
+        if m:
+            cur.append(("label", m.group(1)))
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if m:
+            cur.append(("ins", m.group(1)))
+    return out
+
+
+def sass_op(ins: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0]
+
+
+def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
+    """The innermost SASS loop (a backward BRA with no other loop inside)
+    with the most FFMA/DFMA: its instruction count, FMAs, global loads
+    (LDG) and the FMA share of the loop."""
+    ins: List[str] = []
+    labels: Dict[str, int] = {}
+    for kind, t in fn:
+        if kind == "label":
+            labels[t] = len(ins)
+        else:
+            ins.append(t)
+    loops = []
+    for i, t in enumerate(ins):
+        m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", t)
+        if m and m.group(1) in labels and labels[m.group(1)] <= i:
+            loops.append((labels[m.group(1)], i))
+    inner = [(a, b) for (a, b) in loops if not any(a <= c and d <= b and (c, d) != (a, b) for (c, d) in loops)]
+    best = None
+    for a, b in inner:
+        ops = [sass_op(t) for t in ins[a:b + 1]]
+        fma = sum(1 for o in ops if o.startswith("FFMA") or o.startswith("DFMA"))
+        if not fma:
+            continue
+        r = dict(total=len(ops), fma=fma, ldg=sum(1 for o in ops if o.startswith("LDG")),
+                 fma_share=round(fma / len(ops), 3))
+        if best is None or (fma, -len(ops)) > (best["fma"], -best["total"]):
+            best = r
+    return best
 
 
 class Nvrtc:
@@ -212,6 +293,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     nv = Nvrtc(find_nvrtc())
+    nvdisasm = find_nvdisasm()
     inc = "-I" + os.path.join(ROOT, "compiler")
     rows = []
     jobs = [(spec, False) for spec in a.specs] + ([(spec, True) for spec in a.specs] if a.plain else [])
@@ -222,9 +304,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             blocks = re.split(r"\n(?=/\* \w+: )", src)
             src = "\n".join([blocks[0]] + [b for b in blocks[1:] if re.search(r"void \w+__%s\b" % a.only, b)])
         name = os.path.basename(spec) + ".cu"
-        _, log = nv.compile(src, name, [f"--gpu-architecture={a.arch}", inc, "--ptxas-options=-v", "-std=c++17"],
-                            "cubin")
+        cubin, log = nv.compile(src, name, [f"--gpu-architecture={a.arch}", inc, "--ptxas-options=-v",
+                                            "-std=c++17"], "cubin")
         res = ptxas_report(log)
+        sass: Dict[str, List[tuple]] = {}
+        if nvdisasm:
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(cubin)
+                f.flush()
+                sass = split_sass(subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True,
+                                                 text=True).stdout)
         ptx, _ = nv.compile(src, name, ["--gpu-architecture=compute_" + a.arch.split("_")[1], inc, "-std=c++17"],
                             "ptx")
         fns = split_ptx(ptx.rstrip(b"\0").decode())
@@ -233,6 +322,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 continue
             r = dict(kernel=fn + (" (plain)" if plain else ""), **res.get(fn, {}))
             r["hot_loop"] = hot_loop(fns[fn])
+            r["sass_hot_loop"] = sass_hot_loop(sass[fn]) if fn in sass else None
             r["chunk"] = chunk_block(fns[fn], fn)
             rows.append(r)
     print(f"NVRTC, {a.arch}; hot loop = the innermost loop with the most FMAs, else the longest "
@@ -246,6 +336,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{r['kernel']:42} {r.get('regs', '?'):>4} {r.get('spill_st', 0) + r.get('spill_ld', 0):>6}"
               f"  {'':10}{h.get('fma', 0):>4} {ld:>4} {h.get('local', 0):>5} {h.get('div64', 0):>5} "
               f"{h.get('other', 0):>5}  {ratio:>6}")
+    if nvdisasm:
+        print(f"\nSASS ({nvdisasm}): the hot loop as the GPU runs it; fma% = FFMA/DFMA share of its instructions, "
+              "the most of the FMA peak it can issue")
+        print(f"{'kernel':42} {'instr':>5} {'fma':>4} {'ldg':>4}  fma%")
+        for r in rows:
+            h = r.get("sass_hot_loop")
+            if h:
+                print(f"{r['kernel']:42} {h['total']:>5} {h['fma']:>4} {h['ldg']:>4}  {100 * h['fma_share']:>4.0f}")
+    else:
+        print("\n(no nvdisasm: pip install nvidia-cuda-nvdisasm for the SASS hot loops)")
     chunks = [r for r in rows if r.get("chunk")]
     if chunks:
         print("\nGPU chunks: the straight-line block computing one chunk of K elements, ending in its 16-byte stores")
@@ -256,7 +356,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"{c['st.v4']:>5} {c.get('div64', 0):>5}  {c.get('per_element', '?'):>6}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(arch=a.arch, kernels=rows), f, indent=1)
+            json.dump(dict(arch=a.arch, nvdisasm=nvdisasm, kernels=rows), f, indent=1)
     return 0
 
 
