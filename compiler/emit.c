@@ -917,6 +917,22 @@ static int vx_loop_ok(emitter *E, const tk_stmt *s);
 
 /* Decides the tile: V lanes, the group dim and G, the locals held per lane.
  * Returns 0 when the body does not fit (then unroll-and-jam applies). */
+
+/* The smallest element size (bytes) among the variant's tensors. */
+static size_t narrowest_tensor(const emitter *E) {
+    const tk_op *op = E->op;
+    size_t n = 8;
+    for (int i = 0; i < op->decl->nparams; i++)
+        if (param(E, i)->kind == TK_P_TENSOR) {
+            size_t sz = tk_dtype_size(tk_variant_dtype(op, E->variant, i));
+            if (sz < n) n = sz;
+        }
+    for (int i = 0; i < op->decl->noutputs; i++) {
+        size_t sz = tk_dtype_size(tk_variant_out_dtype(op, E->variant, i));
+        if (sz < n) n = sz;
+    }
+    return n;
+}
 static int lane_plan(emitter *E) {
     const tk_opdecl *d = E->op->decl;
     lane_info li;
@@ -951,11 +967,16 @@ static int lane_plan(emitter *E) {
             group_reads_stmts(li.loops[k]->body, li.loops[k]->nbody, d->loop_vars[v], &shared, &own);
         if (shared && own) E->gdim = v;
     }
-    /* CPU: one 512-bit vector; GPU: the lanes are registers of one thread
-     * (thread coarsening), 8 outputs along the innermost dim times 4 group
-     * rows: a lane-invariant load feeds 8 FMAs, a group-invariant one 4 */
-    int vec = E->tg->gpu ? (E->ftype == TK_V_F64 ? 4 : 8) : E->ftype == TK_V_F64 ? 8 : 16;
-    int gmax = E->tg->gpu ? 4 : 8;
+    /* CPU: one 512-bit vector. GPU: the lanes are registers of one thread
+     * (thread coarsening), 16 outputs along the innermost dim (float64: 8)
+     * times 4 group rows: a lane-invariant load feeds 16 FMAs, a
+     * group-invariant one 4. 2 group rows when a tensor has 16-bit elements:
+     * each load's conversion takes a register and an issue slot too (4 rows
+     * put rwkv_forward bf16 at 254 of 255 registers). sm_90 SASS of the
+     * rwkv hot loop, bench/gpu_static.py: FFMA 90% of the instructions
+     * (f32), 79% (bf16); 8 lanes x 4 rows gave 77% and 66%. */
+    int vec = E->tg->gpu ? (E->ftype == TK_V_F64 ? 8 : 16) : E->ftype == TK_V_F64 ? 8 : 16;
+    int gmax = E->tg->gpu ? (E->ftype == TK_V_F32 && narrowest_tensor(E) < 4 ? 2 : 4) : 8;
     if (E->gdim != d->nloop - 1) {
         E->ngroup = nacc >= gmax ? 1 : gmax / nacc;
         /* group copies vary the group variable: the bounds must still fit */
@@ -969,9 +990,6 @@ static int lane_plan(emitter *E) {
      * backwards when the reads in lane loops mostly do, so that they load
      * ascending memory */
     E->lanes = vec;
-    /* GPU without a group (nothing to share across rows): twice the lanes,
-     * so that a round of the sliding window still feeds ~16 FMAs per load */
-    if (E->tg->gpu && E->ngroup == 1 && nacc == 1) E->lanes = 2 * vec;
     /* copies: about 8 independent accumulator vectors (two FMA pipes of
      * 4 cycles), a group row's broadcast feeding R lane blocks */
     int dir = 0;

@@ -119,7 +119,7 @@ static void test_grid_size(void) {
     CHECK(tk_cuda_grid_size(34080256, 256, 132) == 132 * 32);
     /* 256 threads a block while that gives >= 4 blocks per SM, else halved
      * down to 64: a small grid spreads over every SM */
-    CHECK(tk_cuda_block_size(589824, 132) == 256);            /* rwkv_forward B=32 C=768 T=768: 2304 blocks */
+    CHECK(tk_cuda_block_size(294912, 132) == 256);            /* rwkv_forward B=32 C=768 T=768: 1152 blocks */
     CHECK(tk_cuda_block_size(4 * 132 * 256, 132) == 256);
     CHECK(tk_cuda_block_size(4 * 132 * 256 - 256, 132) == 128);
     CHECK(tk_cuda_block_size(73728, 132) == 128);             /* 288 blocks of 256 on 132 SMs: 576 of 128 */
@@ -578,13 +578,13 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(rwkv_call(ctx, 1, 32, 768, 768, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->module_loads == 2 && st->loads_per_device[1] == 1 && st->launches == N + 1);
-    CHECK(st->last_grid == 32 * 768 * 768 / 32 / TK_CUDA_BLOCK && st->last_block == TK_CUDA_BLOCK);  /* a tile a thread */
+    CHECK(st->last_grid == 32 * 768 * 768 / 64 / TK_CUDA_BLOCK && st->last_block == TK_CUDA_BLOCK);  /* a tile a thread */
     CHECK(st->last_stream == NULL);
     CHECK(tk_cache_list(dir, NULL, NULL) == 2);      /* sm_80 and sm_90 cubins */
-    /* a mid-sized call: one thread per tile of 8 x 4 outputs, not per output */
+    /* a mid-sized call: one thread per tile of 16 x 4 outputs, not per output */
     CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->last_grid == 8 * 64 * 256 / 32 / 64 && st->last_block == 64);  /* 4096 threads on 108 SMs: blocks of 64 */
+    CHECK(st->last_grid == 8 * 64 * 256 / 64 / 64 && st->last_block == 64);  /* 2048 threads on 108 SMs: blocks of 64 */
     /* one launch per call, no new module; the context is pushed only when not current */
     void (*set_current)(int) = NULL;
     *(void **)&set_current = dlsym(lib, "fake_cuda_set_current");
@@ -630,15 +630,15 @@ static int variant_of(const tk_op *op, const char *code) {
 }
 
 /* Elements per grid-stride iteration, as the CUDA emitter plans them: rwkv
- * tiles of 8 (float64: 4) lanes x 4 batch rows (backward_w, no group:
- * twice the lanes), brick_pad chunks of 32 bytes, brick_pad_backward
+ * tiles of 16 (float64: 8) lanes x 4 batch rows (16-bit tensors: 2 rows;
+ * backward_w: no group), brick_pad chunks of 32 bytes, brick_pad_backward
  * (loops) one element. */
 static void test_per_thread(tk_ctx *ctx) {
     static const struct {
         const char *op, *code;
         int n;
-    } cases[] = {{"rwkv_forward", "f32", 32}, {"rwkv_forward", "f64", 16}, {"rwkv_backward_w", "bf16", 16},
-                 {"rwkv_backward_w", "f64", 8},
+    } cases[] = {{"rwkv_forward", "f32", 64}, {"rwkv_forward", "f64", 32}, {"rwkv_forward", "bf16", 32},
+                 {"rwkv_backward_w", "bf16", 16}, {"rwkv_backward_w", "f64", 8},
                  {"brick_pad", "f32", 8},     {"brick_pad", "bf16", 16},   {"brick_pad", "f64", 4},
                  {"brick_pad", "u8", 16},     {"brick_pad_backward", "f32", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -114,8 +114,12 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
     const tk_opdecl *d = opt->decl;
     int64_t dimsize[TK_MAX_INTS];
     /* small sizes, and sometimes sizes that fill lane tiles (16 elements)
-     * and groups of rows (8) with remainders */
-    for (int j = 0; j < opt->ndims; j++) dimsize[j] = rand_in(0, 2) ? rand_in(1, 9) : rand_in(10, 34);
+     * and groups of rows (8) with remainders, and sizes with several full
+     * tiles (CUDA sliding windows: full rounds of 16 steps need t >= 16) */
+    for (int j = 0; j < opt->ndims; j++) {
+        int64_t r = rand_in(0, 5);
+        dimsize[j] = r < 3 ? rand_in(1, 9) : r < 5 ? rand_in(10, 34) : rand_in(35, 70);
+    }
     int nb = (int)rand_in(0, 2);
     int64_t bsize[2] = {rand_in(1, 3), rand_in(1, 3)};
     tk_arg args[32];

@@ -23,51 +23,47 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_out_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -75,53 +71,47 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
@@ -130,29 +120,25 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_2[tk_j]);
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = p_eps;
                         {
@@ -167,51 +153,47 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -219,53 +201,47 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
@@ -274,29 +250,25 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_2[tk_j]);
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = p_eps;
                         {
@@ -335,51 +307,47 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_out_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -387,53 +355,47 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
@@ -442,29 +404,25 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = p_eps;
                         {
@@ -479,51 +437,47 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -531,53 +485,47 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                         v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                     }
@@ -586,29 +534,25 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = p_eps;
                         {
@@ -647,51 +591,51 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_out_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
                         v_s_2[tk_j] = p_eps;
                         v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -699,7 +643,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -707,36 +651,36 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -745,7 +689,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                     }
@@ -754,7 +698,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -764,7 +708,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
@@ -776,7 +720,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = p_eps;
                         {
@@ -791,51 +735,51 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
                         v_s_2[tk_j] = p_eps;
                         v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -843,7 +787,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -851,36 +795,36 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -889,7 +833,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                     }
@@ -898,7 +842,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const int tk_ur = (int)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -908,7 +852,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
@@ -920,7 +864,7 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = p_eps;
                         {
@@ -959,51 +903,51 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_out_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
+            const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    double v_s_0[4];
-                    double v_s_1[4];
-                    double v_s_2[4];
-                    double v_s_3[4];
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
                         v_s_2[tk_j] = p_eps;
                         v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        tk_i64 tk_lo0[8], tk_hi0[8];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[4], tk_hr0[4];
+                            int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -1011,7 +955,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const long long tk_ur = (long long)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -1019,36 +963,36 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                double tk_w0[4];
+                                double tk_w0[8];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
-                                        if (tk_p + 1 < 4 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -1057,7 +1001,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                     }
@@ -1066,7 +1010,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const long long tk_ur = (long long)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -1076,7 +1020,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
@@ -1088,7 +1032,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         double v_s = p_eps;
                         {
@@ -1103,51 +1047,51 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
+            const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    double v_s_0[4];
-                    double v_s_1[4];
-                    double v_s_2[4];
-                    double v_s_3[4];
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
                         v_s_2[tk_j] = p_eps;
                         v_s_3[tk_j] = p_eps;
                     }
                     {
-                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        tk_i64 tk_lo0[8], tk_hi0[8];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_lo0[tk_j] = 0;
                             tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[4], tk_hr0[4];
+                            int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -1155,7 +1099,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
                                 const long long tk_ur = (long long)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -1163,36 +1107,36 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                double tk_w0[4];
+                                double tk_w0[8];
                                 {
                                     const tk_i64 v_u = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
                                         const tk_i64 v_u = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 4 - tk_p) % 4] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
-                                        if (tk_p + 1 < 4 || v_u + 1 < tk_H) {
+                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
                                             const tk_i64 v_u = tk_nx;
-                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -1201,7 +1145,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
                                         #pragma unroll
-                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_u = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                     }
@@ -1210,7 +1154,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
                                 const long long tk_ur = (long long)(v_u - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
@@ -1220,7 +1164,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
@@ -1232,7 +1176,7 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         double v_s = p_eps;
                         {
@@ -2374,51 +2318,47 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_k_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
-                        v_s_2[tk_j] = 0.0f;
-                        v_s_3[tk_j] = 0.0f;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -2426,53 +2366,47 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
@@ -2481,29 +2415,25 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_2[tk_j]);
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = 0.0f;
                         {
@@ -2519,51 +2449,47 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
-                        v_s_2[tk_j] = 0.0f;
-                        v_s_3[tk_j] = 0.0f;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -2571,53 +2497,47 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
@@ -2626,29 +2546,25 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_2[tk_j]);
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = 0.0f;
                         {
@@ -2687,51 +2603,47 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_k_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
-                        v_s_2[tk_j] = 0.0f;
-                        v_s_3[tk_j] = 0.0f;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -2739,53 +2651,47 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
@@ -2794,29 +2700,25 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = 0.0f;
                         {
@@ -2832,51 +2734,47 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
-                        v_s_2[tk_j] = 0.0f;
-                        v_s_3[tk_j] = 0.0f;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -2884,53 +2782,47 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                     }
@@ -2939,29 +2831,25 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
                                 }
                             }
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = 0.0f;
                         {
@@ -3000,51 +2888,51 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_k_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
                         v_s_2[tk_j] = 0.0f;
                         v_s_3[tk_j] = 0.0f;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -3052,7 +2940,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3060,36 +2948,36 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -3098,7 +2986,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                     }
@@ -3107,7 +2995,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3117,7 +3005,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
@@ -3129,7 +3017,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = 0.0f;
                         {
@@ -3145,51 +3033,51 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 7) / 8;
+        const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
+            const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
                 {
-                    float v_s_0[8];
-                    float v_s_1[8];
-                    float v_s_2[8];
-                    float v_s_3[8];
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
                         v_s_2[tk_j] = 0.0f;
                         v_s_3[tk_j] = 0.0f;
                     }
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo0[16], tk_hi0[16];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr0[16], tk_hr0[16];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -3197,7 +3085,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3205,36 +3093,36 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                float tk_w0[8];
+                                float tk_w0[16];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -3243,7 +3131,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                     }
@@ -3252,7 +3140,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const int tk_ur = (int)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3262,7 +3150,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
@@ -3274,7 +3162,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         float v_s = 0.0f;
                         {
@@ -3313,51 +3201,51 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 s_w_1 = 1;
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_k_2 = 1;
-        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
+            const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    double v_s_0[4];
-                    double v_s_1[4];
-                    double v_s_2[4];
-                    double v_s_3[4];
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                         v_s_1[tk_j] = 0.0;
                         v_s_2[tk_j] = 0.0;
                         v_s_3[tk_j] = 0.0;
                     }
                     {
-                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        tk_i64 tk_lo0[8], tk_hi0[8];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[4], tk_hr0[4];
+                            int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -3365,7 +3253,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const long long tk_ur = (long long)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3373,36 +3261,36 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                double tk_w0[4];
+                                double tk_w0[8];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
                                         }
-                                        if (tk_p + 1 < 4 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -3411,7 +3299,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                     }
@@ -3420,7 +3308,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const long long tk_ur = (long long)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3430,7 +3318,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
@@ -3442,7 +3330,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         double v_s = 0.0;
                         {
@@ -3458,51 +3346,51 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
             }
         }
     } else {
-        const tk_i64 tk_ntile = (n_t + 3) / 4;
+        const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
         const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 v_t = r % tk_ntile * 4;
+            const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 4 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
                 {
-                    double v_s_0[4];
-                    double v_s_1[4];
-                    double v_s_2[4];
-                    double v_s_3[4];
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                         v_s_1[tk_j] = 0.0;
                         v_s_2[tk_j] = 0.0;
                         v_s_3[tk_j] = 0.0;
                     }
                     {
-                        tk_i64 tk_lo0[4], tk_hi0[4];
+                        tk_i64 tk_lo0[8], tk_hi0[8];
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_lo0[tk_j] = (v_t + tk_j);
                             tk_hi0[tk_j] = d_T;
                         }
                         tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                         #pragma unroll
-                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
                             tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
                             if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
                                 tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                             }
                         }
                         if (tk_mn < tk_mx) {
-                            int tk_lr0[4], tk_hr0[4];
+                            int tk_lr0[8], tk_hr0[8];
                             #pragma unroll
-                            for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
@@ -3510,7 +3398,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
                                 const long long tk_ur = (long long)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3518,36 +3406,36 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                 }
                             }
                             if (tk_L < tk_H) {
-                                double tk_w0[4];
+                                double tk_w0[8];
                                 {
                                     const tk_i64 v_t2 = tk_L;
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 4 <= tk_H; tk_u0 += 4) {
+                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 4; ++tk_p) {
+                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
                                         const tk_i64 v_t2 = tk_u0 + tk_p;
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 4; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 4 - tk_p) % 4]);
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
                                         }
-                                        if (tk_p + 1 < 4 || v_t2 + 1 < tk_H) {
+                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
                                             const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[3 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                         }
                                     }
                                 }
                                 for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -3556,7 +3444,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
                                         #pragma unroll
-                                        for (int tk_j = 3; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                         const tk_i64 v_t2 = tk_nx;
                                         tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                     }
@@ -3565,7 +3453,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
                                 const long long tk_ur = (long long)(v_t2 - tk_mn);
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                     v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                     v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                     v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
@@ -3575,7 +3463,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                         }
                     }
                     #pragma unroll
-                    for (int tk_j = 0; tk_j < 4; ++tk_j) {
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
@@ -3587,7 +3475,7 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                 for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_t); ++tk_t) {
+                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
                         const tk_i64 v_t = tk_t;
                         double v_s = 0.0;
                         {
