@@ -104,7 +104,7 @@ if [ -f "$BUILD/libtk.so" ]; then
 
   # ---- benchmarks -----------------------------------------------------------------
   run_step bench 90 bench.log $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json"
-  run_step static 30 static.log $PY bench/gpu_static.py --tkc "$BUILD/tkc" --plain --json "$OUT/gpu_static.json"
+  run_step static 60 static.log $PY bench/gpu_static.py --tkc "$BUILD/tkc" --plain --json "$OUT/gpu_static.json"
 
   # ---- compute-sanitizer ----------------------------------------------------------
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)

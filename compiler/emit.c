@@ -1623,6 +1623,33 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     E->indent = indent;
 }
 
+/* GPU: V - 1 steps of loop s from `from`, unrolled, lane j running the
+ * body where `cond` (of tk_j and the step tk_m: constants once unrolled)
+ * holds. */
+static void triangle(emitter *E, const tk_stmt *s, const char *from, const char *cond) {
+    line(E, "#pragma unroll");
+    line(E, "for (int tk_m = 0; tk_m < %d; ++tk_m) {", E->lanes - 1);
+    E->indent++;
+    line(E, "const tk_i64 v_%s = %s + tk_m;", s->name, from);
+    lane_open(E, 1);
+    int flat = 1;
+    for (int i = 0; i < s->nbody; i++) flat &= s->body[i]->kind == TK_S_ASSIGN;
+    if (flat) {
+        E->mask = cond;
+        lane_stmts(E, s->body, s->nbody);
+        E->mask = NULL;
+    } else {
+        line(E, "if (%s) {", cond);
+        E->indent++;
+        lane_stmts(E, s->body, s->nbody);
+        E->indent--;
+        line(E, "}");
+    }
+    lane_close(E);
+    E->indent--;
+    line(E, "}");
+}
+
 /* GPU: the per-lane offsets, then the masked head, the unmasked common
  * range and the masked tail; without a common range the head is all of
  * [tk_mn, tk_mx) (one masked copy of the body less than the CPU form). */
@@ -1635,10 +1662,38 @@ static void gpu_masked_ranges(emitter *E, const tk_stmt *s, int nb) {
         line(E, "tk_hr%d[tk_j] = (int)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, g);
     }
     lane_close(E);
+    /* triangles: lane j's range starting at tk_mn + j (head) or ending at
+     * tk_H + j (tail), around a common range, make a head or tail of V - 1
+     * steps in which lane j runs from step j on (head) or until step j
+     * (tail): unrolled, whether a lane runs is known when compiling, so no
+     * step tests or selects per lane (rwkv: u < t + 1, range(t, T)) */
+    line(E, "int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;");
+    lane_open(E, 0);
+    for (int g = 0; g < nb; g++) {
+        line(E, "tk_sh &= tk_lo%d[tk_j] == tk_mn + tk_j;", g);
+        line(E, "tk_st &= tk_hi%d[tk_j] == tk_H + tk_j;", g);
+    }
+    lane_close(E);
     line(E, "if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;");
+    line(E, "if (tk_sh) {");
+    E->indent++;
+    triangle(E, s, "tk_mn", "tk_j <= tk_m");
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
     lane_range(E, s, "tk_mn", "tk_L", 1, nb);
+    E->indent--;
+    line(E, "}");
     lane_range(E, s, "tk_L", "tk_H", 0, nb);
+    line(E, "if (tk_st) {");
+    E->indent++;
+    triangle(E, s, "tk_H", "tk_j > tk_m");
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
     lane_range(E, s, "tk_H", "tk_mx", 1, nb);
+    E->indent--;
+    line(E, "}");
 }
 
 /* A loop whose bounds differ between lanes: each lane's range [lo, hi) is

@@ -67,13 +67,31 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -117,12 +135,24 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -197,13 +227,31 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -247,12 +295,24 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -351,13 +411,31 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -401,12 +479,24 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -481,13 +571,31 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -531,12 +639,24 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -639,15 +759,35 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -695,14 +835,28 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -783,15 +937,35 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -839,14 +1013,28 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const int tk_ur = (int)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const int tk_ur = (int)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -951,15 +1139,35 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const long long tk_ur = (long long)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -1007,14 +1215,28 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const long long tk_ur = (long long)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -1095,15 +1317,35 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                const long long tk_ur = (long long)(v_u - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_u = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -1151,14 +1393,28 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                const long long tk_ur = (long long)(v_u - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_u = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -1258,12 +1514,29 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -1305,11 +1578,22 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1384,12 +1668,29 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -1431,11 +1732,22 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1533,12 +1845,29 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -1580,11 +1909,22 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1659,12 +1999,29 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -1706,11 +2063,22 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1808,12 +2176,29 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -1855,11 +2240,22 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -1934,12 +2330,29 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -1981,11 +2394,22 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const int tk_ur = (int)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const int tk_ur = (int)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -2083,12 +2507,29 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const long long tk_ur = (long long)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -2130,11 +2571,22 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const long long tk_ur = (long long)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -2209,12 +2661,29 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                         tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                         tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                     }
+                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                    }
                                     if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                    if (tk_sh) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                            const tk_i64 v_u = tk_mn + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                            const long long tk_ur = (long long)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                     if (tk_L < tk_H) {
@@ -2256,11 +2725,22 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                             }
                                         }
                                     }
-                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                    if (tk_st) {
                                         #pragma unroll
-                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                            const tk_i64 v_u = tk_H + tk_m;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
+                                        }
+                                    } else {
+                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                            const long long tk_ur = (long long)(v_u - tk_mn);
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            }
                                         }
                                     }
                                 }
@@ -2362,13 +2842,31 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -2412,12 +2910,24 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -2493,13 +3003,31 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -2543,12 +3071,24 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -2647,13 +3187,31 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -2697,12 +3255,24 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -2778,13 +3348,31 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -2828,12 +3416,24 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -2936,15 +3536,35 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -2992,14 +3612,28 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -3081,15 +3715,35 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -3137,14 +3791,28 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const int tk_ur = (int)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -3249,15 +3917,35 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -3305,14 +3993,28 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
@@ -3394,15 +4096,35 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                 tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                             }
+                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                            }
                             if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                            if (tk_sh) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_mn + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                             if (tk_L < tk_H) {
@@ -3450,14 +4172,28 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     }
                                 }
                             }
-                            for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                            if (tk_st) {
                                 #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                    v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                    v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                    const tk_i64 v_t2 = tk_H + tk_m;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
+                                }
+                            } else {
+                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                    }
                                 }
                             }
                         }
