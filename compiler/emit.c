@@ -85,6 +85,9 @@ typedef struct emitter {
 static const char *const k_ctype[TK_DTYPE_COUNT] = {
     "tk_u8", "tk_u8", "tk_i8", "tk_i16", "tk_i32", "tk_i64", "tk_u16", "tk_u16", "float", "double"};
 
+/* GPU lane tiles: rows a warp's threads spread over (see gpu_tiles_head) */
+#define TK_ROWS 8
+
 /* ORDER tk_vtype */
 static const char *const k_vctype[] = {"void", "int", "tk_i64", "float", "double"};
 
@@ -1952,7 +1955,7 @@ static void decompose(emitter *E, int skip_last) {
     const tk_op *op = E->op;
     const tk_opdecl *d = op->decl;
     const char *A = E->tg->args;
-    line(E, "tk_i64 r = lin;");
+    line(E, "tk_i64 r = %s;", E->gpu_tiles && E->lanes ? "tk_lin" : "lin");
     /* with lane-tile groups the kernel walks its index space with the group
      * dim next to the innermost one (any order covers it; the rows of a group
      * become neighbours) */
@@ -2671,14 +2674,29 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
     line(E, "const tk_i64 tk_ntile = (n_%s + %d) / %d;", v, V - 1, V);
     if (G > 1) line(E, "const tk_i64 tk_ngroup = (n_%s + %d) / %d;", g, G - 1, G);
     begin_line(E);
-    tk_buf_printf(E->b, "const tk_i64 end = n_%s == 0", v);
+    tk_buf_printf(E->b, "%s end = n_%s == 0", E->lanes ? "tk_i64" : "const tk_i64", v);
     if (G > 1) tk_buf_printf(E->b, " || n_%s == 0", g);
     tk_buf_printf(E->b, " ? 0 : %snumel / n_%s * tk_ntile", A, v);
     if (G > 1) tk_buf_printf(E->b, " / n_%s * tk_ngroup", g);
     tk_buf_puts(E->b, ";\n");
+    if (E->lanes) {
+        /* lane tiles: consecutive threads take TK_ROWS rows (all dims but the
+         * innermost, groups counted once) at the same tile position, then
+         * the next position. A row's tiles differ in work when lane ranges
+         * do (rwkv: u < t + 1, a tile's work grows along the row), and a
+         * warp runs as long as its longest thread: 32 tiles of one row kept
+         * rwkv_forward's warps 56% busy, 4 tiles of 8 rows ~94%. */
+        line(E, "const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;");
+        line(E, "end = (tk_nrow + %d) / %d * %d * tk_ntile;", TK_ROWS - 1, TK_ROWS, TK_ROWS);
+    }
     line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
     line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
     E->indent++;
+    if (E->lanes) {
+        line(E, "const tk_i64 tk_row = lin / %d / tk_ntile * %d + lin %% %d;", TK_ROWS, TK_ROWS, TK_ROWS);
+        line(E, "if (tk_row >= tk_nrow) continue;");
+        line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + lin / %d %% tk_ntile;", TK_ROWS);
+    }
     E->gpu_tiles = 1;
     decompose(E, 0);
     E->gpu_tiles = 0;

@@ -25,10 +25,15 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -185,10 +190,15 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -369,10 +379,15 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -529,10 +544,15 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -713,10 +733,15 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
@@ -891,10 +916,15 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
@@ -1093,10 +1123,15 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
@@ -1271,10 +1306,15 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
@@ -1473,10 +1513,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -1627,10 +1672,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -1804,10 +1854,15 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -1958,10 +2013,15 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -2135,10 +2195,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -2289,10 +2354,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -2466,10 +2536,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 7) / 8;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -2620,10 +2695,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 7) / 8;
-        const tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_c = r % n_c * 1;
@@ -2800,10 +2880,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -2961,10 +3046,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -3145,10 +3235,15 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -3306,10 +3401,15 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 2;
@@ -3490,10 +3590,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
@@ -3669,10 +3774,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
@@ -3871,10 +3981,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
@@ -4050,10 +4165,15 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        const tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
+        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
+        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            tk_i64 r = lin;
+            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            if (tk_row >= tk_nrow) continue;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
             const tk_i64 v_b = r % tk_ngroup * 4;
