@@ -2575,6 +2575,36 @@ static void win_load(emitter *E, int lane) {
 
 /* The unmasked range [lo, hi) of lane loop s with sliding windows; returns
  * 0 (nothing emitted) when no read slides. */
+/* One step of a window range: the body in every lane, then the windows'
+ * elements for the next step (rot: into the slot a round of unrolled steps
+ * just dropped; else shifting the registers one lane). */
+static void win_step(emitter *E, const tk_stmt *s, const char *hi, int rot) {
+    int V = E->lanes;
+    E->win_rot = rot;
+    lane_open(E, 1);
+    E->win_on = 1;
+    lane_stmts(E, s->body, s->nbody);
+    E->win_on = 0;
+    lane_close(E);
+    if (rot) line(E, "if (tk_p + 1 < %d || v_%s + 1 < %s) {", V, s->name, hi);
+    else line(E, "if (v_%s + 1 < %s) {", s->name, hi);
+    E->indent++;
+    line(E, "const tk_i64 tk_nx = v_%s + 1;", s->name);
+    for (int i = 0; !rot && i < E->nwin; i++) {
+        line(E, "#pragma unroll");
+        if (E->win_shift[i] < 0) line(E, "for (int tk_j = %d; tk_j > 0; --tk_j) tk_w%d[tk_j] = tk_w%d[tk_j - 1];", V - 1, i, i);
+        else line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) tk_w%d[tk_j] = tk_w%d[tk_j + 1];", V - 1, i, i);
+    }
+    line(E, "const tk_i64 v_%s = tk_nx;", s->name);
+    E->in_lane = 1;
+    set_copy(E, 0);
+    win_load(E, 0);
+    E->in_lane = 0;
+    E->win_rot = 0;
+    E->indent--;
+    line(E, "}");
+}
+
 static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi) {
     int V = E->lanes;
     E->nwin = 0;
@@ -2604,23 +2634,7 @@ static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const 
     line(E, "for (int tk_p = 0; tk_p < %d; ++tk_p) {", V);
     E->indent++;
     line(E, "const tk_i64 v_%s = tk_u0 + tk_p;", s->name);
-    E->win_rot = 1;
-    lane_open(E, 1);
-    E->win_on = 1;
-    lane_stmts(E, s->body, s->nbody);
-    E->win_on = 0;
-    lane_close(E);
-    line(E, "if (tk_p + 1 < %d || v_%s + 1 < %s) {", V, s->name, hi);
-    E->indent++;
-    line(E, "const tk_i64 tk_nx = v_%s + 1;", s->name);
-    line(E, "const tk_i64 v_%s = tk_nx;", s->name);
-    E->in_lane = 1;
-    set_copy(E, 0);
-    win_load(E, 0);
-    E->in_lane = 0;
-    E->win_rot = 0;
-    E->indent--;
-    line(E, "}");
+    win_step(E, s, hi, 1);
     E->indent--;
     line(E, "}");
     E->indent--;
@@ -2628,26 +2642,7 @@ static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const 
     /* the last steps (fewer than V), from slot = lane again: shifted */
     line(E, "for (tk_i64 v_%s = tk_u0; v_%s < %s; ++v_%s) {", s->name, s->name, hi, s->name);
     E->indent++;
-    lane_open(E, 1);
-    E->win_on = 1;
-    lane_stmts(E, s->body, s->nbody);
-    E->win_on = 0;
-    lane_close(E);
-    line(E, "if (v_%s + 1 < %s) {", s->name, hi);
-    E->indent++;
-    line(E, "const tk_i64 tk_nx = v_%s + 1;", s->name);
-    for (int i = 0; i < E->nwin; i++) {
-        line(E, "#pragma unroll");
-        if (E->win_shift[i] < 0) line(E, "for (int tk_j = %d; tk_j > 0; --tk_j) tk_w%d[tk_j] = tk_w%d[tk_j - 1];", V - 1, i, i);
-        else line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) tk_w%d[tk_j] = tk_w%d[tk_j + 1];", V - 1, i, i);
-    }
-    line(E, "const tk_i64 v_%s = tk_nx;", s->name);
-    E->in_lane = 1;
-    set_copy(E, 0);
-    win_load(E, 0);
-    E->in_lane = 0;
-    E->indent--;
-    line(E, "}");
+    win_step(E, s, hi, 0);
     E->indent--;
     line(E, "}");
     E->indent--;
