@@ -2680,7 +2680,8 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
          * the next position. A row's tiles differ in work when lane ranges
          * do (rwkv: u < t + 1, a tile's work grows along the row), and a
          * warp runs as long as its longest thread: 32 tiles of one row kept
-         * rwkv_forward's warps 56% busy, 4 tiles of 8 rows ~94%. */
+         * rwkv_forward's warps 57% busy, 4 tiles of 8 rows 94%
+         * (bench/gpu_warp_model.py). */
         line(E, "const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;");
         line(E, "end = (tk_nrow + %d) / %d * %d * tk_ntile;", TK_ROWS - 1, TK_ROWS, TK_ROWS);
     }
