@@ -14,7 +14,8 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
   device copy   dst.copy_(src) of brick_pad's output size: the bandwidth
                 floor (bytes read + written / time) brick_pad is held to
   rwkv backward tk's backward ops through autograd vs autograd of the F.conv1d
-                formulation (TF32 off); gradients compared
+                formulation (TF32 off); gradients compared; each of tk's two
+                backward kernels alone (where the backward's time goes)
   rwkv dtypes   tk's rwkv_forward in bfloat16 and float16 next to float32
   per call      host time per call of a tiny tk op vs torch.add of the same
                 size (launch overhead), many calls, one synchronize
@@ -226,9 +227,16 @@ def bench_rwkv_backward(repeat):
     err = max(rel_err(a, b) for a, b in zip(got, want))
     err_conv = max(rel_err(a, b) for a, b in zip(conv(), want))
     work = dict(flop=2 * r.B * r.C * r.T * (r.T + 1))
+    # where the backward's time goes: each of tk's two backward kernels alone
+    gw = lambda: torch.ops.tk.rwkv_backward_w(k0, g)   # noqa: E731
+    gk = lambda: torch.ops.tk.rwkv_backward_k(w0, g)   # noqa: E731
+    err_w, err_k = rel_err(gw(), want[0]), rel_err(gk(), want[1])
+    half = dict(flop=r.B * r.C * r.T * (r.T + 1))
     return [row("rwkv_backward", "tk (autograd)", tk, repeat, work, f"rel err {err:.2g} vs float64"),
+            row("rwkv_backward", "tk rwkv_backward_w alone", gw, repeat, half, f"rel err {err_w:.2g}"),
+            row("rwkv_backward", "tk rwkv_backward_k alone", gk, repeat, half, f"rel err {err_k:.2g}"),
             row("rwkv_backward", "F.conv1d autograd (tf32 off)", conv, repeat, work, f"rel err {err_conv:.2g}")], \
-        err < 1e-4
+        err < 1e-4 and err_w < 1e-4 and err_k < 1e-4
 
 
 def bench_rwkv_dtypes(repeat):
@@ -352,6 +360,10 @@ def summary(rows) -> list:
     bw, cb = ms("rwkv_backward", "tk (autograd)"), ms("rwkv_backward", "F.conv1d autograd (tf32 off)")
     if bw and cb:
         out.append(f"rwkv backward: {bw:.3f} ms (target <= 0.70 ms), {cb / bw:.1f}x conv1d autograd (target >= 30x)")
+        gw, gk = ms("rwkv_backward", "tk rwkv_backward_w alone"), ms("rwkv_backward", "tk rwkv_backward_k alone")
+        if gw and gk:
+            out.append(f"rwkv backward split: backward_w {gw:.3f} ms + backward_k {gk:.3f} ms "
+                       f"(the rest of the autograd call: {bw - gw - gk:.3f} ms)")
     for dt in ("bfloat16", "float16"):
         t = ms("rwkv_forward", f"tk {dt}")
         if t and fw:

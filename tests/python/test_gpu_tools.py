@@ -116,7 +116,8 @@ def test_gpu_bench_dry_run_on_cpu(lib_path, tmp_path):
     cases = {(row["op"], row["impl"]) for row in res["results"]}
     for case in [("brick_pad", "tk"), ("brick_pad", "torch_pad (seed)"), ("device copy", "dst.copy_(src)"),
                  ("rwkv_forward", "tk"), ("rwkv_forward", "F.conv1d (tf32 off)"), ("rwkv_backward", "tk (autograd)"),
-                 ("rwkv_backward", "F.conv1d autograd (tf32 off)"), ("rwkv_forward", "tk bfloat16"),
+                 ("rwkv_backward", "F.conv1d autograd (tf32 off)"), ("rwkv_backward", "tk rwkv_backward_w alone"),
+                 ("rwkv_backward", "tk rwkv_backward_k alone"), ("rwkv_forward", "tk bfloat16"),
                  ("rwkv_forward", "tk float16"), ("per call", "tk rwkv_forward (8 el.)")]:
         assert case in cases, case
     assert all(row["median_ms"] > 0 for row in res["results"])
