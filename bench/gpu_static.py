@@ -62,6 +62,11 @@ def find_nvrtc() -> str:
     raise SystemExit("gpu_static: NVRTC not found (pip install nvidia-cuda-nvrtc, or set TK_NVRTC_PATH)")
 
 
+def innermost(loops: List[tuple]) -> List[tuple]:
+    """The loops (first, last instruction index) with no other loop inside."""
+    return [(a, b) for (a, b) in loops if not any(a <= c and d <= b and (c, d) != (a, b) for (c, d) in loops)]
+
+
 def find_nvdisasm() -> Optional[str]:
     """nvdisasm from $TK_NVDISASM, the nvidia-cuda-nvdisasm wheel, the CUDA
     toolkit or PATH; None when there is none."""
@@ -119,7 +124,7 @@ def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
         m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", t)
         if m and m.group(1) in labels and labels[m.group(1)] <= i:
             loops.append((labels[m.group(1)], i))
-    inner = [(a, b) for (a, b) in loops if not any(a <= c and d <= b and (c, d) != (a, b) for (c, d) in loops)]
+    inner = innermost(loops)
     best = None
     for a, b in inner:
         ops = [sass_op(t) for t in ins[a:b + 1]]
@@ -224,7 +229,7 @@ def hot_loop(ptx_fn: str) -> Optional[dict]:
         m = re.search(r"bra(\.uni)?\s+(\$L__\w+);", l)
         if m and m.group(2) in labels and labels[m.group(2)] < i:
             loops.append((labels[m.group(2)], i))
-    inner = [(a, b) for (a, b) in loops if not any(a <= c and d <= b and (c, d) != (a, b) for (c, d) in loops)]
+    inner = innermost(loops)
     best = None
     for a, b in inner:
         mix: Dict[str, int] = {}

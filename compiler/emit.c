@@ -2668,13 +2668,16 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
     const char *v = d->loop_vars[d->nloop - 1], *g = d->loop_vars[E->gdim];
     line(E, "const tk_i64 tk_ntile = (n_%s + %d) / %d;", v, V - 1, V);
     if (G > 1) line(E, "const tk_i64 tk_ngroup = (n_%s + %d) / %d;", g, G - 1, G);
+    /* rows: every dim but the innermost, G rows of the group dim as one */
     begin_line(E);
-    tk_buf_printf(E->b, "%s end = n_%s == 0", E->lanes ? "tk_i64" : "const tk_i64", v);
+    tk_buf_printf(E->b, "const tk_i64 tk_nrow = n_%s == 0", v);
     if (G > 1) tk_buf_printf(E->b, " || n_%s == 0", g);
-    tk_buf_printf(E->b, " ? 0 : %snumel / n_%s * tk_ntile", A, v);
+    tk_buf_printf(E->b, " ? 0 : %snumel / n_%s", A, v);
     if (G > 1) tk_buf_printf(E->b, " / n_%s * tk_ngroup", g);
     tk_buf_puts(E->b, ";\n");
-    if (E->lanes) {
+    if (!E->lanes) {
+        line(E, "const tk_i64 end = tk_nrow * tk_ntile;");
+    } else {
         /* lane tiles: consecutive threads take TK_ROWS rows (all dims but the
          * innermost, groups counted once) at the same tile position, then
          * the next position. A row's tiles differ in work when lane ranges
@@ -2682,8 +2685,7 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
          * warp runs as long as its longest thread: 32 tiles of one row kept
          * rwkv_forward's warps 57% busy, 4 tiles of 8 rows 94%
          * (bench/gpu_warp_model.py). */
-        line(E, "const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;");
-        line(E, "end = (tk_nrow + %d) / %d * %d * tk_ntile;", TK_ROWS - 1, TK_ROWS, TK_ROWS);
+        line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", TK_ROWS - 1, TK_ROWS, TK_ROWS);
     }
     line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
     line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");

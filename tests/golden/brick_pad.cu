@@ -24,7 +24,8 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -78,7 +79,8 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -151,7 +153,8 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -205,7 +208,8 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -278,7 +282,8 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -332,7 +337,8 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -405,7 +411,8 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -460,7 +467,8 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -533,7 +541,8 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 7) / 8;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -588,7 +597,8 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 7) / 8;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -661,7 +671,8 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 3) / 4;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -716,7 +727,8 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 3) / 4;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -789,7 +801,8 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -844,7 +857,8 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -917,7 +931,8 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -972,7 +987,8 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -1045,7 +1061,8 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 7) / 8;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -1100,7 +1117,8 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 7) / 8;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -1173,7 +1191,8 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
         const tk_i64 s_tile_1 = 1;
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 3) / 4;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
@@ -1228,7 +1247,8 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 3) / 4;
-        const tk_i64 end = n_col == 0 ? 0 : a.numel / n_col * tk_ntile;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;

@@ -25,9 +25,8 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -190,9 +189,8 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -379,9 +377,8 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -544,9 +541,8 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -733,9 +729,8 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -916,9 +911,8 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -1123,9 +1117,8 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -1306,9 +1299,8 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -1513,9 +1505,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -1672,9 +1663,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -1854,9 +1844,8 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -2013,9 +2002,8 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -2195,9 +2183,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -2354,9 +2341,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -2536,9 +2522,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 7) / 8;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -2695,9 +2680,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_j + 7) / 8;
-        tk_i64 end = n_j == 0 ? 0 : a.numel / n_j * tk_ntile;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -2880,9 +2864,8 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -3046,9 +3029,8 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -3235,9 +3217,8 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -3401,9 +3382,8 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -3590,9 +3570,8 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -3774,9 +3753,8 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -3981,9 +3959,8 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
@@ -4165,9 +4142,8 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 3) / 4;
-        tk_i64 end = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t * tk_ntile / n_b * tk_ngroup;
-        const tk_i64 tk_nrow = tk_ntile ? end / tk_ntile : 0;
-        end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
+        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
