@@ -202,16 +202,19 @@ static void stride(emitter *E, const tk_param *p, int i) {
 }
 
 /* The element offset of tensor read e from its data pointer. */
-static void tensor_offset(emitter *E, const tk_expr *e) {
+/* The element offset of e's first n indices (with the batch offset). */
+static void tensor_offset_n(emitter *E, const tk_expr *e, int n) {
     const tk_param *p = param(E, e->ref);
     if (has_ell(p)) tk_buf_printf(E->b, "o_%s + ", p->name);
-    for (int i = 0; i < e->nargs; i++) {
+    for (int i = 0; i < n; i++) {
         tk_buf_puts(E->b, i ? " + " : "");
         expr(E, e->args[i], TK_V_INT);
         stride(E, p, i);
     }
-    if (e->nargs == 0) tk_buf_puts(E->b, "0");
+    if (n == 0) tk_buf_puts(E->b, "0");
 }
+
+static void tensor_offset(emitter *E, const tk_expr *e) { tensor_offset_n(E, e, e->nargs); }
 
 static int row_match(const emitter *E, const tk_expr *e);
 
@@ -1371,17 +1374,10 @@ static void vx_rows_in(emitter *E, const tk_expr *e, const char *v) {
         return;
     for (int i = 0; i < e->nargs - 1; i++)
         if (expr_uses(e->args[i], v)) return;
-    const tk_param *p = param(E, e->ref);
     begin_line(E);
     tk_buf_printf(E->b, "const %s *const tk_rp%d = t_%s + (", k_ctype[tk_variant_dtype(E->op, E->variant, e->ref)],
-                  E->nrow, p->name);
-    if (has_ell(p)) tk_buf_printf(E->b, "o_%s + ", p->name);
-    for (int i = 0; i < e->nargs - 1; i++) {
-        tk_buf_puts(E->b, i ? " + " : "");
-        expr(E, e->args[i], TK_V_INT);
-        stride(E, p, i);
-    }
-    if (e->nargs == 1) tk_buf_puts(E->b, "0");
+                  E->nrow, param(E, e->ref)->name);
+    tensor_offset_n(E, e, e->nargs - 1);   /* the row: all but the last index */
     tk_buf_puts(E->b, ");\n");
     E->row[E->nrow] = e;
     E->row_copy[E->nrow++] = E->copy;
