@@ -37,6 +37,7 @@ typedef struct emitter {
     int nmemo;
     int segmented;                  /* memo sites become per-segment constants */
     int in_segment;                 /* emitting the body of a segment loop */
+    int seg_iv;                     /* ... an omp simd one: the innermost loop variable is tk_c0 + tk_i */
     const tk_stmt *def[TK_MAX_LOCALS];  /* top-level single-assignment locals */
     int inline_locals;              /* name_ref expands def[] (segment starts) */
     int plain;                      /* TK_EMIT_PLAIN */
@@ -156,7 +157,9 @@ static void float_lit(emitter *E, double v, tk_vtype t) {
  * tiles: lane tk_j reads t + tk_j and copy g the group variable + g). */
 static void loop_var(emitter *E, const char *name) {
     const tk_opdecl *d = E->op->decl;
-    if (E->in_lane && strcmp(name, d->loop_vars[d->nloop - 1]) == 0) {
+    if (E->seg_iv && strcmp(name, d->loop_vars[d->nloop - 1]) == 0) {
+        tk_buf_puts(E->b, "(tk_c0 + tk_i)");
+    } else if (E->in_lane && strcmp(name, d->loop_vars[d->nloop - 1]) == 0) {
         int off = E->rcopy * E->lanes;
         char j[16] = "tk_j";
         if (E->lane_fix >= 0) snprintf(j, sizeof j, "%d", E->lane_fix);
@@ -201,7 +204,6 @@ static void stride(emitter *E, const tk_param *p, int i) {
     tk_buf_printf(E->b, " * s_%s_%d", p->name, i);
 }
 
-/* The element offset of tensor read e from its data pointer. */
 /* The element offset of e's first n indices (with the batch offset). */
 static void tensor_offset_n(emitter *E, const tk_expr *e, int n) {
     const tk_param *p = param(E, e->ref);
@@ -315,7 +317,8 @@ static void binary(emitter *E, const tk_expr *e) {
     for (int i = 0; i < E->nmemo; i++)
         if (E->memo[i] == e && E->in_segment) {
             const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
-            if (e->op == TK_OPC_MOD) tk_buf_printf(E->b, "(tk_r%d + (v_%s - tk_c0))", i, v);
+            if (e->op == TK_OPC_MOD && E->seg_iv) tk_buf_printf(E->b, "(tk_r%d + tk_i)", i);
+            else if (e->op == TK_OPC_MOD) tk_buf_printf(E->b, "(tk_r%d + (v_%s - tk_c0))", i, v);
             else tk_buf_printf(E->b, "tk_q%d", i);
             return;
         } else if (E->memo[i] == e && E->in_chunk) {
@@ -2175,6 +2178,14 @@ static void run_block(emitter *E, int hoisted) {
         if (E->hoisted[i] == hoisted) block(E, &d->body[i], 1);
 }
 
+static int has_loop(tk_stmt *const *body, int n) {
+    for (int i = 0; i < n; i++)
+        if (body[i]->kind == TK_S_FOR || has_loop(body[i]->body, body[i]->nbody) ||
+            has_loop(body[i]->orelse, body[i]->norelse))
+            return 1;
+    return 0;
+}
+
 /* Splits the run into segments in which every memo site's quotient is
  * constant (its numerator grows by one per element and the divisor is
  * positive), so the segment loop has no division and vectorises. Quotients
@@ -2205,15 +2216,33 @@ static void segments(emitter *E) {
     E->indent++;
     line(E, "tk_i64 seg = stop - lin;");
     for (int i = 0; i < E->nmemo; i++) line(E, "seg = tk_mini(seg, tk_d%d - tk_r%d);", i, i);
-    line(E, "const tk_i64 seg_end = lin + seg, tk_c0 = v_%s;", v);
-    line(E, "(void)tk_c0;");
-    line(E, "for (; lin < seg_end; ++lin, ++v_%s) {", v);
-    E->indent++;
-    E->in_segment = 1;
-    run_block(E, 0);
-    E->in_segment = 0;
-    E->indent--;
-    line(E, "}");
+    if (has_loop(E->op->decl->body, E->op->decl->nbody)) {
+        line(E, "const tk_i64 seg_end = lin + seg, tk_c0 = v_%s;", v);
+        line(E, "(void)tk_c0;");
+        line(E, "for (; lin < seg_end; ++lin, ++v_%s) {", v);
+        E->indent++;
+        E->in_segment = 1;
+        run_block(E, 0);
+        E->in_segment = 0;
+        E->indent--;
+        line(E, "}");
+    } else {
+        /* A straight-line body (brick_pad's copy): a canonical `omp simd`
+         * loop. Elements are independent (outputs are written at the loop
+         * index only), and without the pragma GCC guards the vector loop
+         * with alias checks and a remainder cascade that cost brick_pad's
+         * 32-element segments a third of their time. */
+        line(E, "const tk_i64 tk_c0 = v_%s;", v);
+        line(E, "#pragma omp simd");
+        line(E, "for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {");
+        E->indent++;
+        E->in_segment = E->seg_iv = 1;   /* v is tk_c0 + tk_i here (GCC: 20% faster than v as the counter) */
+        run_block(E, 0);
+        E->in_segment = E->seg_iv = 0;
+        E->indent--;
+        line(E, "}");
+        line(E, "v_%s += seg, lin += seg;", v);
+    }
     for (int i = 0; i < E->nmemo; i++) {
         line(E, "tk_r%d += seg;", i);
         line(E, "if (tk_r%d == tk_d%d) tk_r%d = 0, ++tk_q%d;", i, i, i, i);

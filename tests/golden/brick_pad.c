@@ -41,14 +41,15 @@ TK_BODY void tk_brick_pad__b8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1] != 0);
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = (tk_u8)(t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1] != 0);
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -111,14 +112,15 @@ TK_BODY void tk_brick_pad__u8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = (tk_u8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -181,14 +183,15 @@ TK_BODY void tk_brick_pad__i8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = (tk_i8)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -251,14 +254,15 @@ TK_BODY void tk_brick_pad__i16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = (tk_i16)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -321,14 +325,15 @@ TK_BODY void tk_brick_pad__i32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = (tk_i32)(tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -391,14 +396,15 @@ TK_BODY void tk_brick_pad__i64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = (tk_i64)t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -461,14 +467,15 @@ TK_BODY void tk_brick_pad__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -531,14 +538,15 @@ TK_BODY void tk_brick_pad__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -601,14 +609,15 @@ TK_BODY void tk_brick_pad__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
@@ -671,14 +680,15 @@ TK_BODY void tk_brick_pad__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
-                const tk_i64 seg_end = lin + seg, tk_c0 = v_col;
-                (void)tk_c0;
-                for (; lin < seg_end; ++lin, ++v_col) {
-                    tk_i64 v_x1 = (v_col - p_pw);
+                const tk_i64 tk_c0 = v_col;
+                #pragma omp simd
+                for (tk_i64 tk_i = 0; tk_i < seg; ++tk_i) {
+                    tk_i64 v_x1 = ((tk_c0 + tk_i) - p_pw);
                     tk_i64 v_u = tk_q0;
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
-                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
+                    t_out[o_out + v_row * s_out_0 + (tk_c0 + tk_i) * s_out_1] = t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1];
                 }
+                v_col += seg, lin += seg;
                 tk_r0 += seg;
                 if (tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
             }
