@@ -2178,10 +2178,11 @@ static void run_block(emitter *E, int hoisted) {
         if (E->hoisted[i] == hoisted) block(E, &d->body[i], 1);
 }
 
-static int has_loop(tk_stmt *const *body, int n) {
+/* Whether body has a loop, at any depth (CPU segments, GPU chunks). */
+static int has_for(tk_stmt **body, int n) {
     for (int i = 0; i < n; i++)
-        if (body[i]->kind == TK_S_FOR || has_loop(body[i]->body, body[i]->nbody) ||
-            has_loop(body[i]->orelse, body[i]->norelse))
+        if (body[i]->kind == TK_S_FOR || has_for(body[i]->body, body[i]->nbody) ||
+            has_for(body[i]->orelse, body[i]->norelse))
             return 1;
     return 0;
 }
@@ -2216,7 +2217,7 @@ static void segments(emitter *E) {
     E->indent++;
     line(E, "tk_i64 seg = stop - lin;");
     for (int i = 0; i < E->nmemo; i++) line(E, "seg = tk_mini(seg, tk_d%d - tk_r%d);", i, i);
-    if (has_loop(E->op->decl->body, E->op->decl->nbody)) {
+    if (has_for(E->op->decl->body, E->op->decl->nbody)) {
         line(E, "const tk_i64 seg_end = lin + seg, tk_c0 = v_%s;", v);
         line(E, "(void)tk_c0;");
         line(E, "for (; lin < seg_end; ++lin, ++v_%s) {", v);
@@ -2785,14 +2786,6 @@ static void gpu_tile_loop(emitter *E) {
  * aligned. A chunk that crosses the end of its row runs element by element.
  * Bodies with loops keep one element per thread: they have few, heavy
  * elements and need the threads. */
-
-static int has_for(tk_stmt **body, int n) {
-    for (int i = 0; i < n; i++)
-        if (body[i]->kind == TK_S_FOR || has_for(body[i]->body, body[i]->nbody) ||
-            has_for(body[i]->orelse, body[i]->norelse))
-            return 1;
-    return 0;
-}
 
 /* Counts the stores of each output: at the top level, and nested. */
 static void count_stores(tk_stmt **body, int n, int top, int *ntop, int *nnested) {

@@ -167,6 +167,12 @@ static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int npa
     return rc;
 }
 
+/* What the table's entry for a kernel calls: the kernel itself, its plain
+ * form, or the launch wrapper of its emulated CUDA kernel. */
+static const char *kernel_suffix(unsigned flags, int emu) {
+    return emu ? "_emu" : flags & TK_EMIT_PLAIN ? "_plain" : "";
+}
+
 static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned flags, int emu,
                        const char *table, const char *outpath, int nparts, FILE *out) {
     const char *ext = emu ? "extern \"C\" " : "";
@@ -182,7 +188,7 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
         for (int i = 0; i < tk_op_count(ctx) && rc == 0; i++)
             for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++)
                 fprintf(out, "void %s%s(const tk_kargs *a, tk_i64 begin, tk_i64 end);\n",
-                        tk_op_kernel_name(tk_op_at(ctx, i), v), flags & TK_EMIT_PLAIN ? "_plain" : "");
+                        tk_op_kernel_name(tk_op_at(ctx, i), v), kernel_suffix(flags, 0));
     } else {
         rc = emit_all(ctx, emu ? TK_TARGET_CUDA : TK_TARGET_C, flags, emu, out);
     }
@@ -207,7 +213,7 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
     for (int i = 0; i < tk_op_count(ctx); i++)
         for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++, nk++) {
             const char *k = tk_op_kernel_name(tk_op_at(ctx, i), v);
-            fprintf(out, "    {\"%s\", %s%s},\n", k, k, emu ? "_emu" : flags & TK_EMIT_PLAIN ? "_plain" : "");
+            fprintf(out, "    {\"%s\", %s%s},\n", k, k, kernel_suffix(flags, emu));
         }
     fprintf(out, "};\n%sconst int %s_nkernels = %d;\n", ext, table, nk);
     return 0;
