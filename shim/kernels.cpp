@@ -6,12 +6,18 @@
 #include <ATen/Parallel.h>
 
 #include <array>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "shim.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace tk_shim {
 namespace {
@@ -164,6 +170,39 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
   TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
 }
 
+// Transparent huge pages for a large CPU output (Linux). A fresh output is
+// memory the process has never touched: the kernel's first write to each
+// 4 KiB page takes a page fault, and for a memory-bound op such as brick_pad
+// those faults are half of the call (bench/README.md, "Huge pages"). Where
+// the system's THP mode is `madvise` (the common default), MADV_HUGEPAGE on
+// the output's 2 MiB-aligned interior makes that one fault per 2 MiB. The
+// kernel writes every element of the output, so no memory is wasted. Advice
+// only: when it fails (THP `never`, a custom allocator's memory) nothing
+// changes. TK_HUGEPAGES=0 turns it off.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugeOutputMin = size_t{8} << 20;  // 4+ huge pages, 3+ always inside
+
+bool huge_pages_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TK_HUGEPAGES");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+void advise_huge_pages(const at::Tensor& out) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const size_t bytes = out.nbytes();
+  if (bytes < kHugeOutputMin || !huge_pages_enabled()) return;
+  const auto begin = reinterpret_cast<uintptr_t>(out.data_ptr());
+  const uintptr_t lo = (begin + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
+  const uintptr_t hi = (begin + bytes) & ~uintptr_t{kHugePageBytes - 1};
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)out;
+#endif
+}
+
 // Allocates every output on `device` with the shape and dtype tk_bind chose.
 void allocate_outputs(Call& c, const c10::Device& device) {
   for (int i = 0; i < c.call.noutputs; ++i) {
@@ -182,6 +221,7 @@ void allocate_outputs(Call& c, const c10::Device& device) {
         TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
       TORCH_CHECK(false, msg);
     }
+    if (device.is_cpu()) advise_huge_pages(out);
     const Where w{tk_op_name(c.op), tk_op_output_name(c.op, i)};
     TORCH_CHECK(tk_set_output(&c.call, i, to_view(out, true, w)) == TK_OK, c.call.msg);
     c.outputs.push_back(std::move(out));

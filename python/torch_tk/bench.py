@@ -12,7 +12,9 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
                 tk vs eps + F.conv1d (the seed's one-liner)
                 napkin maths: B*C*T*(T+1) = 14.5 GFLOP / time -> GFLOP/s
   memset        torch.empty + fill_ of the brick_pad output's size: the
-                bandwidth floor brick_pad is compared with (both allocate)
+                bandwidth floor brick_pad is compared with (both allocate);
+                on the CPU also into huge pages ("fill_ THP"), as tk's
+                large outputs are
   rwkv backward the same sizes: tk's backward specs (through autograd) vs
                 autograd of the F.conv1d formulation; gradients compared
   rwkv loop     B=1, C=2, T=16: tk vs the Python reference loop (tiny only)
@@ -129,16 +131,46 @@ def rwkv_cases(device: str, dtype=torch.float32):
                 impls=[("tk", tk), ("F.conv1d", conv1d)], check=rel_err, error="max rel error")
 
 
+def can_advise_huge_pages() -> bool:
+    import mmap
+    return sys.platform.startswith("linux") and hasattr(mmap, "MADV_HUGEPAGE")
+
+
+def advise_huge_pages(t: torch.Tensor) -> None:
+    """What tk's shim does to a large CPU output (shim/kernels.cpp): madvise
+    MADV_HUGEPAGE on its 2 MiB-aligned interior (Linux; advice only: with
+    THP `never` it changes nothing)."""
+    import ctypes
+    import mmap
+    huge = 2 << 20
+    lo = (t.data_ptr() + huge - 1) // huge * huge
+    hi = (t.data_ptr() + t.numel() * t.element_size()) // huge * huge
+    if hi > lo:
+        libc = ctypes.CDLL(None)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise(lo, hi - lo, mmap.MADV_HUGEPAGE)
+
+
 def memset_cases(device: str):
-    """The floor for brick_pad: allocate and fill a tensor of the output's size."""
+    """The floor for brick_pad: allocate and fill a tensor of the output's size.
+    On the CPU also into huge pages, as tk's large outputs are (`fill_ THP`):
+    the floor for tk's own page handling."""
     s = ref.SEED
 
     def fill():
         return torch.empty(s.H, s.W, device=device).fill_(0.5)
 
+    def fill_huge():
+        t = torch.empty(s.H, s.W, device=device)
+        advise_huge_pages(t)
+        return t.fill_(0.5)
+
+    impls = [("torch.fill_", fill)]
+    if device == "cpu" and can_advise_huge_pages():
+        impls.insert(0, ("fill_ THP", fill_huge))
     work = {"bytes_written": s.H * s.W * 4}
     return dict(op="memset", shape=f"{s.H}x{s.W} f32 (empty + fill_)", work=work,
-                impls=[("torch.fill_", fill)], check=lambda a, b: 0.0, error="max abs error")
+                impls=impls, check=lambda a, b: 0.0, error="max abs error")
 
 
 def rwkv_backward_cases(device: str, dtype=torch.float32):
@@ -258,6 +290,10 @@ def summarize(rows) -> list:
         pad, fill = med("brick_pad", "tk", device), med("memset", "torch.fill_", device)
         if pad and fill:
             lines.append(f"[{device}] brick_pad bandwidth = {fill / pad * 100:.0f}% of empty+fill_ (target >= 70%)")
+        huge = med("memset", "fill_ THP", device)
+        if pad and huge:
+            lines.append(f"[{device}] brick_pad bandwidth = {huge / pad * 100:.0f}% of empty+fill_ into huge pages "
+                         "(tk advises huge pages for large CPU outputs; TK_HUGEPAGES=0 turns it off)")
         for op in ("rwkv_forward", "rwkv_backward"):
             tk, conv = med(op, "tk", device), med(op, "F.conv1d", device)
             if tk and conv:
