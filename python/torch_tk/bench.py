@@ -49,12 +49,19 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_median(fn, device: str, repeat: int, warmup: int = 1):
-    """(median seconds, all times, result of the warm-up call) of fn() on device."""
-    result = None
-    for _ in range(max(warmup, 1)):
-        result = fn()
+def time_median(fn, device: str, repeat: int, warmup_s: float = 1.0, max_warmup: int = 20):
+    """(median seconds, all times, result of the first call) of fn() on device,
+    timed after warming up: at least one call, and calls until warmup_s have
+    passed (at most max_warmup). One call is not always enough: a process's
+    first huge-page faults can be much slower than later ones (on a VM whose
+    host takes back free memory, bench/README.md "Huge pages")."""
+    result = fn()
+    sync(device)
+    start, calls = time.perf_counter(), 1
+    while time.perf_counter() - start < warmup_s and calls < max_warmup:
+        fn()
         sync(device)
+        calls += 1
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
