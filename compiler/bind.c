@@ -494,6 +494,35 @@ tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v) {
     return TK_OK;
 }
 
+int tk_arg_same_binding(const tk_arg *a, const tk_arg *b) {
+    if (a->kind != b->kind || a->is_none != b->is_none) return 0;
+    if (a->kind == TK_P_INT || a->kind == TK_P_BOOL) return a->is_none || a->i == b->i;
+    if (a->kind == TK_P_FLOAT) return memcmp(&a->f, &b->f, sizeof a->f) == 0; /* bitwise: -0.0, NaN */
+    if (a->kind != TK_P_TENSOR) return 0;
+    const tk_tensor_view *x = &a->t, *y = &b->t;
+    if (x->dtype != y->dtype || x->ndim != y->ndim || x->device != y->device ||
+        x->device_index != y->device_index || x->ndim < 0 || x->ndim > TK_MAX_DIMS)
+        return 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (x->sizes[d] != y->sizes[d] || x->strides[d] != y->strides[d]) return 0;
+    return 1;
+}
+
+tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs) {
+    if (!call || !call->op || (nargs && !args)) return TK_ERR_INVALID;
+    const tk_op *op = call->op;
+    const tk_opdecl *d = op->decl;
+    if (nargs != d->nparams) return call_fail(call, "expected %d arguments, got %d", d->nparams, nargs);
+    for (int i = 0; i < d->nparams; i++) {
+        if (d->params[i].kind != TK_P_TENSOR) continue;
+        if (args[i].kind != TK_P_TENSOR) return call_fail(call, "argument '%s': expected a tensor", d->params[i].name);
+        call->kargs.t[op->slot[i]].data = args[i].t.data;
+    }
+    for (int o = 0; o < call->noutputs; o++) call->kargs.t[op->out_slot[o]].data = NULL;
+    call->msg[0] = 0;
+    return TK_OK;
+}
+
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (!call || !call->op) return TK_ERR_INVALID;
     tk_cpu_fn fn = call->op->cpu_fns[call->variant];

@@ -240,6 +240,16 @@ tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call)
  * out_ndim. For callers whose sizes are symbolic (the shim's Meta kernel),
  * which check dims and compute output shapes with tk_op_shape_code. */
 tk_status tk_bind_types(const tk_op *op, const tk_arg *args, int nargs, tk_call *call);
+/* Whether a and b bind alike: the same kind and value, or for tensors the
+ * same dtype, sizes, strides and device (data pointers aside). tk_bind's
+ * result depends on nothing else, so a caller that keeps the arguments of
+ * a bound call can reuse it for arguments that bind alike (tk_rebind_data). */
+int tk_arg_same_binding(const tk_arg *a, const tk_arg *b);
+/* Points a call bound by tk_bind at new data: args must bind alike, one by
+ * one, with the arguments the call was bound with (the caller checks that
+ * with tk_arg_same_binding). Sets the tensor parameters' data pointers and
+ * clears the outputs, which tk_set_output then attaches again. */
+tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs);
 /* Attaches output i (shape and dtype must be those tk_bind computed). */
 tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v);
 /* Runs elements [begin, end) of the index space with the op's CPU kernel. */

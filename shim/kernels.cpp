@@ -148,6 +148,42 @@ bool worth_staging(const at::Tensor& t, int64_t numel) {
   return t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1 && t.numel() * kStageRatio <= numel;
 }
 
+// The last few successful binds of this thread, with their arguments: a
+// training loop calls an op with the same shapes again and again, and a
+// bind depends only on the arguments' kinds, values, dtypes, sizes, strides
+// and devices (tk_arg_same_binding). A call whose arguments bind alike with
+// a remembered one copies its tk_call and points it at the new data
+// (tk_rebind_data) instead of validating everything again in tk_bind.
+// Calls that staged an input are not remembered (they are large anyway).
+struct BindMemo {
+  const tk_op* op = nullptr;
+  std::vector<tk_arg> args;
+  tk_call call;
+};
+constexpr size_t kBindMemos = 4;
+thread_local std::array<BindMemo, kBindMemos> bind_memos;
+thread_local size_t bind_memo_next = 0;
+
+bool rebind(Call& c, const tk_arg* args, size_t n) {
+  for (BindMemo& m : bind_memos) {
+    if (m.op != c.op || m.args.size() != n) continue;
+    size_t i = 0;
+    while (i < n && tk_arg_same_binding(&m.args[i], &args[i])) ++i;
+    if (i < n) continue;
+    c.call = m.call;
+    TORCH_CHECK(tk_rebind_data(&c.call, args, static_cast<int>(n)) == TK_OK, c.call.msg);
+    return true;
+  }
+  return false;
+}
+
+void remember(const Call& c, const tk_arg* args, size_t n) {
+  BindMemo& m = bind_memos[bind_memo_next++ % kBindMemos];
+  m.op = c.op;
+  m.args.assign(args, args + n);
+  m.call = c.call;
+}
+
 // Converts the stack's arguments (the last ones) and binds them; fills in
 // `device` with the device of the tensor arguments (unchanged if none).
 void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack, Call& c,
@@ -182,8 +218,12 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
       TORCH_CHECK(false, prefix(w), "unsupported value of type ", v.tagKind());
     }
   }
+  if (rebind(c, args.data(), n)) return;
   TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
-  if (!device.is_cpu() || c.call.kargs.numel < 2 * kStageRatio) return;  // no work for tiny calls
+  if (!device.is_cpu() || c.call.kargs.numel < 2 * kStageRatio) {  // no staging for tiny calls
+    remember(c, args.data(), n);
+    return;
+  }
   bool staged = false;
   for (size_t i = 0; i < n; ++i) {
     if (!values[i].isTensor() || !worth_staging(values[i].toTensor(), c.call.kargs.numel)) continue;
@@ -191,8 +231,12 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
     args[i] = tk_arg_tensor(to_view(c.staged.back(), false, Where{tk_op_name(c.op), params[i].name().c_str()}));
     staged = true;
   }
-  if (staged)  // the same sizes and dtypes: binds as before, with the copies' strides
-    TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
+  if (!staged) {
+    remember(c, args.data(), n);
+    return;
+  }
+  // the same sizes and dtypes: binds as before, with the copies' strides
+  TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
 }
 
 // Transparent huge pages for a large CPU output (Linux). A fresh output is

@@ -168,6 +168,67 @@ static void test_bind_errors(const tk_op *bp, const tk_op *rw) {
     CHECK(bind_error(bp, b4, 6, "output 'out' is too large"));
 }
 
+/* tk_arg_same_binding tells apart everything a bind depends on, and a call
+ * re-targeted with tk_rebind_data computes from the new data (poisoned
+ * output, float64 reference) with its outputs cleared until set again. */
+static void test_rebind(const tk_op *rw) {
+    enum { B = 2, C = 3, T = 9 };
+    double w1[C * T], k1[B * C * T], w2[C * T], k2[B * C * T], out[B * C * T];
+    for (int i = 0; i < C * T; i++) { w1[i] = rand_f(); w2[i] = rand_f() - 0.5; }
+    for (int i = 0; i < B * C * T; i++) { k1[i] = rand_f(); k2[i] = rand_f() + 1.0; }
+    int64_t wsz[2] = {C, T}, wst[2] = {T, 1}, ksz[3] = {B, C, T}, kst[3] = {C * T, T, 1};
+    tk_arg a1[3] = {tk_arg_tensor(tk_view(w1, TK_F64, 2, wsz, wst)), tk_arg_tensor(tk_view(k1, TK_F64, 3, ksz, kst)),
+                    tk_arg_float(0.25)};
+    tk_arg a2[3] = {tk_arg_tensor(tk_view(w2, TK_F64, 2, wsz, wst)), tk_arg_tensor(tk_view(k2, TK_F64, 3, ksz, kst)),
+                    tk_arg_float(0.25)};
+    for (int i = 0; i < 3; i++) CHECK(tk_arg_same_binding(&a1[i], &a2[i]));
+    /* what makes two arguments bind differently */
+    tk_arg x = a1[0];
+    x.t.dtype = TK_F32;
+    CHECK(!tk_arg_same_binding(&a1[0], &x));
+    x = a1[0]; x.t.sizes[1] = T - 1;
+    CHECK(!tk_arg_same_binding(&a1[0], &x));
+    x = a1[0]; x.t.strides[0] = T + 1;
+    CHECK(!tk_arg_same_binding(&a1[0], &x));
+    x = a1[0]; x.t.device = TK_CUDA;
+    CHECK(!tk_arg_same_binding(&a1[0], &x));
+    x = a1[0]; x.t.device = TK_CUDA;
+    tk_arg y = x; y.t.device_index = 1;
+    CHECK(tk_arg_same_binding(&x, &x) && !tk_arg_same_binding(&x, &y));
+    x = a1[0]; x.t.ndim = 1;
+    CHECK(!tk_arg_same_binding(&a1[0], &x));
+    tk_arg f0 = tk_arg_float(0.0), fm0 = tk_arg_float(-0.0), fnan = tk_arg_float(NAN);
+    CHECK(!tk_arg_same_binding(&f0, &fm0) && tk_arg_same_binding(&fnan, &fnan));
+    tk_arg i3 = tk_arg_int(3), i4 = tk_arg_int(4), none = tk_arg_none(), b1 = tk_arg_bool(1), none2 = tk_arg_none();
+    CHECK(!tk_arg_same_binding(&i3, &i4) && !tk_arg_same_binding(&i3, &none) && tk_arg_same_binding(&none, &none2));
+    tk_arg i1 = tk_arg_int(1);
+    CHECK(!tk_arg_same_binding(&i1, &b1) && !tk_arg_same_binding(&a1[2], &i3));
+
+    tk_call call;
+    CHECK(tk_bind(rw, a1, 3, &call) == TK_OK);
+    tk_call again = call;
+    CHECK(tk_rebind_data(&again, a2, 3) == TK_OK);
+    CHECK(tk_run_cpu(&again, 0, again.kargs.numel) == TK_ERR_ARG);  /* outputs cleared */
+    for (int i = 0; i < B * C * T; i++) out[i] = NAN;
+    CHECK(tk_set_output(&again, 0, tk_view(out, TK_F64, 3, ksz, kst)) == TK_OK);
+    CHECK(tk_run_cpu(&again, 0, again.kargs.numel) == TK_OK);
+    double maxerr = 0;
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+            for (int t = 0; t < T; t++) {
+                double s = 0.25;
+                for (int u = 0; u <= t; u++) s += w2[c * T + (T - 1) - (t - u)] * k2[(b * C + c) * T + u];
+                double err = fabs(out[(b * C + c) * T + t] - s);
+                if (!(err <= maxerr)) maxerr = isnan(err) ? INFINITY : err;
+            }
+    CHECK(maxerr < 1e-12);
+    /* misuse: wrong count, a scalar where a tensor was bound */
+    tk_arg bad[3] = {a2[2], a2[1], a2[2]};
+    CHECK(tk_rebind_data(&again, a2, 2) == TK_ERR_ARG && strstr(again.msg, "expected 3 arguments") != NULL);
+    CHECK(tk_rebind_data(&again, bad, 3) == TK_ERR_ARG && strstr(again.msg, "argument 'w': expected a tensor") != NULL);
+    CHECK(tk_rebind_data(NULL, a2, 3) == TK_ERR_INVALID);
+}
+
 /* Every float16 bit pattern converts like the compiler's _Float16. */
 static void test_half_conversions(void) {
 #if defined(__FLT16_MAX__)
@@ -226,6 +287,7 @@ int main(void) {
         test_rwkv(rw, TK_F32);
         test_rwkv(rw, TK_F64);
         test_bind_errors(bp, rw);
+        test_rebind(rw);
     }
     test_half_conversions();
     test_python_division();
