@@ -239,22 +239,29 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
   TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
 }
 
-// Transparent huge pages for a large CPU output (Linux). A fresh output is
-// memory the process has never touched: the kernel's first write to each
-// 4 KiB page takes a page fault, and for a memory-bound op such as brick_pad
-// those faults are half of the call (bench/README.md, "Huge pages"). Where
-// the system's THP mode is `madvise` (the common default), MADV_HUGEPAGE on
-// the output's 2 MiB-aligned interior makes that one fault per 2 MiB. The
-// kernel writes every element of the output, so no memory is wasted. Advice
-// only: when it fails (THP `never`, a custom allocator's memory) nothing
-// changes. TK_HUGEPAGES=0 turns it off.
+// Transparent huge pages for a large CPU output (Linux), opt-in with
+// TK_HUGEPAGES=1. A fresh output is memory the process has never touched:
+// the kernel's first write to each 4 KiB page takes a page fault, and for a
+// memory-bound op such as brick_pad those faults are half of the call.
+// Where the system's THP mode is `madvise` (the common default),
+// MADV_HUGEPAGE on the output's 2 MiB-aligned interior makes that one fault
+// per 2 MiB: brick_pad at the seed configuration 25 -> 12 ms when called
+// back to back. It is not the default because of where huge pages come
+// from: on a VM whose host takes back free memory (free page reporting, as
+// on the machine tk is developed on), a huge page freed for a few seconds
+// is returned to the host, and faulting it in again took 170 ms for
+// brick_pad's output against 25 ms with small pages (bench/README.md,
+// "Huge pages"). torch's own switch, THP_MEM_ALLOC_ENABLE, is opt-in too.
+// The kernel writes every element of the output, so no memory is wasted.
+// Advice only: when it fails (THP `never`, a custom allocator's memory)
+// nothing changes.
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 constexpr size_t kHugeOutputMin = size_t{8} << 20;  // 4+ huge pages, 3+ always inside
 
 bool huge_pages_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("TK_HUGEPAGES");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
 }

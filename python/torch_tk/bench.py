@@ -13,8 +13,8 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
                 napkin maths: B*C*T*(T+1) = 14.5 GFLOP / time -> GFLOP/s
   memset        torch.empty + fill_ of the brick_pad output's size: the
                 bandwidth floor brick_pad is compared with (both allocate);
-                on the CPU also into huge pages ("fill_ THP"), as tk's
-                large outputs are
+                with TK_HUGEPAGES=1 also into huge pages ("fill_ THP"), as
+                tk's large CPU outputs then are
   rwkv backward the same sizes: tk's backward specs (through autograd) vs
                 autograd of the F.conv1d formulation; gradients compared
   rwkv loop     B=1, C=2, T=16: tk vs the Python reference loop (tiny only)
@@ -160,8 +160,8 @@ def advise_huge_pages(t: torch.Tensor) -> None:
 
 def memset_cases(device: str):
     """The floor for brick_pad: allocate and fill a tensor of the output's size.
-    On the CPU also into huge pages, as tk's large outputs are (`fill_ THP`):
-    the floor for tk's own page handling."""
+    With TK_HUGEPAGES=1 (tk advises huge pages for its large CPU outputs),
+    also into huge pages (`fill_ THP`): the floor for that mode."""
     s = ref.SEED
 
     def fill():
@@ -173,7 +173,7 @@ def memset_cases(device: str):
         return t.fill_(0.5)
 
     impls = [("torch.fill_", fill)]
-    if device == "cpu" and can_advise_huge_pages():
+    if device == "cpu" and os.environ.get("TK_HUGEPAGES") == "1" and can_advise_huge_pages():
         impls.insert(0, ("fill_ THP", fill_huge))
     work = {"bytes_written": s.H * s.W * 4}
     return dict(op="memset", shape=f"{s.H}x{s.W} f32 (empty + fill_)", work=work,
@@ -300,7 +300,7 @@ def summarize(rows) -> list:
         huge = med("memset", "fill_ THP", device)
         if pad and huge:
             lines.append(f"[{device}] brick_pad bandwidth = {huge / pad * 100:.0f}% of empty+fill_ into huge pages "
-                         "(tk advises huge pages for large CPU outputs; TK_HUGEPAGES=0 turns it off)")
+                         "(TK_HUGEPAGES=1: tk advises huge pages for its large CPU outputs)")
         for op in ("rwkv_forward", "rwkv_backward"):
             tk, conv = med(op, "tk", device), med(op, "F.conv1d", device)
             if tk and conv:
@@ -345,6 +345,9 @@ def machine_info() -> dict:
     info = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
                 cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 python=platform.python_version(), torch=torch.__version__)
+    env = {k: os.environ[k] for k in ("TK_HUGEPAGES", "THP_MEM_ALLOC_ENABLE", "TK_CPU_NARROW") if k in os.environ}
+    if env:  # settings that change CPU timings
+        info["env"] = env
     if hasattr(os, "getloadavg"):  # other work on the machine skews CPU timings
         info["load_average_1m_at_start"] = round(os.getloadavg()[0], 2)
     if torch.cuda.is_available():

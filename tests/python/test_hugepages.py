@@ -1,30 +1,27 @@
-"""Large CPU outputs are advised to use transparent huge pages (Linux).
+"""TK_HUGEPAGES=1: large CPU outputs are advised to use transparent huge pages.
 
-The shim calls madvise(MADV_HUGEPAGE) on the 2 MiB-aligned interior of
-every CPU output of 8 MiB or more before the kernel first writes it
-(shim/kernels.cpp, advise_huge_pages); TK_HUGEPAGES=0 turns that off. The
-kernel's first touch then faults one 2 MiB page at a time instead of 512
-small ones (bench/README.md, "Huge pages"). These tests read the advice
-back from /proc/self/smaps (the VMA's `hg` flag) and check the outputs
-written into such memory against the index formula.
+With TK_HUGEPAGES=1 the shim calls madvise(MADV_HUGEPAGE) on the 2 MiB-aligned
+interior of every CPU output of 8 MiB or more before the kernel first writes
+it (shim/kernels.cpp, advise_huge_pages); by default it does not (why:
+bench/README.md, "Huge pages"). Each case runs in a fresh process (the
+variable is read once per process), which reports where its output's first
+whole huge page lies; the test reads that mapping's flags from
+/proc/<pid>/smaps (`hg`: MADV_HUGEPAGE) and the child checks its outputs
+against the index formula and F.conv1d.
 """
 import os
 import subprocess
 import sys
 
 import pytest
-import torch
-
-HUGE = 2 << 20
-THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not os.path.isdir(THP_DIR) or not os.path.exists("/proc/self/smaps"),
-    reason="transparent huge pages are a Linux feature: no /sys/kernel/mm/transparent_hugepage or /proc/self/smaps")
+    not sys.platform.startswith("linux") or not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
+    reason="transparent huge pages are a Linux feature: no /sys/kernel/mm/transparent_hugepage here")
 
 
-def vm_flags(addr: int, pid: str = "self") -> set:
-    """The VmFlags of the mapping of this process that contains addr."""
+def vm_flags(addr: int, pid: int) -> set:
+    """The VmFlags of the mapping of process pid that contains addr."""
     inside = False
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
@@ -34,79 +31,57 @@ def vm_flags(addr: int, pid: str = "self") -> set:
                 inside = lo <= addr < hi
             elif inside and head == "VmFlags:":
                 return set(line.split()[1:])
-    raise AssertionError(f"no mapping contains {addr:#x}")
+    raise AssertionError(f"no mapping of {pid} contains {addr:#x}")
 
 
-def interior(t: torch.Tensor) -> int:
-    """The first 2 MiB-aligned address inside t's data."""
-    return (t.data_ptr() + HUGE - 1) // HUGE * HUGE
-
-
-def brick_expected(tile, H, W, pw, ph, stagger):
-    """The seed's brick-wall index formula, in int64 torch arithmetic."""
-    TH, TW = tile.shape
-    row = torch.arange(H).unsqueeze(1)
-    col = torch.arange(W).unsqueeze(0)
-    x1 = col - pw
-    y1 = H - 1 - row + ph
-    v = torch.div(y1, TH, rounding_mode="floor")
-    u = torch.div(x1 - v * stagger, TW, rounding_mode="floor")
-    x2 = x1 - u * TW - v * stagger
-    y2 = y1 - v * TH
-    return tile[TH - 1 - y2, x2]
-
-
-def test_large_output_is_advised_and_right(tk):
-    tile = torch.randn(48, 32)
-    out = tk.brick_pad(tile, 1024, 512, 7)  # (1072, 2080) float32 + pad: 8.9 MB
-    assert out.numel() * 4 >= 8 << 20
-    assert "hg" in vm_flags(interior(out)), "the output's interior was not advised MADV_HUGEPAGE"
-    H, W = out.shape
-    assert torch.equal(out, brick_expected(tile, H, W, 1024, 512, 7))
-
-
-def test_large_rwkv_output_is_advised_and_right(tk):
-    B, C, T = 32, 96, 768  # float64 output: 18.9 MB
-    w = torch.randn(C, T, dtype=torch.float64)
-    k = torch.randn(B, C, T, dtype=torch.float64)
-    out = tk.rwkv_forward(w, k, 0.25)
-    assert "hg" in vm_flags(interior(out))
-    import torch.nn.functional as F
-    want = 0.25 + F.conv1d(F.pad(k, (T - 1, 0)), w.unsqueeze(1), groups=C)
-    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
-
-
-CHILD = """
+CHILD = r"""
 import sys, torch, torch_tk
-pw, ph = int(sys.argv[1]), int(sys.argv[2])
-out = torch.ops.tk.brick_pad(torch.randn(48, 32), pw, ph, 7)
+import torch.nn.functional as F
+op, size = sys.argv[1], int(sys.argv[2])
 huge = 2 << 20
+if op == "brick_pad":   # the seed's index formula, in int64 torch arithmetic
+    tile = torch.randn(48, 32)
+    out = torch.ops.tk.brick_pad(tile, size, size // 2, 7)
+    H, W = out.shape
+    row, col = torch.arange(H).unsqueeze(1), torch.arange(W).unsqueeze(0)
+    x1, y1 = col - size, H - 1 - row + size // 2
+    v = torch.div(y1, 48, rounding_mode="floor")
+    u = torch.div(x1 - v * 7, 32, rounding_mode="floor")
+    want = tile[47 - (y1 - v * 48), x1 - u * 32 - v * 7]
+    ok = torch.equal(out, want)
+else:                    # rwkv_forward, float64, against F.conv1d
+    C, T = 96, 768
+    w, k = torch.randn(C, T, dtype=torch.float64), torch.randn(size, C, T, dtype=torch.float64)
+    out = torch.ops.tk.rwkv_forward(w, k, 0.25)
+    want = 0.25 + F.conv1d(F.pad(k, (T - 1, 0)), w.unsqueeze(1), groups=C)
+    ok = torch.allclose(out, want, rtol=1e-10, atol=1e-10)
 lo = (out.data_ptr() + huge - 1) // huge * huge
-assert lo + huge <= out.data_ptr() + out.numel() * 4, "no whole 2 MiB page inside the output"
-print(lo, out.numel() * 4, flush=True)
+assert lo + huge <= out.data_ptr() + out.numel() * out.element_size(), "no whole 2 MiB page inside"
+print(lo, out.numel() * out.element_size(), int(ok), flush=True)
 sys.stdin.read()
 """
 
 
-@pytest.mark.parametrize("pw, ph, env, advised", [
-    (1024, 512, None, True),    # 8.9 MB: advised
-    (1024, 512, "0", False),    # 8.9 MB, TK_HUGEPAGES=0: not advised
-    (1024, 512, "1", True),
-    (700, 500, None, False),    # 6.1 MB: below the 8 MiB threshold
+@pytest.mark.parametrize("op, size, env, advised", [
+    ("brick_pad", 1024, None, False),   # 8.9 MB, default: not advised
+    ("brick_pad", 1024, "0", False),
+    ("brick_pad", 1024, "1", True),     # 8.9 MB: advised
+    ("brick_pad", 700, "1", False),     # 6.1 MB: below the 8 MiB threshold
+    ("rwkv_forward", 32, "1", True),    # 18.9 MB float64
+    ("rwkv_forward", 32, None, False),
 ])
-def test_advice_in_a_fresh_process(pw, ph, env, advised):
-    """A fresh process (no earlier advice on its heap): whether the output's
-    first whole huge page lies in an advised mapping."""
+def test_advice(op, size, env, advised):
     env_vars = dict(os.environ)
     env_vars.pop("TK_HUGEPAGES", None)
     if env is not None:
         env_vars["TK_HUGEPAGES"] = env
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(pw), str(ph)], env=env_vars,
+    p = subprocess.Popen([sys.executable, "-c", CHILD, op, str(size)], env=env_vars,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        addr, nbytes = (int(x) for x in p.stdout.readline().split())
-        assert (nbytes >= 8 << 20) == (pw == 1024)
-        assert ("hg" in vm_flags(addr, str(p.pid))) == advised
+        addr, nbytes, ok = (int(x) for x in p.stdout.readline().split())
+        assert ok == 1, f"{op}: the output differs from the reference"
+        assert (nbytes >= 8 << 20) == (size != 700)
+        assert ("hg" in vm_flags(addr, p.pid)) == advised
     finally:
         p.communicate("")
     assert p.returncode == 0
