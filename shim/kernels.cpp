@@ -251,7 +251,7 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
 // on the machine tk is developed on), a huge page freed for a few seconds
 // is returned to the host, and faulting it in again took 170 ms for
 // brick_pad's output against 25 ms with small pages (bench/README.md,
-// "Huge pages"). torch's own switch, THP_MEM_ALLOC_ENABLE, is opt-in too.
+// "Huge pages", page_faults.py). torch's THP_MEM_ALLOC_ENABLE is opt-in too.
 // The kernel writes every element of the output, so no memory is wasted.
 // Advice only: when it fails (THP `never`, a custom allocator's memory)
 // nothing changes.
