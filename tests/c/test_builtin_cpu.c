@@ -89,6 +89,14 @@ static void test_brick_pad(const tk_op *op) {
 }
 
 /* rwkv_forward in float32 and float64 against a float64 loop. */
+/* Reference rwkv_forward for one (b, c, t), in float64: the formula. */
+static double rwkv_ref(const double *w, const double *k, int64_t C, int64_t T, int64_t b, int64_t c, int64_t t,
+                       double eps) {
+    double s = eps;
+    for (int64_t u = 0; u <= t; u++) s += w[c * T + (T - 1) - (t - u)] * k[(b * C + c) * T + u];
+    return s;
+}
+
 static void test_rwkv(const tk_op *op, tk_dtype dt) {
     enum { B = 3, C = 5, T = 17 };
     double *w = malloc(sizeof(double) * C * T), *k = malloc(sizeof(double) * B * C * T);
@@ -117,8 +125,7 @@ static void test_rwkv(const tk_op *op, tk_dtype dt) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t t = 0; t < T; t++) {
-                double s = 0.1;
-                for (int64_t u = 0; u <= t; u++) s += w[c * T + (T - 1) - (t - u)] * k[(b * C + c) * T + u];
+                double s = rwkv_ref(w, k, C, T, b, c, t, 0.1);
                 int64_t i = (b * C + c) * T + t;
                 double got = dt == TK_F32 ? ((float *)ob)[i] : ((double *)ob)[i];
                 double err = fabs(got - s) / fabs(s);
@@ -216,8 +223,7 @@ static void test_rebind(const tk_op *rw) {
     for (int b = 0; b < B; b++)
         for (int c = 0; c < C; c++)
             for (int t = 0; t < T; t++) {
-                double s = 0.25;
-                for (int u = 0; u <= t; u++) s += w2[c * T + (T - 1) - (t - u)] * k2[(b * C + c) * T + u];
+                double s = rwkv_ref(w2, k2, C, T, b, c, t, 0.25);
                 double err = fabs(out[(b * C + c) * T + t] - s);
                 if (!(err <= maxerr)) maxerr = isnan(err) ? INFINITY : err;
             }

@@ -13,19 +13,14 @@ import threading
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-
-def rwkv_ref(w, k, eps):
-    T = w.shape[-1]
-    w64, k64 = w.double(), k.double()
-    return eps + F.conv1d(F.pad(k64, (T - 1, 0)), w64.unsqueeze(1), groups=w.shape[0])
+from torch_tk import reference as ref
 
 
 def check_rwkv(out, w, k, eps):
     assert out.dtype == k.dtype and out.shape == k.shape
     tol = 1e-12 if k.dtype == torch.float64 else 1e-4
-    torch.testing.assert_close(out.double(), rwkv_ref(w, k, eps), rtol=tol, atol=tol)
+    torch.testing.assert_close(out.double(), ref.rwkv_conv1d(w.double(), k.double(), eps), rtol=tol, atol=tol)
 
 
 def test_same_shapes_new_data(tk):

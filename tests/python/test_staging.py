@@ -12,8 +12,9 @@ inputs left untouched.
 """
 import pytest
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
+
+from torch_tk import reference as ref
 
 
 def copies_in(fn):
@@ -21,21 +22,6 @@ def copies_in(fn):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         out = fn()
     return out, sum(e.name == "aten::contiguous" for e in prof.events())
-
-
-def brick_expected(tile, pw, ph, stagger):
-    """The seed's brick-wall index formula, in int64 torch arithmetic."""
-    TH, TW = tile.shape
-    H, W = TH + 2 * ph, TW + 2 * pw
-    row = torch.arange(H).unsqueeze(1)
-    col = torch.arange(W).unsqueeze(0)
-    x1 = col - pw
-    y1 = H - 1 - row + ph
-    v = torch.div(y1, TH, rounding_mode="floor")
-    u = torch.div(x1 - v * stagger, TW, rounding_mode="floor")
-    x2 = x1 - u * TW - v * stagger
-    y2 = y1 - v * TH
-    return tile[TH - 1 - y2, x2]
 
 
 # (layout, pw, ph, staged): the output has (TH + 2ph)(TW + 2pw) elements,
@@ -65,7 +51,7 @@ def test_brick_pad_staging(tk, layout, pw, ph, staged):
     before = (tile.clone(), tile.stride(), tile.data_ptr())
     out, copies = copies_in(lambda: tk.brick_pad(tile, pw, ph, 3))
     assert copies == (1 if staged else 0)
-    assert torch.equal(out, brick_expected(tile, pw, ph, 3))
+    assert torch.equal(out, ref.brick_pad_index(tile, pw, ph, 3))
     assert torch.equal(tile, before[0]) and tile.stride() == before[1] and tile.data_ptr() == before[2]
 
 
@@ -91,7 +77,7 @@ def test_rwkv_transposed_weight(tk, B, staged):
     out, copies = copies_in(lambda: tk.rwkv_forward(w, k, 0.5))
     assert copies == (1 if staged else 0)
     w2, k2 = w.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
-    want = 0.5 + F.conv1d(F.pad(k2, (T - 1, 0)), w2.unsqueeze(1), groups=C)
+    want = ref.rwkv_conv1d(w2, k2, 0.5)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     g = torch.randn(B, C, T, dtype=torch.float64, generator=gen)
     out.backward(g)
