@@ -220,12 +220,8 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
   }
   if (rebind(c, args.data(), n)) return;
   TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
-  if (!device.is_cpu() || c.call.kargs.numel < 2 * kStageRatio) {  // no staging for tiny calls
-    remember(c, args.data(), n);
-    return;
-  }
   bool staged = false;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; device.is_cpu() && i < n; ++i) {
     if (!values[i].isTensor() || !worth_staging(values[i].toTensor(), c.call.kargs.numel)) continue;
     c.staged.push_back(values[i].toTensor().contiguous());
     args[i] = tk_arg_tensor(to_view(c.staged.back(), false, Where{tk_op_name(c.op), params[i].name().c_str()}));
