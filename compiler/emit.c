@@ -54,6 +54,8 @@ typedef struct emitter {
     int in_lane;                    /* emitting inside a lane loop */
     int lane_rev;                   /* lane tk_j is element V - 1 - tk_j of its block */
     int nblocks;                    /* R: blocks of V lanes per tile (copies along the innermost dim) */
+    int nacc;                       /* accumulators per lane (lane_plan) */
+    int vx;                         /* tiles on explicit vectors: R may exceed 1 */
     int gcopy, rcopy;               /* the copy being emitted: group row g, lane block r */
     const char *mask;               /* assignments take effect only where this holds */
     int lane_fix;                   /* >= 0: lane index printed instead of tk_j (vector addresses) */
@@ -942,6 +944,15 @@ static size_t narrowest_tensor(const emitter *E) {
     }
     return n;
 }
+/* R for a tile of G group rows: with explicit vectors, about 24
+ * accumulator vectors of the 32 AVX-512 registers, each broadcast of a
+ * group row feeding R of them. */
+static int lane_blocks(const emitter *E, int G) {
+    if (!E->vx) return 1;
+    int r = 24 / (E->nacc * G);
+    return r < 1 ? 1 : r > 8 ? 8 : r;
+}
+
 static int lane_plan(emitter *E) {
     const tk_opdecl *d = E->op->decl;
     lane_info li;
@@ -1017,10 +1028,9 @@ static int lane_plan(emitter *E) {
         vx = vx_loop_ok(E, li.loops[k]);
         E->nshared = 0;
     }
-    if (vx) {
-        int r = 24 / (nacc * E->ngroup);
-        E->nblocks = r < 1 ? 1 : r > 8 ? 8 : r;
-    }
+    E->nacc = nacc;
+    E->vx = vx;
+    E->nblocks = lane_blocks(E, E->ngroup);
     return 1;
 }
 
@@ -2254,6 +2264,40 @@ static void segments(emitter *E) {
     line(E, "}");
 }
 
+/* CPU lane tiles over E->ngroup whole rows of the group dim at once (the
+ * rows of one run of the innermost dim, then the next G - 1): tiles of
+ * step elements, then the row ends one element (times G) at a time. */
+static void group_rows(emitter *E, int step) {
+    const tk_opdecl *d = E->op->decl;
+    const char *v = d->loop_vars[d->nloop - 1], *gv = d->loop_vars[E->gdim];
+    int G = E->ngroup;
+    line(E, "if (v_%s == 0 && v_%s <= n_%s - %d && (end - lin) / %d >= n_%s) {", v, gv, gv, G, G, v);
+    E->indent++;
+    line(E, "for (; v_%s <= n_%s - %d; v_%s += %d)", v, v, step, v, step);
+    E->indent++;
+    tile(E);
+    E->indent--;
+    line(E, "for (; v_%s < n_%s; ++v_%s) {", v, v, v);
+    E->indent++;
+    for (int g = 0; g < G; g++) {
+        E->copy = E->gcopy = g;
+        E->rcopy = 0;
+        line(E, "{");
+        E->indent++;
+        block(E, d->body, d->nbody);
+        E->indent--;
+        line(E, "}");
+    }
+    E->copy = -1;
+    E->gcopy = 0;
+    E->indent--;
+    line(E, "}");
+    line(E, "lin += %d * n_%s;", G, v);
+    line(E, "continue;");
+    E->indent--;
+    line(E, "}");
+}
+
 /* CPU: decompose once per run of the innermost dim, then walk it; bodies
  * with a top-level loop walk it ncopies elements at a time (unroll-and-jam). */
 static void cpu_loop(emitter *E) {
@@ -2269,36 +2313,17 @@ static void cpu_loop(emitter *E) {
         line(E, "const tk_i64 stop = end - lin < n_%s - v_%s ? end : lin + (n_%s - v_%s);", v, v, v, v);
         if (E->segmented) segments(E);
         if (E->lanes) {
-            int G = E->ngroup, step = E->lanes * E->nblocks;
-            const char *gv = d->loop_vars[E->gdim];
-            if (G > 1) {
-                line(E, "if (v_%s == 0 && v_%s <= n_%s - %d && (end - lin) / %d >= n_%s) {", v, gv, gv, G, G, v);
-                E->indent++;
-                line(E, "for (; v_%s <= n_%s - %d; v_%s += %d)", v, v, step, v, step);
-                E->indent++;
-                tile(E);
-                E->indent--;
-                line(E, "for (; v_%s < n_%s; ++v_%s) {", v, v, v);
-                E->indent++;
-                for (int g = 0; g < G; g++) {
-                    E->copy = E->gcopy = g;
-                    E->rcopy = 0;
-                    line(E, "{");
-                    E->indent++;
-                    block(E, d->body, d->nbody);
-                    E->indent--;
-                    line(E, "}");
-                }
-                E->copy = -1;
-                E->gcopy = 0;
-                E->indent--;
-                line(E, "}");
-                line(E, "lin += %d * n_%s;", G, v);
-                line(E, "continue;");
-                E->indent--;
-                line(E, "}");
-                E->ngroup = 1;
+            int G = E->ngroup, R = E->nblocks, step = E->lanes * E->nblocks;
+            /* whole rows of G group rows, then of G / 2 (a batch of 4, or
+             * the 4 rows a batch of 12 leaves: each w vector still feeds
+             * 4 rows' FMAs), then single rows */
+            for (int g = G; g > 1; g = g / 2 >= 4 ? g / 2 : 1) {
+                E->ngroup = g;
+                E->nblocks = lane_blocks(E, g);
+                group_rows(E, E->lanes * E->nblocks);
             }
+            E->ngroup = 1;
+            E->nblocks = R;
             line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d)", step, step, v, step);
             E->indent++;
             tile(E);

@@ -265,6 +265,161 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
             lin += 8 * n_t;
             continue;
         }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_f16(v_s_3[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_0);
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_1);
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_2);
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
         for (; lin + 16 <= stop; lin += 16, v_t += 16)
             {
                 float v_s_0[16];
@@ -626,6 +781,161 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 }
             }
             lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
             continue;
         }
         for (; lin + 16 <= stop; lin += 16, v_t += 16)
@@ -1323,8 +1633,835 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx0(const tk_kargs *
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_k = (const float *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_out = (float *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const float *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp6 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp7 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp8 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp9 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp10 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp11 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp12 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp13 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp14 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp15 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp16 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp17 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp18 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp19 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp20 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp21 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp22 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp23 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                    x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                    x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
+                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
+                    x_s_13 += (tk_ld0 * tk_rp13[v_u * s_k_2]);
+                    x_s_19 += (tk_ld0 * tk_rp19[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
+                    x_s_8 += (tk_ld0 * tk_rp8[v_u * s_k_2]);
+                    x_s_14 += (tk_ld0 * tk_rp14[v_u * s_k_2]);
+                    x_s_20 += (tk_ld0 * tk_rp20[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                    x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                    x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                    x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
+                    x_s_10 += (tk_ld0 * tk_rp10[v_u * s_k_2]);
+                    x_s_16 += (tk_ld0 * tk_rp16[v_u * s_k_2]);
+                    x_s_22 += (tk_ld0 * tk_rp22[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
+                    x_s_11 += (tk_ld0 * tk_rp11[v_u * s_k_2]);
+                    x_s_17 += (tk_ld0 * tk_rp17[v_u * s_k_2]);
+                    x_s_23 += (tk_ld0 * tk_rp23[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld3 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld4 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld5 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                x_s_7 += (tk_ld1 * tk_rp7[v_u * s_k_2]);
+                x_s_8 += (tk_ld2 * tk_rp8[v_u * s_k_2]);
+                x_s_9 += (tk_ld3 * tk_rp9[v_u * s_k_2]);
+                x_s_10 += (tk_ld4 * tk_rp10[v_u * s_k_2]);
+                x_s_11 += (tk_ld5 * tk_rp11[v_u * s_k_2]);
+                x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                x_s_13 += (tk_ld1 * tk_rp13[v_u * s_k_2]);
+                x_s_14 += (tk_ld2 * tk_rp14[v_u * s_k_2]);
+                x_s_15 += (tk_ld3 * tk_rp15[v_u * s_k_2]);
+                x_s_16 += (tk_ld4 * tk_rp16[v_u * s_k_2]);
+                x_s_17 += (tk_ld5 * tk_rp17[v_u * s_k_2]);
+                x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                x_s_19 += (tk_ld1 * tk_rp19[v_u * s_k_2]);
+                x_s_20 += (tk_ld2 * tk_rp20[v_u * s_k_2]);
+                x_s_21 += (tk_ld3 * tk_rp21[v_u * s_k_2]);
+                x_s_22 += (tk_ld4 * tk_rp22[v_u * s_k_2]);
+                x_s_23 += (tk_ld5 * tk_rp23[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                    x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                    x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
+                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
+                    x_s_13 += (tk_ld0 * tk_rp13[v_u * s_k_2]);
+                    x_s_19 += (tk_ld0 * tk_rp19[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
+                    x_s_8 += (tk_ld0 * tk_rp8[v_u * s_k_2]);
+                    x_s_14 += (tk_ld0 * tk_rp14[v_u * s_k_2]);
+                    x_s_20 += (tk_ld0 * tk_rp20[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                    x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                    x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                    x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
+                    x_s_10 += (tk_ld0 * tk_rp10[v_u * s_k_2]);
+                    x_s_16 += (tk_ld0 * tk_rp16[v_u * s_k_2]);
+                    x_s_22 += (tk_ld0 * tk_rp22[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
+                    x_s_11 += (tk_ld0 * tk_rp11[v_u * s_k_2]);
+                    x_s_17 += (tk_ld0 * tk_rp17[v_u * s_k_2]);
+                    x_s_23 += (tk_ld0 * tk_rp23[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                    x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                    x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
+                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
+                    x_s_13 += (tk_ld0 * tk_rp13[v_u * s_k_2]);
+                    x_s_19 += (tk_ld0 * tk_rp19[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
+                    x_s_8 += (tk_ld0 * tk_rp8[v_u * s_k_2]);
+                    x_s_14 += (tk_ld0 * tk_rp14[v_u * s_k_2]);
+                    x_s_20 += (tk_ld0 * tk_rp20[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                    x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                    x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                    x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
+                    x_s_10 += (tk_ld0 * tk_rp10[v_u * s_k_2]);
+                    x_s_16 += (tk_ld0 * tk_rp16[v_u * s_k_2]);
+                    x_s_22 += (tk_ld0 * tk_rp22[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
+                    x_s_11 += (tk_ld0 * tk_rp11[v_u * s_k_2]);
+                    x_s_17 += (tk_ld0 * tk_rp17[v_u * s_k_2]);
+                    x_s_23 += (tk_ld0 * tk_rp23[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_k = (const float *)a->t[1].data;
@@ -1958,6 +3095,293 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
             lin += 8 * n_t;
             continue;
         }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 96; v_t += 96)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
+                        v_s_8[tk_j] = p_eps;
+                        v_s_9[tk_j] = p_eps;
+                        v_s_10[tk_j] = p_eps;
+                        v_s_11[tk_j] = p_eps;
+                        v_s_12[tk_j] = p_eps;
+                        v_s_13[tk_j] = p_eps;
+                        v_s_14[tk_j] = p_eps;
+                        v_s_15[tk_j] = p_eps;
+                        v_s_16[tk_j] = p_eps;
+                        v_s_17[tk_j] = p_eps;
+                        v_s_18[tk_j] = p_eps;
+                        v_s_19[tk_j] = p_eps;
+                        v_s_20[tk_j] = p_eps;
+                        v_s_21[tk_j] = p_eps;
+                        v_s_22[tk_j] = p_eps;
+                        v_s_23[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
+                        tk_i64 tk_lo3[16], tk_hi3[16];
+                        tk_i64 tk_lo4[16], tk_hi4[16];
+                        tk_i64 tk_lo5[16], tk_hi5[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                            tk_lo1[tk_j] = 0;
+                            tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                            tk_lo2[tk_j] = 0;
+                            tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                            tk_lo3[tk_j] = 0;
+                            tk_hi3[tk_j] = ((v_t + (63 - tk_j)) + 1LL);
+                            tk_lo4[tk_j] = 0;
+                            tk_hi4[tk_j] = ((v_t + (79 - tk_j)) + 1LL);
+                            tk_lo5[tk_j] = 0;
+                            tk_hi5[tk_j] = ((v_t + (95 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                            if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                            if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                            if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 96 > 2.0 * tk_work + 384 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
+                            int tk_lr3[16], tk_hr3[16];
+                            int tk_lr4[16], tk_hr4[16];
+                            int tk_lr5[16], tk_hr5[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_forward__f32_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_8[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = v_s_9[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = v_s_10[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = v_s_11[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_12[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_13[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_14[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = v_s_15[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = v_s_16[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = v_s_17[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_18[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_19[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_20[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = v_s_21[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = v_s_22[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = v_s_23[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_1;
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_2;
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
         for (; lin + 48 <= stop; lin += 48, v_t += 48)
             {
                 float v_s_0[16];
@@ -2026,7 +3450,7 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_forward__f32_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_forward__f32_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -2311,6 +3735,161 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 }
             }
             lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_1;
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_2;
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
             continue;
         }
         for (; lin + 16 <= stop; lin += 16, v_t += 16)
@@ -3048,8 +4627,835 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx0(const tk_kargs *
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_k = (const double *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_out = (double *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const double p_eps = (double)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    tk_vf64 x_s_3 = tk_vld_f64(v_s_3);
+    tk_vf64 x_s_4 = tk_vld_f64(v_s_4);
+    tk_vf64 x_s_5 = tk_vld_f64(v_s_5);
+    tk_vf64 x_s_6 = tk_vld_f64(v_s_6);
+    tk_vf64 x_s_7 = tk_vld_f64(v_s_7);
+    tk_vf64 x_s_8 = tk_vld_f64(v_s_8);
+    tk_vf64 x_s_9 = tk_vld_f64(v_s_9);
+    tk_vf64 x_s_10 = tk_vld_f64(v_s_10);
+    tk_vf64 x_s_11 = tk_vld_f64(v_s_11);
+    tk_vf64 x_s_12 = tk_vld_f64(v_s_12);
+    tk_vf64 x_s_13 = tk_vld_f64(v_s_13);
+    tk_vf64 x_s_14 = tk_vld_f64(v_s_14);
+    tk_vf64 x_s_15 = tk_vld_f64(v_s_15);
+    tk_vf64 x_s_16 = tk_vld_f64(v_s_16);
+    tk_vf64 x_s_17 = tk_vld_f64(v_s_17);
+    tk_vf64 x_s_18 = tk_vld_f64(v_s_18);
+    tk_vf64 x_s_19 = tk_vld_f64(v_s_19);
+    tk_vf64 x_s_20 = tk_vld_f64(v_s_20);
+    tk_vf64 x_s_21 = tk_vld_f64(v_s_21);
+    tk_vf64 x_s_22 = tk_vld_f64(v_s_22);
+    tk_vf64 x_s_23 = tk_vld_f64(v_s_23);
+    const double *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp6 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp7 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp8 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp9 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp10 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp11 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp12 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp13 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp14 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp15 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp16 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp17 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp18 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp19 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp20 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp21 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp22 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp23 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                    x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                    x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
+                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
+                    x_s_13 += (tk_ld0 * tk_rp13[v_u * s_k_2]);
+                    x_s_19 += (tk_ld0 * tk_rp19[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
+                    x_s_8 += (tk_ld0 * tk_rp8[v_u * s_k_2]);
+                    x_s_14 += (tk_ld0 * tk_rp14[v_u * s_k_2]);
+                    x_s_20 += (tk_ld0 * tk_rp20[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                    x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                    x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                    x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
+                    x_s_10 += (tk_ld0 * tk_rp10[v_u * s_k_2]);
+                    x_s_16 += (tk_ld0 * tk_rp16[v_u * s_k_2]);
+                    x_s_22 += (tk_ld0 * tk_rp22[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
+                    x_s_11 += (tk_ld0 * tk_rp11[v_u * s_k_2]);
+                    x_s_17 += (tk_ld0 * tk_rp17[v_u * s_k_2]);
+                    x_s_23 += (tk_ld0 * tk_rp23[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld3 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld4 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld5 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                x_s_7 += (tk_ld1 * tk_rp7[v_u * s_k_2]);
+                x_s_8 += (tk_ld2 * tk_rp8[v_u * s_k_2]);
+                x_s_9 += (tk_ld3 * tk_rp9[v_u * s_k_2]);
+                x_s_10 += (tk_ld4 * tk_rp10[v_u * s_k_2]);
+                x_s_11 += (tk_ld5 * tk_rp11[v_u * s_k_2]);
+                x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                x_s_13 += (tk_ld1 * tk_rp13[v_u * s_k_2]);
+                x_s_14 += (tk_ld2 * tk_rp14[v_u * s_k_2]);
+                x_s_15 += (tk_ld3 * tk_rp15[v_u * s_k_2]);
+                x_s_16 += (tk_ld4 * tk_rp16[v_u * s_k_2]);
+                x_s_17 += (tk_ld5 * tk_rp17[v_u * s_k_2]);
+                x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                x_s_19 += (tk_ld1 * tk_rp19[v_u * s_k_2]);
+                x_s_20 += (tk_ld2 * tk_rp20[v_u * s_k_2]);
+                x_s_21 += (tk_ld3 * tk_rp21[v_u * s_k_2]);
+                x_s_22 += (tk_ld4 * tk_rp22[v_u * s_k_2]);
+                x_s_23 += (tk_ld5 * tk_rp23[v_u * s_k_2]);
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                    x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                    x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
+                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
+                    x_s_13 += (tk_ld0 * tk_rp13[v_u * s_k_2]);
+                    x_s_19 += (tk_ld0 * tk_rp19[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
+                    x_s_8 += (tk_ld0 * tk_rp8[v_u * s_k_2]);
+                    x_s_14 += (tk_ld0 * tk_rp14[v_u * s_k_2]);
+                    x_s_20 += (tk_ld0 * tk_rp20[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                    x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                    x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                    x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
+                    x_s_10 += (tk_ld0 * tk_rp10[v_u * s_k_2]);
+                    x_s_16 += (tk_ld0 * tk_rp16[v_u * s_k_2]);
+                    x_s_22 += (tk_ld0 * tk_rp22[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
+                    x_s_11 += (tk_ld0 * tk_rp11[v_u * s_k_2]);
+                    x_s_17 += (tk_ld0 * tk_rp17[v_u * s_k_2]);
+                    x_s_23 += (tk_ld0 * tk_rp23[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
+                    x_s_12 += (tk_ld0 * tk_rp12[v_u * s_k_2]);
+                    x_s_18 += (tk_ld0 * tk_rp18[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_ld0 * tk_rp12[v_u * s_k_2]), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_ld0 * tk_rp18[v_u * s_k_2]), x_s_18);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
+                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
+                    x_s_13 += (tk_ld0 * tk_rp13[v_u * s_k_2]);
+                    x_s_19 += (tk_ld0 * tk_rp19[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_ld0 * tk_rp13[v_u * s_k_2]), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_ld0 * tk_rp19[v_u * s_k_2]), x_s_19);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
+                    x_s_8 += (tk_ld0 * tk_rp8[v_u * s_k_2]);
+                    x_s_14 += (tk_ld0 * tk_rp14[v_u * s_k_2]);
+                    x_s_20 += (tk_ld0 * tk_rp20[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_ld0 * tk_rp8[v_u * s_k_2]), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_ld0 * tk_rp14[v_u * s_k_2]), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_ld0 * tk_rp20[v_u * s_k_2]), x_s_20);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
+                    x_s_9 += (tk_ld0 * tk_rp9[v_u * s_k_2]);
+                    x_s_15 += (tk_ld0 * tk_rp15[v_u * s_k_2]);
+                    x_s_21 += (tk_ld0 * tk_rp21[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_ld0 * tk_rp9[v_u * s_k_2]), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_ld0 * tk_rp15[v_u * s_k_2]), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_ld0 * tk_rp21[v_u * s_k_2]), x_s_21);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
+                    x_s_10 += (tk_ld0 * tk_rp10[v_u * s_k_2]);
+                    x_s_16 += (tk_ld0 * tk_rp16[v_u * s_k_2]);
+                    x_s_22 += (tk_ld0 * tk_rp22[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_ld0 * tk_rp10[v_u * s_k_2]), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_ld0 * tk_rp16[v_u * s_k_2]), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_ld0 * tk_rp22[v_u * s_k_2]), x_s_22);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
+                    x_s_11 += (tk_ld0 * tk_rp11[v_u * s_k_2]);
+                    x_s_17 += (tk_ld0 * tk_rp17[v_u * s_k_2]);
+                    x_s_23 += (tk_ld0 * tk_rp23[v_u * s_k_2]);
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_ld0 * tk_rp11[v_u * s_k_2]), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_ld0 * tk_rp17[v_u * s_k_2]), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_ld0 * tk_rp23[v_u * s_k_2]), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+    tk_vst_f64(v_s_3, x_s_3);
+    tk_vst_f64(v_s_4, x_s_4);
+    tk_vst_f64(v_s_5, x_s_5);
+    tk_vst_f64(v_s_6, x_s_6);
+    tk_vst_f64(v_s_7, x_s_7);
+    tk_vst_f64(v_s_8, x_s_8);
+    tk_vst_f64(v_s_9, x_s_9);
+    tk_vst_f64(v_s_10, x_s_10);
+    tk_vst_f64(v_s_11, x_s_11);
+    tk_vst_f64(v_s_12, x_s_12);
+    tk_vst_f64(v_s_13, x_s_13);
+    tk_vst_f64(v_s_14, x_s_14);
+    tk_vst_f64(v_s_15, x_s_15);
+    tk_vst_f64(v_s_16, x_s_16);
+    tk_vst_f64(v_s_17, x_s_17);
+    tk_vst_f64(v_s_18, x_s_18);
+    tk_vst_f64(v_s_19, x_s_19);
+    tk_vst_f64(v_s_20, x_s_20);
+    tk_vst_f64(v_s_21, x_s_21);
+    tk_vst_f64(v_s_22, x_s_22);
+    tk_vst_f64(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_k = (const double *)a->t[1].data;
@@ -3683,6 +6089,293 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
             lin += 8 * n_t;
             continue;
         }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 48; v_t += 48)
+                {
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
+                    double v_s_4[8];
+                    double v_s_5[8];
+                    double v_s_6[8];
+                    double v_s_7[8];
+                    double v_s_8[8];
+                    double v_s_9[8];
+                    double v_s_10[8];
+                    double v_s_11[8];
+                    double v_s_12[8];
+                    double v_s_13[8];
+                    double v_s_14[8];
+                    double v_s_15[8];
+                    double v_s_16[8];
+                    double v_s_17[8];
+                    double v_s_18[8];
+                    double v_s_19[8];
+                    double v_s_20[8];
+                    double v_s_21[8];
+                    double v_s_22[8];
+                    double v_s_23[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
+                        v_s_8[tk_j] = p_eps;
+                        v_s_9[tk_j] = p_eps;
+                        v_s_10[tk_j] = p_eps;
+                        v_s_11[tk_j] = p_eps;
+                        v_s_12[tk_j] = p_eps;
+                        v_s_13[tk_j] = p_eps;
+                        v_s_14[tk_j] = p_eps;
+                        v_s_15[tk_j] = p_eps;
+                        v_s_16[tk_j] = p_eps;
+                        v_s_17[tk_j] = p_eps;
+                        v_s_18[tk_j] = p_eps;
+                        v_s_19[tk_j] = p_eps;
+                        v_s_20[tk_j] = p_eps;
+                        v_s_21[tk_j] = p_eps;
+                        v_s_22[tk_j] = p_eps;
+                        v_s_23[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo1[8], tk_hi1[8];
+                        tk_i64 tk_lo2[8], tk_hi2[8];
+                        tk_i64 tk_lo3[8], tk_hi3[8];
+                        tk_i64 tk_lo4[8], tk_hi4[8];
+                        tk_i64 tk_lo5[8], tk_hi5[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                            tk_lo1[tk_j] = 0;
+                            tk_hi1[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                            tk_lo2[tk_j] = 0;
+                            tk_hi2[tk_j] = ((v_t + (23 - tk_j)) + 1LL);
+                            tk_lo3[tk_j] = 0;
+                            tk_hi3[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                            tk_lo4[tk_j] = 0;
+                            tk_hi4[tk_j] = ((v_t + (39 - tk_j)) + 1LL);
+                            tk_lo5[tk_j] = 0;
+                            tk_hi5[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                            if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                            if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                            if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_8[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_9[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_10[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_11[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_12[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_13[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_14[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_15[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_16[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_17[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_18[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_19[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_20[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_21[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_22[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_23[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[8], tk_hr0[8];
+                            long long tk_lr1[8], tk_hr1[8];
+                            long long tk_lr2[8], tk_hr2[8];
+                            long long tk_lr3[8], tk_hr3[8];
+                            long long tk_lr4[8], tk_hr4[8];
+                            long long tk_lr5[8], tk_hr5[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_forward__f64_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (39 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_8[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_9[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (39 - tk_j)) * s_out_2] = v_s_10[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_11[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_12[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_13[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_14[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_15[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (39 - tk_j)) * s_out_2] = v_s_16[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_17[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_18[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_19[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_20[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_21[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (39 - tk_j)) * s_out_2] = v_s_22[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_23[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    double v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+                }
+                {
+                    double v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_1;
+                }
+                {
+                    double v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_2;
+                }
+                {
+                    double v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
         for (; lin + 24 <= stop; lin += 24, v_t += 24)
             {
                 double v_s_0[8];
@@ -3751,7 +6444,7 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_forward__f64_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_forward__f64_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -4036,6 +6729,161 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 }
             }
             lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 8; v_t += 8)
+                {
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[8], tk_hr0[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    double v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_0;
+                }
+                {
+                    double v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_1;
+                }
+                {
+                    double v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_2;
+                }
+                {
+                    double v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
             continue;
         }
         for (; lin + 8 <= stop; lin += 8, v_t += 8)
@@ -7026,6 +9874,165 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
             lin += 8 * n_t;
             continue;
         }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_2[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_3[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_3[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_0);
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_1);
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_2);
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
         for (; lin + 16 <= stop; lin += 16, v_t += 16)
             {
                 float v_s_0[16];
@@ -7395,6 +10402,165 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 }
             }
             lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                            v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
             continue;
         }
         for (; lin + 16 <= stop; lin += 16, v_t += 16)
@@ -8092,8 +11258,834 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx0(const tk_karg
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_grad_out = (const float *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_grad_k = (float *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const float *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp3 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp4 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp5 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp6 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp7 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp8 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp9 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp10 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp11 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp12 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp13 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp14 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp15 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp16 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp17 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp18 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp19 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp20 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp21 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp22 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp23 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld3 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld4 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld5 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld5);
+                x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld5);
+                x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld5);
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_grad_out = (const float *)a->t[1].data;
@@ -8733,6 +12725,297 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
             lin += 8 * n_t;
             continue;
         }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 96; v_t += 96)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                        v_s_4[tk_j] = 0.0f;
+                        v_s_5[tk_j] = 0.0f;
+                        v_s_6[tk_j] = 0.0f;
+                        v_s_7[tk_j] = 0.0f;
+                        v_s_8[tk_j] = 0.0f;
+                        v_s_9[tk_j] = 0.0f;
+                        v_s_10[tk_j] = 0.0f;
+                        v_s_11[tk_j] = 0.0f;
+                        v_s_12[tk_j] = 0.0f;
+                        v_s_13[tk_j] = 0.0f;
+                        v_s_14[tk_j] = 0.0f;
+                        v_s_15[tk_j] = 0.0f;
+                        v_s_16[tk_j] = 0.0f;
+                        v_s_17[tk_j] = 0.0f;
+                        v_s_18[tk_j] = 0.0f;
+                        v_s_19[tk_j] = 0.0f;
+                        v_s_20[tk_j] = 0.0f;
+                        v_s_21[tk_j] = 0.0f;
+                        v_s_22[tk_j] = 0.0f;
+                        v_s_23[tk_j] = 0.0f;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
+                        tk_i64 tk_lo3[16], tk_hi3[16];
+                        tk_i64 tk_lo4[16], tk_hi4[16];
+                        tk_i64 tk_lo5[16], tk_hi5[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                            tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                            tk_hi1[tk_j] = d_T;
+                            tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                            tk_hi2[tk_j] = d_T;
+                            tk_lo3[tk_j] = (v_t + (48 + tk_j));
+                            tk_hi3[tk_j] = d_T;
+                            tk_lo4[tk_j] = (v_t + (64 + tk_j));
+                            tk_hi4[tk_j] = d_T;
+                            tk_lo5[tk_j] = (v_t + (80 + tk_j));
+                            tk_hi5[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                            if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                            if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                            if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 96 > 2.0 * tk_work + 384 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_8[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_9[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_10[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_11[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_12[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_13[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_14[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_15[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_16[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_17[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_18[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_19[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_20[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_21[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_22[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_23[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
+                            int tk_lr3[16], tk_hr3[16];
+                            int tk_lr4[16], tk_hr4[16];
+                            int tk_lr5[16], tk_hr5[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_backward_k__f32_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = v_s_3[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = v_s_4[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = v_s_5[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_7[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_8[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = v_s_9[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = v_s_10[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = v_s_11[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_12[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_13[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_14[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = v_s_15[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = v_s_16[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = v_s_17[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_18[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_19[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_20[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = v_s_21[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = v_s_22[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = v_s_23[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_1;
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_2;
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
         for (; lin + 48 <= stop; lin += 48, v_t += 48)
             {
                 float v_s_0[16];
@@ -8801,7 +13084,7 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_backward_k__f32_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_backward_k__f32_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -9094,6 +13377,165 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 }
             }
             lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 16; v_t += 16)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 16 > 2.0 * tk_work + 64 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_1;
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_2;
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
             continue;
         }
         for (; lin + 16 <= stop; lin += 16, v_t += 16)
@@ -9831,8 +14273,834 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx0(const tk_karg
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, double *restrict v_s_8, double *restrict v_s_9, double *restrict v_s_10, double *restrict v_s_11, double *restrict v_s_12, double *restrict v_s_13, double *restrict v_s_14, double *restrict v_s_15, double *restrict v_s_16, double *restrict v_s_17, double *restrict v_s_18, double *restrict v_s_19, double *restrict v_s_20, double *restrict v_s_21, double *restrict v_s_22, double *restrict v_s_23, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_grad_out = (const double *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_grad_k = (double *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    tk_vf64 x_s_3 = tk_vld_f64(v_s_3);
+    tk_vf64 x_s_4 = tk_vld_f64(v_s_4);
+    tk_vf64 x_s_5 = tk_vld_f64(v_s_5);
+    tk_vf64 x_s_6 = tk_vld_f64(v_s_6);
+    tk_vf64 x_s_7 = tk_vld_f64(v_s_7);
+    tk_vf64 x_s_8 = tk_vld_f64(v_s_8);
+    tk_vf64 x_s_9 = tk_vld_f64(v_s_9);
+    tk_vf64 x_s_10 = tk_vld_f64(v_s_10);
+    tk_vf64 x_s_11 = tk_vld_f64(v_s_11);
+    tk_vf64 x_s_12 = tk_vld_f64(v_s_12);
+    tk_vf64 x_s_13 = tk_vld_f64(v_s_13);
+    tk_vf64 x_s_14 = tk_vld_f64(v_s_14);
+    tk_vf64 x_s_15 = tk_vld_f64(v_s_15);
+    tk_vf64 x_s_16 = tk_vld_f64(v_s_16);
+    tk_vf64 x_s_17 = tk_vld_f64(v_s_17);
+    tk_vf64 x_s_18 = tk_vld_f64(v_s_18);
+    tk_vf64 x_s_19 = tk_vld_f64(v_s_19);
+    tk_vf64 x_s_20 = tk_vld_f64(v_s_20);
+    tk_vf64 x_s_21 = tk_vld_f64(v_s_21);
+    tk_vf64 x_s_22 = tk_vld_f64(v_s_22);
+    tk_vf64 x_s_23 = tk_vld_f64(v_s_23);
+    const double *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp3 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp4 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp5 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp6 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp7 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp8 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp9 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp10 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp11 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp12 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp13 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp14 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp15 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp16 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp17 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp18 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp19 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp20 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp21 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp22 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp23 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1]);
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1]);
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                const tk_vf64 tk_ld3 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1]);
+                const tk_vf64 tk_ld4 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                const tk_vf64 tk_ld5 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1]);
+                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld5);
+                x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld5);
+                x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld1);
+                x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld2);
+                x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld3);
+                x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld4);
+                x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld5);
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1]);
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1]);
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_12 += (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_18 += (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f64(tk_m, x_s_12 + (tk_rp12[v_t2 * s_grad_out_2] * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f64(tk_m, x_s_18 + (tk_rp18[v_t2 * s_grad_out_2] * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_13 += (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_19 += (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f64(tk_m, x_s_13 + (tk_rp13[v_t2 * s_grad_out_2] * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f64(tk_m, x_s_19 + (tk_rp19[v_t2 * s_grad_out_2] * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_8 += (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_14 += (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_20 += (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f64(tk_m, x_s_8 + (tk_rp8[v_t2 * s_grad_out_2] * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f64(tk_m, x_s_14 + (tk_rp14[v_t2 * s_grad_out_2] * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f64(tk_m, x_s_20 + (tk_rp20[v_t2 * s_grad_out_2] * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1]);
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_9 += (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_15 += (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_21 += (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f64(tk_m, x_s_9 + (tk_rp9[v_t2 * s_grad_out_2] * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f64(tk_m, x_s_15 + (tk_rp15[v_t2 * s_grad_out_2] * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f64(tk_m, x_s_21 + (tk_rp21[v_t2 * s_grad_out_2] * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_10 += (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_16 += (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_22 += (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f64(tk_m, x_s_10 + (tk_rp10[v_t2 * s_grad_out_2] * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f64(tk_m, x_s_16 + (tk_rp16[v_t2 * s_grad_out_2] * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f64(tk_m, x_s_22 + (tk_rp22[v_t2 * s_grad_out_2] * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1]);
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_11 += (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_17 += (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0);
+                    x_s_23 += (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f64(tk_m, x_s_11 + (tk_rp11[v_t2 * s_grad_out_2] * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f64(tk_m, x_s_17 + (tk_rp17[v_t2 * s_grad_out_2] * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f64(tk_m, x_s_23 + (tk_rp23[v_t2 * s_grad_out_2] * tk_ld0), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+    tk_vst_f64(v_s_3, x_s_3);
+    tk_vst_f64(v_s_4, x_s_4);
+    tk_vst_f64(v_s_5, x_s_5);
+    tk_vst_f64(v_s_6, x_s_6);
+    tk_vst_f64(v_s_7, x_s_7);
+    tk_vst_f64(v_s_8, x_s_8);
+    tk_vst_f64(v_s_9, x_s_9);
+    tk_vst_f64(v_s_10, x_s_10);
+    tk_vst_f64(v_s_11, x_s_11);
+    tk_vst_f64(v_s_12, x_s_12);
+    tk_vst_f64(v_s_13, x_s_13);
+    tk_vst_f64(v_s_14, x_s_14);
+    tk_vst_f64(v_s_15, x_s_15);
+    tk_vst_f64(v_s_16, x_s_16);
+    tk_vst_f64(v_s_17, x_s_17);
+    tk_vst_f64(v_s_18, x_s_18);
+    tk_vst_f64(v_s_19, x_s_19);
+    tk_vst_f64(v_s_20, x_s_20);
+    tk_vst_f64(v_s_21, x_s_21);
+    tk_vst_f64(v_s_22, x_s_22);
+    tk_vst_f64(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_grad_out = (const double *)a->t[1].data;
@@ -10472,6 +15740,297 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
             lin += 8 * n_t;
             continue;
         }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 48; v_t += 48)
+                {
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
+                    double v_s_4[8];
+                    double v_s_5[8];
+                    double v_s_6[8];
+                    double v_s_7[8];
+                    double v_s_8[8];
+                    double v_s_9[8];
+                    double v_s_10[8];
+                    double v_s_11[8];
+                    double v_s_12[8];
+                    double v_s_13[8];
+                    double v_s_14[8];
+                    double v_s_15[8];
+                    double v_s_16[8];
+                    double v_s_17[8];
+                    double v_s_18[8];
+                    double v_s_19[8];
+                    double v_s_20[8];
+                    double v_s_21[8];
+                    double v_s_22[8];
+                    double v_s_23[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0;
+                        v_s_1[tk_j] = 0.0;
+                        v_s_2[tk_j] = 0.0;
+                        v_s_3[tk_j] = 0.0;
+                        v_s_4[tk_j] = 0.0;
+                        v_s_5[tk_j] = 0.0;
+                        v_s_6[tk_j] = 0.0;
+                        v_s_7[tk_j] = 0.0;
+                        v_s_8[tk_j] = 0.0;
+                        v_s_9[tk_j] = 0.0;
+                        v_s_10[tk_j] = 0.0;
+                        v_s_11[tk_j] = 0.0;
+                        v_s_12[tk_j] = 0.0;
+                        v_s_13[tk_j] = 0.0;
+                        v_s_14[tk_j] = 0.0;
+                        v_s_15[tk_j] = 0.0;
+                        v_s_16[tk_j] = 0.0;
+                        v_s_17[tk_j] = 0.0;
+                        v_s_18[tk_j] = 0.0;
+                        v_s_19[tk_j] = 0.0;
+                        v_s_20[tk_j] = 0.0;
+                        v_s_21[tk_j] = 0.0;
+                        v_s_22[tk_j] = 0.0;
+                        v_s_23[tk_j] = 0.0;
+                    }
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo1[8], tk_hi1[8];
+                        tk_i64 tk_lo2[8], tk_hi2[8];
+                        tk_i64 tk_lo3[8], tk_hi3[8];
+                        tk_i64 tk_lo4[8], tk_hi4[8];
+                        tk_i64 tk_lo5[8], tk_hi5[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                            tk_lo1[tk_j] = (v_t + (8 + tk_j));
+                            tk_hi1[tk_j] = d_T;
+                            tk_lo2[tk_j] = (v_t + (16 + tk_j));
+                            tk_hi2[tk_j] = d_T;
+                            tk_lo3[tk_j] = (v_t + (24 + tk_j));
+                            tk_hi3[tk_j] = d_T;
+                            tk_lo4[tk_j] = (v_t + (32 + tk_j));
+                            tk_hi4[tk_j] = d_T;
+                            tk_lo5[tk_j] = (v_t + (40 + tk_j));
+                            tk_hi5[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                            if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                            if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                            if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_8[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_9[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_10[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_11[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_12[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_13[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_14[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_15[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_16[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_17[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_18[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_19[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_20[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_21[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_22[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_23[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + tk_j))) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[8], tk_hr0[8];
+                            long long tk_lr1[8], tk_hr1[8];
+                            long long tk_lr2[8], tk_hr2[8];
+                            long long tk_lr3[8], tk_hr3[8];
+                            long long tk_lr4[8], tk_hr4[8];
+                            long long tk_lr5[8], tk_hr5[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_backward_k__f64_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (24 + tk_j)) * s_grad_k_2] = v_s_3[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_4[tk_j];
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (40 + tk_j)) * s_grad_k_2] = v_s_5[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_6[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_7[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_8[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (24 + tk_j)) * s_grad_k_2] = v_s_9[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_10[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (40 + tk_j)) * s_grad_k_2] = v_s_11[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_12[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_13[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_14[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (24 + tk_j)) * s_grad_k_2] = v_s_15[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_16[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (40 + tk_j)) * s_grad_k_2] = v_s_17[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_18[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_19[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_20[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (24 + tk_j)) * s_grad_k_2] = v_s_21[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_22[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (40 + tk_j)) * s_grad_k_2] = v_s_23[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    double v_s_0 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
+                }
+                {
+                    double v_s_1 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_1;
+                }
+                {
+                    double v_s_2 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_2;
+                }
+                {
+                    double v_s_3 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
         for (; lin + 24 <= stop; lin += 24, v_t += 24)
             {
                 double v_s_0[8];
@@ -10540,7 +16099,7 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_backward_k__f64_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_backward_k__f64_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -10833,6 +16392,165 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 }
             }
             lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 8; v_t += 8)
+                {
+                    double v_s_0[8];
+                    double v_s_1[8];
+                    double v_s_2[8];
+                    double v_s_3[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0;
+                        v_s_1[tk_j] = 0.0;
+                        v_s_2[tk_j] = 0.0;
+                        v_s_3[tk_j] = 0.0;
+                    }
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 8 > 2.0 * tk_work + 32 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            long long tk_lr0[8], tk_hr0[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            {
+                                if (tk_L < tk_H) {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma omp simd
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                            v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
+                                            v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    double v_s_0 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_0;
+                }
+                {
+                    double v_s_1 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_1;
+                }
+                {
+                    double v_s_2 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_2;
+                }
+                {
+                    double v_s_3 = 0.0;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s_3;
+                }
+            }
+            lin += 4 * n_t;
             continue;
         }
         for (; lin + 8 <= stop; lin += 8, v_t += 8)
