@@ -73,8 +73,8 @@ void BM_memset_seed_bytes(benchmark::State &state) {
 BENCHMARK(BM_memset_seed_bytes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // rwkv_forward, float32, B x 768 x 768: T(T+1)/2 multiply-adds per (b, c).
-// B = 8 runs the 8-row batch groups (each w window load feeds 8 rows);
-// B = 1 and 4 the single-row lane tiles.
+// B = 8 runs the 8-row batch groups (each w window load feeds 8 rows), B = 4
+// the 4-row groups, B = 12 one group of each, B = 1 the single-row lane tiles.
 void BM_rwkv_forward(benchmark::State &state) {
     const int64_t B = state.range(0), C = 768, T = 768;
     std::vector<float> w(C * T), k(B * C * T), out(B * C * T);
@@ -97,7 +97,7 @@ void BM_rwkv_forward(benchmark::State &state) {
     const double flop = 2.0 * static_cast<double>(B * C) * static_cast<double>(T * (T + 1) / 2);
     state.counters["FLOP/s"] = benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_rwkv_forward)->Arg(1)->Arg(4)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_rwkv_forward)->Arg(1)->Arg(4)->Arg(8)->Arg(12)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
