@@ -17,6 +17,8 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
                 tk's large CPU outputs then are
   rwkv backward the same sizes: tk's backward specs (through autograd) vs
                 autograd of the F.conv1d formulation; gradients compared
+  rwkv B=4      rwkv_forward at B=4 (C, T as above) vs F.conv1d: fewer batch
+                rows than the CPU kernel's 8-row groups
   rwkv loop     B=1, C=2, T=16: tk vs the Python reference loop (tiny only)
   call overhead a tiny rwkv_forward vs torch.add of the same size through the
                 dispatcher (torch.ops.aten.add.Tensor), median of many calls
@@ -135,6 +137,24 @@ def rwkv_cases(device: str, dtype=torch.float32):
 
     work = {"flop": r.B * r.C * r.T * (r.T + 1)}  # T(T+1)/2 FMAs per (b, c), 2 flop each
     return dict(op="rwkv_forward", shape=f"B={r.B} C={r.C} T={r.T} {str(dtype)[6:]}", work=work,
+                impls=[("tk", tk), ("F.conv1d", conv1d)], check=rel_err, error="max rel error")
+
+
+def rwkv_small_batch_cases(device: str, dtype=torch.float32):
+    """rwkv_forward at B=4 (the seed's C and T): too few batch rows for the
+    CPU kernel's 8-row groups, so it runs 4-row groups."""
+    r = ref.RWKV_SEED
+    B = 4
+    w, k = ref.rwkv_inputs(B, r.C, r.T, dtype=dtype, device=device, seed=1)
+
+    def tk():
+        return torch.ops.tk.rwkv_forward(w, k, r.eps)
+
+    def conv1d():
+        return ref.rwkv_conv1d(w, k, r.eps)
+
+    work = {"flop": B * r.C * r.T * (r.T + 1)}
+    return dict(op="rwkv_fwd_B4", shape=f"B={B} C={r.C} T={r.T} {str(dtype)[6:]}", work=work,
                 impls=[("tk", tk), ("F.conv1d", conv1d)], check=rel_err, error="max rel error")
 
 
@@ -305,6 +325,9 @@ def summarize(rows) -> list:
             tk, conv = med(op, "tk", device), med(op, "F.conv1d", device)
             if tk and conv:
                 lines.append(f"[{device}] {op}: {conv / tk:.1f}x F.conv1d (target >= 5x on CPU)")
+        tk, conv = med("rwkv_fwd_B4", "tk", device), med("rwkv_fwd_B4", "F.conv1d", device)
+        if tk and conv:
+            lines.append(f"[{device}] rwkv_forward at B=4: {conv / tk:.1f}x F.conv1d (no target)")
         tk, add = med("call_overhead", "tk", device), med("call_overhead", "aten.add", device)
         if tk and add:
             lines.append(f"[{device}] per-call: tk {tk / 2:.2f} us vs aten.add {add / 2:.2f} us = "
@@ -376,7 +399,8 @@ def main(argv=None) -> int:
     rows = []
     makers = [brick_pad_cases, memset_cases, rwkv_cases]
     if not args.quick:
-        makers += [rwkv_backward_cases, rwkv_loop_cases, call_overhead_cases, taichi_cases]
+        makers += [rwkv_backward_cases, rwkv_small_batch_cases, rwkv_loop_cases, call_overhead_cases,
+                   taichi_cases]
     for device in devices:
         for make in makers:
             cases = make(device)
