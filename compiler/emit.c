@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "core.h"
@@ -1517,6 +1518,151 @@ static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *h
     line(E, "}");
 }
 
+/* ---- skewed lane blocks ---------------------------------------------------------
+ * Without a group, each FMA of a tile needs its own lane vector load (R lane
+ * blocks load R windows per step of the loop), most of them split across
+ * cache lines: the load ports, not the FMAs, set the pace. When every lane
+ * read's innermost index is ct * t + cu * u + (terms of neither) with
+ * ct, cu = +-1 (rwkv: (T - 1) - (t - u)), lane block r (t + V * r) at
+ * u + r * D reads what block 0 reads at u, for D = -ct * cu * V. The loop
+ * then walks i, block r taking u = i + r * D: one load per step feeds all R
+ * blocks. Each block still runs its own u in increasing order (its masked
+ * head, its unmasked range, its masked tail), so each lane sums in the
+ * spec's order. Returns D, or 0 when the reads do not allow it. */
+static void vx_skew_read(emitter *E, const tk_expr *e, void *arg) {
+    int *d = arg;
+    const char *t = E->op->decl->loop_vars[E->op->decl->nloop - 1];
+    const char *u = E->shared[E->nshared - 1];
+    const tk_expr *last = e->args[e->nargs - 1];
+    int64_t ct, cu;
+    for (int i = 0; i < e->nargs - 1; i++)
+        if (expr_uses(e->args[i], u)) *d = 0;
+    if (*d == 0 || !lane_coef(last, t, &ct) || !lane_coef(last, u, &cu) || (ct != 1 && ct != -1) ||
+        (cu != 1 && cu != -1)) {
+        *d = 0;
+        return;
+    }
+    int want = (int)(-ct * cu) * E->lanes;
+    if (*d == INT_MIN) *d = want;
+    else if (*d != want) *d = 0;
+}
+
+static int vx_skew(emitter *E, const tk_stmt *s, int nb) {
+    if (E->tg->gpu || E->ngroup != 1 || E->nblocks < 2 || nb != E->nblocks) return 0;
+    int d = INT_MIN;
+    for (int i = 0; i < s->nbody && d != 0; i++) vx_reads(E, s->body[i]->value, vx_skew_read, &d);
+    return d == INT_MIN ? 0 : d;
+}
+
+/* Block k's u over [from, to) under its lane mask. */
+static void vx_masked_part(emitter *E, const tk_stmt *s, int k, int nb, const char *from, const char *to) {
+    const char *M = vx_msfx(E);
+    const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+    int sh = E->ftype == TK_V_F64 ? 63 : 31;
+    line(E, "{");
+    E->indent++;
+    line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr%d), x_hr = tk_vld_%s(tk_hr%d);", M, M, k, M, k);
+    line(E, "for (tk_i64 v_%s = %s%d; v_%s < %s%d; ++v_%s) {", s->name, from, k, s->name, to, k, s->name);
+    E->indent++;
+    line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
+    line(E, "const tk_v%s tk_m = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", M, sh, sh);
+    vx_set_body(E, s, k, nb, "tk_m");
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+}
+
+/* Steps i of [lo, hi) of the skewed walk; cond: test which blocks are on
+ * (their unmasked ranges [tk_il, tk_ih) in i) instead of running all. */
+static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, const char *hi, int cond) {
+    int R = E->nblocks;
+    line(E, "for (tk_i64 tk_i = %s; tk_i < %s; ++tk_i) {", lo, hi);
+    E->indent++;
+    if (cond) {
+        for (int r = 0; r < R; r++) line(E, "const int tk_on%d = tk_i >= tk_il%d && tk_i < tk_ih%d;", r, r, r);
+        begin_line(E);
+        tk_buf_puts(E->b, "if (!(tk_on0");
+        for (int r = 1; r < R; r++) tk_buf_printf(E->b, " | tk_on%d", r);
+        tk_buf_puts(E->b, ")) continue;\n");
+    }
+    /* the windows, loaded once at block 0's u = i (valid: some block is on
+     * over all its lanes, and reads the same addresses) */
+    line(E, "const tk_i64 v_%s = tk_i;", s->name);
+    vx_hoist(E, s, 0, R);
+    int n0 = E->nvload;
+    for (int r = 1; r < R; r++)
+        for (int i = 0; i < n0 && E->nvload < 16; i++) {
+            line(E, "const tk_v%s tk_ld%d = tk_ld%d;", vx_sfx(E), E->nvload, i);
+            E->vload[E->nvload] = E->vload[i];
+            E->vload_r[E->nvload++] = r;
+        }
+    for (int r = 0; r < R; r++) {
+        line(E, cond ? "if (tk_on%d) {" : "{", r);
+        E->indent++;
+        if (r > 0) line(E, "const tk_i64 v_%s = tk_i + %d;", s->name, r * D);
+        set_copy(E, r);
+        for (int i = 0; i < s->nbody; i++) vx_assign(E, s->body[i]);
+        E->indent--;
+        line(E, "}");
+    }
+    E->nvload = 0;
+    E->indent--;
+    line(E, "}");
+}
+
+/* u over [tk_mn, tk_mx) with skewed blocks: each block's masked head, the
+ * skewed walk over the blocks' unmasked ranges (where all blocks are on, no
+ * tests), each block's masked tail. */
+static void vx_skewed(emitter *E, const tk_stmt *s, int nb, int D) {
+    const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+    int R = E->nblocks;
+    unsigned char seen[64] = {0};
+    line(E, "{");
+    E->indent++;
+    for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
+    for (int k = 0; k < R; k++) {
+        /* [a, b): some lane on; [c, d): every lane on */
+        line(E, "tk_i64 tk_a%d, tk_b%d, tk_c%d, tk_d%d;", k, k, k, k);
+        line(E, "{");
+        E->indent++;
+        line(E, "%s tk_ua = tk_lr%d[0], tk_ub = tk_hr%d[0], tk_uc = tk_lr%d[0], tk_ud = tk_hr%d[0];", I, k, k, k,
+             k);
+        line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
+        E->indent++;
+        line(E, "tk_ua = tk_lr%d[tk_q] < tk_ua ? tk_lr%d[tk_q] : tk_ua;", k, k);
+        line(E, "tk_ub = tk_hr%d[tk_q] > tk_ub ? tk_hr%d[tk_q] : tk_ub;", k, k);
+        line(E, "tk_uc = tk_lr%d[tk_q] > tk_uc ? tk_lr%d[tk_q] : tk_uc;", k, k);
+        line(E, "tk_ud = tk_hr%d[tk_q] < tk_ud ? tk_hr%d[tk_q] : tk_ud;", k, k);
+        E->indent--;
+        line(E, "}");
+        line(E, "tk_a%d = tk_maxi(tk_mn, tk_mn + tk_ua);", k);
+        line(E, "tk_b%d = tk_mini(tk_mx, tk_mn + tk_ub);", k);
+        line(E, "tk_c%d = tk_maxi(tk_a%d, tk_mn + tk_uc);", k, k);
+        line(E, "tk_d%d = tk_mini(tk_b%d, tk_mn + tk_ud);", k, k);
+        line(E, "if (tk_c%d >= tk_d%d) tk_c%d = tk_d%d = tk_b%d > tk_a%d ? tk_b%d : tk_a%d;", k, k, k, k, k, k,
+             k, k);
+        E->indent--;
+        line(E, "}");
+    }
+    for (int k = 0; k < R; k++) vx_masked_part(E, s, k, nb, "tk_a", "tk_c");
+    for (int k = 0; k < R; k++) line(E, "const tk_i64 tk_il%d = tk_c%d - %d, tk_ih%d = tk_d%d - %d;", k, k, k * D, k, k, k * D);
+    line(E, "tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;");
+    for (int k = 1; k < R; k++) {
+        line(E, "tk_imin = tk_mini(tk_imin, tk_il%d);", k);
+        line(E, "tk_imax = tk_maxi(tk_imax, tk_ih%d);", k);
+        line(E, "tk_ia = tk_maxi(tk_ia, tk_il%d);", k);
+        line(E, "tk_ib = tk_mini(tk_ib, tk_ih%d);", k);
+    }
+    line(E, "if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;");
+    vx_skew_steps(E, s, D, "tk_imin", "tk_ia", 1);
+    vx_skew_steps(E, s, D, "tk_ia", "tk_ib", 0);
+    vx_skew_steps(E, s, D, "tk_ib", "tk_imax", 1);
+    for (int k = 0; k < R; k++) vx_masked_part(E, s, k, nb, "tk_d", "tk_b");
+    E->indent--;
+    line(E, "}");
+}
+
 static int used(const emitter *E, const char *name);
 static void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int), int arg);
 static void prologue(emitter *E);
@@ -1607,17 +1753,22 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
                 line(E, "tk_v%s x_%s_%d = tk_vld_%s(v_%s_%d);", S, E->op->locals[r].name, c, S,
                      E->op->locals[r].name, c);
     vx_rows(E, s);
-    line(E, "if (tk_L < tk_H) {");
-    E->indent++;
-    vx_range(E, s, "tk_mn", "tk_L", 1, nb);
-    vx_range(E, s, "tk_L", "tk_H", 0, nb);
-    vx_range(E, s, "tk_H", "tk_mx", 1, nb);
-    E->indent--;
-    line(E, "} else {");
-    E->indent++;
-    vx_range(E, s, "tk_mn", "tk_mx", 1, nb);
-    E->indent--;
-    line(E, "}");
+    int skew = vx_skew(E, s, nb);
+    if (skew) {
+        vx_skewed(E, s, nb, skew);
+    } else {
+        line(E, "if (tk_L < tk_H) {");
+        E->indent++;
+        vx_range(E, s, "tk_mn", "tk_L", 1, nb);
+        vx_range(E, s, "tk_L", "tk_H", 0, nb);
+        vx_range(E, s, "tk_H", "tk_mx", 1, nb);
+        E->indent--;
+        line(E, "} else {");
+        E->indent++;
+        vx_range(E, s, "tk_mn", "tk_mx", 1, nb);
+        E->indent--;
+        line(E, "}");
+    }
     for (int r = 0; r < E->op->nlocals; r++)
         if (used_local[r] && set[r])
             for (int c = 0; c < N; c++)
@@ -2323,6 +2474,18 @@ static void cpu_loop(emitter *E) {
                 group_rows(E, E->lanes * E->nblocks);
             }
             E->ngroup = 1;
+            /* single rows: with a group dim, tiles of as many lane blocks as
+             * one row takes (their loads skew, see vx_skewed), then of the
+             * group's R for what is left of the row */
+            int R1 = lane_blocks(E, 1);
+            if (G > 1 && R1 > R) {
+                E->nblocks = R1;
+                line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d)", E->lanes * R1, E->lanes * R1, v,
+                     E->lanes * R1);
+                E->indent++;
+                tile(E);
+                E->indent--;
+            }
             E->nblocks = R;
             line(E, "for (; lin + %d <= stop; lin += %d, v_%s += %d)", step, step, v, step);
             E->indent++;
