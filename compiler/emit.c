@@ -1573,9 +1573,12 @@ static void vx_masked_part(emitter *E, const tk_stmt *s, int k, int nb, const ch
     line(E, "}");
 }
 
-/* Steps i of [lo, hi) of the skewed walk; cond: test which blocks are on
- * (their unmasked ranges [tk_il, tk_ih) in i) instead of running all. */
-static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, const char *hi, int cond) {
+/* Steps i of [lo, hi) of the skewed walk for the blocks in mask `on` (bit
+ * r: block r); cond: test which blocks are on (their unmasked ranges
+ * [tk_il, tk_ih) in i) instead. m: a lane mask (block 0's, which every
+ * block's equals there), NULL: none. */
+static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, const char *hi, int cond,
+                          unsigned on, const char *m) {
     int R = E->nblocks;
     line(E, "for (tk_i64 tk_i = %s; tk_i < %s; ++tk_i) {", lo, hi);
     E->indent++;
@@ -1587,8 +1590,16 @@ static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, c
         tk_buf_puts(E->b, ")) continue;\n");
     }
     /* the windows, loaded once at block 0's u = i (valid: some block is on
-     * over all its lanes, and reads the same addresses) */
+     * over all its lanes, or over the lanes of the mask, and reads the same
+     * addresses) */
     line(E, "const tk_i64 v_%s = tk_i;", s->name);
+    if (m) {
+        const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+        int sh = E->ftype == TK_V_F64 ? 63 : 31;
+        line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
+        line(E, "const tk_v%s %s = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", vx_msfx(E), m, sh, sh);
+    }
+    E->vmask = m;
     vx_hoist(E, s, 0, R);
     int n0 = E->nvload;
     for (int r = 1; r < R; r++)
@@ -1598,6 +1609,7 @@ static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, c
             E->vload_r[E->nvload++] = r;
         }
     for (int r = 0; r < R; r++) {
+        if (!cond && !(on >> r & 1)) continue;
         line(E, cond ? "if (tk_on%d) {" : "{", r);
         E->indent++;
         if (r > 0) line(E, "const tk_i64 v_%s = tk_i + %d;", s->name, r * D);
@@ -1606,6 +1618,7 @@ static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, c
         E->indent--;
         line(E, "}");
     }
+    E->vmask = NULL;
     E->nvload = 0;
     E->indent--;
     line(E, "}");
@@ -1654,11 +1667,62 @@ static void vx_skewed(emitter *E, const tk_stmt *s, int nb, int D) {
         line(E, "tk_ia = tk_maxi(tk_ia, tk_il%d);", k);
         line(E, "tk_ib = tk_mini(tk_ib, tk_ih%d);", k);
     }
+    unsigned all = (1u << R) - 1;
+    /* blocks p(0), p(1), ... in decreasing order of their ranges in i (D > 0:
+     * block r starts r * D earlier, so typically 0, 1, ...): then the blocks
+     * on before the common part are p(j..R-1), after it p(0..j-1), a fixed
+     * set over each stretch between two bounds, and no step tests which */
+#define P(j) (D > 0 ? (j) : R - 1 - (j))
+    line(E, "int tk_mono = tk_ia < tk_ib;");
+    for (int j = 1; j < R; j++)
+        line(E, "tk_mono &= tk_il%d >= tk_il%d && tk_ih%d >= tk_ih%d;", P(j - 1), P(j), P(j - 1), P(j));
+    line(E, "if (tk_mono) {");
+    E->indent++;
+    for (int j = R - 1; j >= 1; j--) {
+        char lo[32], hi[32];
+        snprintf(lo, sizeof lo, "tk_il%d", P(j));
+        snprintf(hi, sizeof hi, "tk_il%d", P(j - 1));
+        unsigned on = 0;
+        for (int q = j; q < R; q++) on |= 1u << P(q);
+        vx_skew_steps(E, s, D, lo, hi, 0, on, NULL);
+    }
+    vx_skew_steps(E, s, D, "tk_ia", "tk_ib", 0, all, NULL);
+    for (int j = R - 1; j >= 1; j--) {
+        char lo[32], hi[32];
+        snprintf(lo, sizeof lo, "tk_ih%d", P(j));
+        snprintf(hi, sizeof hi, "tk_ih%d", P(j - 1));
+        unsigned on = 0;
+        for (int q = 0; q < j; q++) on |= 1u << P(q);
+        vx_skew_steps(E, s, D, lo, hi, 0, on, NULL);
+    }
+#undef P
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
     line(E, "if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;");
-    vx_skew_steps(E, s, D, "tk_imin", "tk_ia", 1);
-    vx_skew_steps(E, s, D, "tk_ia", "tk_ib", 0);
-    vx_skew_steps(E, s, D, "tk_ib", "tk_imax", 1);
+    vx_skew_steps(E, s, D, "tk_imin", "tk_ia", 1, all, NULL);
+    vx_skew_steps(E, s, D, "tk_ia", "tk_ib", 0, all, NULL);
+    vx_skew_steps(E, s, D, "tk_ib", "tk_imax", 1, all, NULL);
+    E->indent--;
+    line(E, "}");
+    /* the masked tails: skewed too when every block's equals block 0's
+     * shifted by r * D (the same steps of i, the same lane mask) */
+    line(E, "int tk_tail = 1;");
+    for (int k = 1; k < R; k++) {
+        line(E, "tk_tail &= tk_d%d - %d == tk_d0 && tk_b%d - %d == tk_b0;", k, k * D, k, k * D);
+        line(E, "for (int tk_q = 0; tk_q < %d; ++tk_q) tk_tail &= tk_hr%d[tk_q] - %d == tk_hr0[tk_q];", E->lanes, k,
+             k * D);
+    }
+    line(E, "if (tk_tail) {");
+    E->indent++;
+    line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr0), x_hr = tk_vld_%s(tk_hr0);", vx_msfx(E), vx_msfx(E), vx_msfx(E));
+    vx_skew_steps(E, s, D, "tk_d0", "tk_b0", 0, all, "tk_m");
+    E->indent--;
+    line(E, "} else {");
+    E->indent++;
     for (int k = 0; k < R; k++) vx_masked_part(E, s, k, nb, "tk_d", "tk_b");
+    E->indent--;
+    line(E, "}");
     E->indent--;
     line(E, "}");
 }

@@ -2460,8 +2460,993 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx1(const tk_kargs *
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_k = (const float *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_out = (float *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    const float *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const float *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (111 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (127 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        const tk_i64 tk_il3 = tk_c3 - 48, tk_ih3 = tk_d3 - 48;
+        const tk_i64 tk_il4 = tk_c4 - 64, tk_ih4 = tk_d4 - 64;
+        const tk_i64 tk_il5 = tk_c5 - 80, tk_ih5 = tk_d5 - 80;
+        const tk_i64 tk_il6 = tk_c6 - 96, tk_ih6 = tk_d6 - 96;
+        const tk_i64 tk_il7 = tk_c7 - 112, tk_ih7 = tk_d7 - 112;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 48 == tk_d0 && tk_b3 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr3[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 64 == tk_d0 && tk_b4 - 64 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr4[tk_q] - 64 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 80 == tk_d0 && tk_b5 - 80 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr5[tk_q] - 80 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 96 == tk_d0 && tk_b6 - 96 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr6[tk_q] - 96 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 112 == tk_d0 && tk_b7 - 112 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr7[tk_q] - 112 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld1 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld2 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld3 * tk_rp3[v_u * s_k_2]), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld4 * tk_rp4[v_u * s_k_2]), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld5 * tk_rp5[v_u * s_k_2]), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld6 * tk_rp6[v_u * s_k_2]), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld7 * tk_rp7[v_u * s_k_2]), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (111 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (127 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_k = (const float *)a->t[1].data;
@@ -2484,132 +3469,251 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *
     const float *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const float *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const float *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
-    if (tk_L < tk_H) {
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
         {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
             }
         }
         {
-            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
                 const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
-                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
-                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
-                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
-                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
             }
-        }
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
                 }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
                     x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld1 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld2 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -2618,27 +3722,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -2647,118 +3731,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f32_vx2(const tk_kargs *
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-            }
-        }
-    } else {
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -3382,6 +4355,169 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
             lin += 4 * n_t;
             continue;
         }
+        for (; lin + 128 <= stop; lin += 128, v_t += 128)
+            {
+                float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
+                float v_s_3[16];
+                float v_s_4[16];
+                float v_s_5[16];
+                float v_s_6[16];
+                float v_s_7[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
+                    v_s_3[tk_j] = p_eps;
+                    v_s_4[tk_j] = p_eps;
+                    v_s_5[tk_j] = p_eps;
+                    v_s_6[tk_j] = p_eps;
+                    v_s_7[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
+                    tk_i64 tk_lo3[16], tk_hi3[16];
+                    tk_i64 tk_lo4[16], tk_hi4[16];
+                    tk_i64 tk_lo5[16], tk_hi5[16];
+                    tk_i64 tk_lo6[16], tk_hi6[16];
+                    tk_i64 tk_lo7[16], tk_hi7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                        tk_lo3[tk_j] = 0;
+                        tk_hi3[tk_j] = ((v_t + (63 - tk_j)) + 1LL);
+                        tk_lo4[tk_j] = 0;
+                        tk_hi4[tk_j] = ((v_t + (79 - tk_j)) + 1LL);
+                        tk_lo5[tk_j] = 0;
+                        tk_hi5[tk_j] = ((v_t + (95 - tk_j)) + 1LL);
+                        tk_lo6[tk_j] = 0;
+                        tk_hi6[tk_j] = ((v_t + (111 - tk_j)) + 1LL);
+                        tk_lo7[tk_j] = 0;
+                        tk_hi7[tk_j] = ((v_t + (127 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 128 > 2.0 * tk_work + 512 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo6[tk_j]; v_u < tk_hi6[tk_j]; ++v_u) {
+                                v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (111 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo7[tk_j]; v_u < tk_hi7[tk_j]; ++v_u) {
+                                v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (127 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
+                        int tk_lr3[16], tk_hr3[16];
+                        int tk_lr4[16], tk_hr4[16];
+                        int tk_lr5[16], tk_hr5[16];
+                        int tk_lr6[16], tk_hr6[16];
+                        int tk_lr7[16], tk_hr7[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_forward__f32_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (111 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (127 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                }
+            }
         for (; lin + 48 <= stop; lin += 48, v_t += 48)
             {
                 float v_s_0[16];
@@ -3450,7 +4586,7 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_forward__f32_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_forward__f32_vx3(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -5454,8 +6590,993 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx1(const tk_kargs *
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_k = (const double *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_out = (double *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const double p_eps = (double)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    tk_vf64 x_s_3 = tk_vld_f64(v_s_3);
+    tk_vf64 x_s_4 = tk_vld_f64(v_s_4);
+    tk_vf64 x_s_5 = tk_vld_f64(v_s_5);
+    tk_vf64 x_s_6 = tk_vld_f64(v_s_6);
+    tk_vf64 x_s_7 = tk_vld_f64(v_s_7);
+    const double *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const double *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            long long tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            long long tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (55 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        const tk_i64 tk_il3 = tk_c3 - 24, tk_ih3 = tk_d3 - 24;
+        const tk_i64 tk_il4 = tk_c4 - 32, tk_ih4 = tk_d4 - 32;
+        const tk_i64 tk_il5 = tk_c5 - 40, tk_ih5 = tk_d5 - 40;
+        const tk_i64 tk_il6 = tk_c6 - 48, tk_ih6 = tk_d6 - 48;
+        const tk_i64 tk_il7 = tk_c7 - 56, tk_ih7 = tk_d7 - 56;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 24 == tk_d0 && tk_b3 - 24 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr3[tk_q] - 24 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 32 == tk_d0 && tk_b4 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr4[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 40 == tk_d0 && tk_b5 - 40 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr5[tk_q] - 40 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 48 == tk_d0 && tk_b6 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr6[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 56 == tk_d0 && tk_b7 - 56 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr7[tk_q] - 56 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld1 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld2 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld3 * tk_rp3[v_u * s_k_2]), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld4 * tk_rp4[v_u * s_k_2]), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld5 * tk_rp5[v_u * s_k_2]), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld6 * tk_rp6[v_u * s_k_2]), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld7 * tk_rp7[v_u * s_k_2]), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (55 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
+                    const long long tk_ur = (long long)(v_u - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+    tk_vst_f64(v_s_3, x_s_3);
+    tk_vst_f64(v_s_4, x_s_4);
+    tk_vst_f64(v_s_5, x_s_5);
+    tk_vst_f64(v_s_6, x_s_6);
+    tk_vst_f64(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_k = (const double *)a->t[1].data;
@@ -5478,132 +7599,251 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *
     const double *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const double *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const double *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
-    if (tk_L < tk_H) {
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
         {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
+            long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
             }
         }
         {
-            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
                 const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
-                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
-                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
-                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
-                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
             }
-        }
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
                 }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
                     x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld1 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld2 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -5612,27 +7852,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -5641,118 +7861,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__f64_vx2(const tk_kargs *
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-            }
-        }
-    } else {
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -6376,6 +8485,169 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
             lin += 4 * n_t;
             continue;
         }
+        for (; lin + 64 <= stop; lin += 64, v_t += 64)
+            {
+                double v_s_0[8];
+                double v_s_1[8];
+                double v_s_2[8];
+                double v_s_3[8];
+                double v_s_4[8];
+                double v_s_5[8];
+                double v_s_6[8];
+                double v_s_7[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
+                    v_s_3[tk_j] = p_eps;
+                    v_s_4[tk_j] = p_eps;
+                    v_s_5[tk_j] = p_eps;
+                    v_s_6[tk_j] = p_eps;
+                    v_s_7[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
+                    tk_i64 tk_lo3[8], tk_hi3[8];
+                    tk_i64 tk_lo4[8], tk_hi4[8];
+                    tk_i64 tk_lo5[8], tk_hi5[8];
+                    tk_i64 tk_lo6[8], tk_hi6[8];
+                    tk_i64 tk_lo7[8], tk_hi7[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (23 - tk_j)) + 1LL);
+                        tk_lo3[tk_j] = 0;
+                        tk_hi3[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                        tk_lo4[tk_j] = 0;
+                        tk_hi4[tk_j] = ((v_t + (39 - tk_j)) + 1LL);
+                        tk_lo5[tk_j] = 0;
+                        tk_hi5[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                        tk_lo6[tk_j] = 0;
+                        tk_hi6[tk_j] = ((v_t + (55 - tk_j)) + 1LL);
+                        tk_lo7[tk_j] = 0;
+                        tk_hi7[tk_j] = ((v_t + (63 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 64 > 2.0 * tk_work + 256 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                v_s_3[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                v_s_4[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                v_s_5[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo6[tk_j]; v_u < tk_hi6[tk_j]; ++v_u) {
+                                v_s_6[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (55 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                            for (tk_i64 v_u = tk_lo7[tk_j]; v_u < tk_hi7[tk_j]; ++v_u) {
+                                v_s_7[tk_j] += (t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        long long tk_lr0[8], tk_hr0[8];
+                        long long tk_lr1[8], tk_hr1[8];
+                        long long tk_lr2[8], tk_hr2[8];
+                        long long tk_lr3[8], tk_hr3[8];
+                        long long tk_lr4[8], tk_hr4[8];
+                        long long tk_lr5[8], tk_hr5[8];
+                        long long tk_lr6[8], tk_hr6[8];
+                        long long tk_lr7[8], tk_hr7[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_forward__f64_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = v_s_0[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = v_s_1[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = v_s_2[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = v_s_3[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (39 - tk_j)) * s_out_2] = v_s_4[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = v_s_5[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (55 - tk_j)) * s_out_2] = v_s_6[tk_j];
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = v_s_7[tk_j];
+                }
+            }
         for (; lin + 24 <= stop; lin += 24, v_t += 24)
             {
                 double v_s_0[8];
@@ -6444,7 +8716,7 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_forward__f64_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_forward__f64_vx3(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -7328,287 +9600,871 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
     const float *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const float *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const float *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
-    if (tk_L < tk_H) {
+    {
+        const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
         {
-            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
-                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
-                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
-                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
-                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
-                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
-                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
-                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
-                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
-                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
-                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
-                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
-                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
-                int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
-                    tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
-                    tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
-                    tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
-                int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
-                    tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
-                    tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
-                    tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
             }
         }
         {
-            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        const tk_i64 tk_il3 = tk_c3 - 48, tk_ih3 = tk_d3 - 48;
+        const tk_i64 tk_il4 = tk_c4 - 64, tk_ih4 = tk_d4 - 64;
+        const tk_i64 tk_il5 = tk_c5 - 80, tk_ih5 = tk_d5 - 80;
+        const tk_i64 tk_il6 = tk_c6 - 96, tk_ih6 = tk_d6 - 96;
+        const tk_i64 tk_il7 = tk_c7 - 112, tk_ih7 = tk_d7 - 112;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
                 const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf32 tk_ld1 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf32 tk_ld2 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf32 tk_ld3 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf32 tk_ld4 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf32 tk_ld5 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf32 tk_ld6 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf32 tk_ld7 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2]);
-                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
-                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
-                x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
-                x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
-                x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
-                x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
-                x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
             }
-        }
-        {
-            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
                 }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
                     x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 48 == tk_d0 && tk_b3 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr3[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 64 == tk_d0 && tk_b4 - 64 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr4[tk_q] - 64 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 80 == tk_d0 && tk_b5 - 80 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr5[tk_q] - 80 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 96 == tk_d0 && tk_b6 - 96 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr6[tk_q] - 96 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 112 == tk_d0 && tk_b7 - 112 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr7[tk_q] - 112 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld1 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld2 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld3 * tk_rp3[v_u * s_k_2]), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld4 * tk_rp4[v_u * s_k_2]), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld5 * tk_rp5[v_u * s_k_2]), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld6 * tk_rp6[v_u * s_k_2]), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld7 * tk_rp7[v_u * s_k_2]), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -7617,27 +10473,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -7646,27 +10482,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -7675,27 +10491,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
-                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
-                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
-                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
-                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -7704,27 +10500,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
-                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
-                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
-                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
-                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -7733,27 +10509,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
-                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
-                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
-                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
-                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -7762,27 +10518,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
-                int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
-                    tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
-                    tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
-                    tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -7791,263 +10527,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f32_vx0(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
-                int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
-                    tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
-                    tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
-                    tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-            }
-        }
-    } else {
-        {
-            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
-                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
-                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
-                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
-                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
-                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
-                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
-                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
-                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
-                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
-                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
-                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
-                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
-                int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
-                    tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
-                    tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
-                    tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
-                int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
-                    tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
-                    tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
-                    tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const int tk_ur = (int)(v_u - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
                     const int tk_ur = (int)(v_u - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8484,287 +10964,871 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
     const double *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const double *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
     const double *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
-    if (tk_L < tk_H) {
+    {
+        const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
         {
-            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
+            long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
-                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
-                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
-                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
-                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
-                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
-                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
-                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
-                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
-                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
-                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
-                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
-                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
-                long long tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
-                    tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
-                    tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
-                    tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            long long tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
-                long long tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
-                    tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
-                    tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
-                    tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            long long tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
             }
         }
         {
-            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        const tk_i64 tk_il3 = tk_c3 - 24, tk_ih3 = tk_d3 - 24;
+        const tk_i64 tk_il4 = tk_c4 - 32, tk_ih4 = tk_d4 - 32;
+        const tk_i64 tk_il5 = tk_c5 - 40, tk_ih5 = tk_d5 - 40;
+        const tk_i64 tk_il6 = tk_c6 - 48, tk_ih6 = tk_d6 - 48;
+        const tk_i64 tk_il7 = tk_c7 - 56, tk_ih7 = tk_d7 - 56;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
                 const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf64 tk_ld1 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf64 tk_ld2 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf64 tk_ld3 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf64 tk_ld4 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf64 tk_ld5 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf64 tk_ld6 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2]);
-                const tk_vf64 tk_ld7 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
-                x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
-                x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
-                x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
-                x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
-                x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
-                x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
             }
-        }
-        {
-            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
                 }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
                     x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
                 }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_rp1[v_u * s_k_2]);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_rp2[v_u * s_k_2]);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_rp3[v_u * s_k_2]);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_rp4[v_u * s_k_2]);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_rp5[v_u * s_k_2]);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_rp6[v_u * s_k_2]);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_rp7[v_u * s_k_2]);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 24 == tk_d0 && tk_b3 - 24 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr3[tk_q] - 24 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 32 == tk_d0 && tk_b4 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr4[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 40 == tk_d0 && tk_b5 - 40 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr5[tk_q] - 40 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 48 == tk_d0 && tk_b6 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr6[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 56 == tk_d0 && tk_b7 - 56 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr7[tk_q] - 56 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const long long tk_ur = (long long)(v_u - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld1 * tk_rp1[v_u * s_k_2]), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld2 * tk_rp2[v_u * s_k_2]), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld3 * tk_rp3[v_u * s_k_2]), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld4 * tk_rp4[v_u * s_k_2]), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld5 * tk_rp5[v_u * s_k_2]), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld6 * tk_rp6[v_u * s_k_2]), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld7 * tk_rp7[v_u * s_k_2]), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8773,27 +11837,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8802,27 +11846,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8831,27 +11855,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
-                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
-                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
-                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
-                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8860,27 +11864,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
-                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
-                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
-                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
-                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8889,27 +11873,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
-                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
-                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
-                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
-                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8918,27 +11882,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
-                long long tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
-                    tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
-                    tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
-                    tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -8947,263 +11891,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__f64_vx0(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
-                long long tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
-                    tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
-                    tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
-                    tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-            }
-        }
-    } else {
-        {
-            const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_0 += (tk_ld0 * tk_rp0[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_ld0 * tk_rp0[v_u * s_k_2]), x_s_0);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_1 += (tk_ld0 * tk_rp1[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_ld0 * tk_rp1[v_u * s_k_2]), x_s_1);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_2 += (tk_ld0 * tk_rp2[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_ld0 * tk_rp2[v_u * s_k_2]), x_s_2);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
-                long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
-                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
-                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
-                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_3 += (tk_ld0 * tk_rp3[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_ld0 * tk_rp3[v_u * s_k_2]), x_s_3);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
-                long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
-                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
-                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
-                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_4 += (tk_ld0 * tk_rp4[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_ld0 * tk_rp4[v_u * s_k_2]), x_s_4);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
-                long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
-                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
-                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
-                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_5 += (tk_ld0 * tk_rp5[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_ld0 * tk_rp5[v_u * s_k_2]), x_s_5);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
-                long long tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
-                    tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
-                    tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
-                    tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_6 += (tk_ld0 * tk_rp6[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_ld0 * tk_rp6[v_u * s_k_2]), x_s_6);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
-                long long tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
-                    tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
-                    tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
-                    tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
-                    const long long tk_ur = (long long)(v_u - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
-                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_ld0 * tk_rp7[v_u * s_k_2]), x_s_7);
-                }
-                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2]);
-                    x_s_7 += (tk_ld0 * tk_rp7[v_u * s_k_2]);
-                }
-                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
                     const long long tk_ur = (long long)(v_u - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
@@ -12084,8 +14772,992 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx1(const tk_karg
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const float *restrict t_w = (const float *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const float *restrict t_grad_out = (const float *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    float *restrict t_grad_k = (float *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    const float *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp3 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp4 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp5 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp6 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const float *const tk_rp7 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+            for (tk_i64 v_t2 = tk_a3; v_t2 < tk_c3; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+            for (tk_i64 v_t2 = tk_a4; v_t2 < tk_c4; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+            for (tk_i64 v_t2 = tk_a5; v_t2 < tk_c5; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+            for (tk_i64 v_t2 = tk_a6; v_t2 < tk_c6; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (96 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+            for (tk_i64 v_t2 = tk_a7; v_t2 < tk_c7; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (112 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        const tk_i64 tk_il3 = tk_c3 - 48, tk_ih3 = tk_d3 - 48;
+        const tk_i64 tk_il4 = tk_c4 - 64, tk_ih4 = tk_d4 - 64;
+        const tk_i64 tk_il5 = tk_c5 - 80, tk_ih5 = tk_d5 - 80;
+        const tk_i64 tk_il6 = tk_c6 - 96, tk_ih6 = tk_d6 - 96;
+        const tk_i64 tk_il7 = tk_c7 - 112, tk_ih7 = tk_d7 - 112;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 48 == tk_d0 && tk_b3 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr3[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 64 == tk_d0 && tk_b4 - 64 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr4[tk_q] - 64 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 80 == tk_d0 && tk_b5 - 80 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr5[tk_q] - 80 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 96 == tk_d0 && tk_b6 - 96 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr6[tk_q] - 96 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 112 == tk_d0 && tk_b7 - 112 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr7[tk_q] - 112 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2), x_s_2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3), x_s_3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4), x_s_4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5), x_s_5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6), x_s_6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                for (tk_i64 v_t2 = tk_d3; v_t2 < tk_b3; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                for (tk_i64 v_t2 = tk_d4; v_t2 < tk_b4; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                for (tk_i64 v_t2 = tk_d5; v_t2 < tk_b5; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+                for (tk_i64 v_t2 = tk_d6; v_t2 < tk_b6; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (96 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+                for (tk_i64 v_t2 = tk_d7; v_t2 < tk_b7; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (112 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const float *restrict t_w = (const float *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const float *restrict t_grad_out = (const float *)a->t[1].data;
@@ -12107,132 +15779,251 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_karg
     const float *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
     const float *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
     const float *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
-    if (tk_L < tk_H) {
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
         {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
             }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
-                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
             }
         }
         {
-            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
                 const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                const tk_vf32 tk_ld1 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                const tk_vf32 tk_ld2 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
-                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
-                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
-                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
             }
-        }
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
                 }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
                 }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
                     x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
                 }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
                     const int tk_ur = (int)(v_t2 - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -12241,27 +16032,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
                     const int tk_ur = (int)(v_t2 - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -12270,118 +16041,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f32_vx2(const tk_karg
             }
             {
                 const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
-                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-            }
-        }
-    } else {
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
-                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
-                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-            }
-            {
-                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
-                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 16; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const int tk_ur = (int)(v_t2 - tk_mn);
-                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
-                    const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf32 tk_ld0 = tk_vld_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
-                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
                     const int tk_ur = (int)(v_t2 - tk_mn);
                     const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
                     const tk_vf32 tk_ld0 = tk_vldm_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -13016,6 +16676,169 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
             lin += 4 * n_t;
             continue;
         }
+        for (; lin + 128 <= stop; lin += 128, v_t += 128)
+            {
+                float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
+                float v_s_3[16];
+                float v_s_4[16];
+                float v_s_5[16];
+                float v_s_6[16];
+                float v_s_7[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
+                    v_s_3[tk_j] = 0.0f;
+                    v_s_4[tk_j] = 0.0f;
+                    v_s_5[tk_j] = 0.0f;
+                    v_s_6[tk_j] = 0.0f;
+                    v_s_7[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
+                    tk_i64 tk_lo3[16], tk_hi3[16];
+                    tk_i64 tk_lo4[16], tk_hi4[16];
+                    tk_i64 tk_lo5[16], tk_hi5[16];
+                    tk_i64 tk_lo6[16], tk_hi6[16];
+                    tk_i64 tk_lo7[16], tk_hi7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                        tk_hi2[tk_j] = d_T;
+                        tk_lo3[tk_j] = (v_t + (48 + tk_j));
+                        tk_hi3[tk_j] = d_T;
+                        tk_lo4[tk_j] = (v_t + (64 + tk_j));
+                        tk_hi4[tk_j] = d_T;
+                        tk_lo5[tk_j] = (v_t + (80 + tk_j));
+                        tk_hi5[tk_j] = d_T;
+                        tk_lo6[tk_j] = (v_t + (96 + tk_j));
+                        tk_hi6[tk_j] = d_T;
+                        tk_lo7[tk_j] = (v_t + (112 + tk_j));
+                        tk_hi7[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 128 > 2.0 * tk_work + 512 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                v_s_3[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                v_s_4[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                v_s_5[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo6[tk_j]; v_t2 < tk_hi6[tk_j]; ++v_t2) {
+                                v_s_6[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (96 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo7[tk_j]; v_t2 < tk_hi7[tk_j]; ++v_t2) {
+                                v_s_7[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (112 + tk_j))) * s_w_1]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
+                        int tk_lr3[16], tk_hr3[16];
+                        int tk_lr4[16], tk_hr4[16];
+                        int tk_lr5[16], tk_hr5[16];
+                        int tk_lr6[16], tk_hr6[16];
+                        int tk_lr7[16], tk_hr7[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_backward_k__f32_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = v_s_3[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = v_s_4[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = v_s_5[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (96 + tk_j)) * s_grad_k_2] = v_s_6[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (112 + tk_j)) * s_grad_k_2] = v_s_7[tk_j];
+                }
+            }
         for (; lin + 48 <= stop; lin += 48, v_t += 48)
             {
                 float v_s_0[16];
@@ -13084,7 +16907,7 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_backward_k__f32_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_backward_k__f32_vx3(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
@@ -15099,8 +18922,992 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx1(const tk_karg
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
-static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, double *restrict v_s_3, double *restrict v_s_4, double *restrict v_s_5, double *restrict v_s_6, double *restrict v_s_7, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, const long long *tk_lr3, const long long *tk_hr3, const long long *tk_lr4, const long long *tk_hr4, const long long *tk_lr5, const long long *tk_hr5, const long long *tk_lr6, const long long *tk_hr6, const long long *tk_lr7, const long long *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const double *restrict t_w = (const double *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const double *restrict t_grad_out = (const double *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    double *restrict t_grad_k = (double *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf64 x_s_0 = tk_vld_f64(v_s_0);
+    tk_vf64 x_s_1 = tk_vld_f64(v_s_1);
+    tk_vf64 x_s_2 = tk_vld_f64(v_s_2);
+    tk_vf64 x_s_3 = tk_vld_f64(v_s_3);
+    tk_vf64 x_s_4 = tk_vld_f64(v_s_4);
+    tk_vf64 x_s_5 = tk_vld_f64(v_s_5);
+    tk_vf64 x_s_6 = tk_vld_f64(v_s_6);
+    tk_vf64 x_s_7 = tk_vld_f64(v_s_7);
+    const double *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp3 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp4 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp5 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp6 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const double *const tk_rp7 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            long long tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            long long tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            long long tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            long long tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            long long tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+            for (tk_i64 v_t2 = tk_a3; v_t2 < tk_c3; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+            for (tk_i64 v_t2 = tk_a4; v_t2 < tk_c4; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+            for (tk_i64 v_t2 = tk_a5; v_t2 < tk_c5; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
+            for (tk_i64 v_t2 = tk_a6; v_t2 < tk_c6; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
+            for (tk_i64 v_t2 = tk_a7; v_t2 < tk_c7; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (56 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        const tk_i64 tk_il3 = tk_c3 - 24, tk_ih3 = tk_d3 - 24;
+        const tk_i64 tk_il4 = tk_c4 - 32, tk_ih4 = tk_d4 - 32;
+        const tk_i64 tk_il5 = tk_c5 - 40, tk_ih5 = tk_d5 - 40;
+        const tk_i64 tk_il6 = tk_c6 - 48, tk_ih6 = tk_d6 - 48;
+        const tk_i64 tk_il7 = tk_c7 - 56, tk_ih7 = tk_d7 - 56;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 24 == tk_d0 && tk_b3 - 24 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr3[tk_q] - 24 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 32 == tk_d0 && tk_b4 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr4[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 40 == tk_d0 && tk_b5 - 40 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr5[tk_q] - 40 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 48 == tk_d0 && tk_b6 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr6[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 56 == tk_d0 && tk_b7 - 56 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr7[tk_q] - 56 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                const tk_vf64 tk_ld3 = tk_ld0;
+                const tk_vf64 tk_ld4 = tk_ld0;
+                const tk_vf64 tk_ld5 = tk_ld0;
+                const tk_vf64 tk_ld6 = tk_ld0;
+                const tk_vf64 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2), x_s_2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld3), x_s_3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld4), x_s_4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld5), x_s_5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld6), x_s_6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld7), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr3), x_hr = tk_vld_m64(tk_hr3);
+                for (tk_i64 v_t2 = tk_d3; v_t2 < tk_b3; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f64(tk_m, x_s_3 + (tk_rp3[v_t2 * s_grad_out_2] * tk_ld0), x_s_3);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr4), x_hr = tk_vld_m64(tk_hr4);
+                for (tk_i64 v_t2 = tk_d4; v_t2 < tk_b4; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f64(tk_m, x_s_4 + (tk_rp4[v_t2 * s_grad_out_2] * tk_ld0), x_s_4);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr5), x_hr = tk_vld_m64(tk_hr5);
+                for (tk_i64 v_t2 = tk_d5; v_t2 < tk_b5; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f64(tk_m, x_s_5 + (tk_rp5[v_t2 * s_grad_out_2] * tk_ld0), x_s_5);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr6), x_hr = tk_vld_m64(tk_hr6);
+                for (tk_i64 v_t2 = tk_d6; v_t2 < tk_b6; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f64(tk_m, x_s_6 + (tk_rp6[v_t2 * s_grad_out_2] * tk_ld0), x_s_6);
+                }
+            }
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr7), x_hr = tk_vld_m64(tk_hr7);
+                for (tk_i64 v_t2 = tk_d7; v_t2 < tk_b7; ++v_t2) {
+                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (56 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f64(tk_m, x_s_7 + (tk_rp7[v_t2 * s_grad_out_2] * tk_ld0), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f64(v_s_0, x_s_0);
+    tk_vst_f64(v_s_1, x_s_1);
+    tk_vst_f64(v_s_2, x_s_2);
+    tk_vst_f64(v_s_3, x_s_3);
+    tk_vst_f64(v_s_4, x_s_4);
+    tk_vst_f64(v_s_5, x_s_5);
+    tk_vst_f64(v_s_6, x_s_6);
+    tk_vst_f64(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, double *restrict v_s_0, double *restrict v_s_1, double *restrict v_s_2, const long long *tk_lr0, const long long *tk_hr0, const long long *tk_lr1, const long long *tk_hr1, const long long *tk_lr2, const long long *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
     const double *restrict t_w = (const double *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
     const double *restrict t_grad_out = (const double *)a->t[1].data;
@@ -15122,132 +19929,251 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_karg
     const double *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
     const double *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
     const double *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
-    if (tk_L < tk_H) {
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
         {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
+            long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
-                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
             }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
             }
         }
         {
-            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
                 const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                const tk_vf64 tk_ld1 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
-                const tk_vf64 tk_ld2 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
-                x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
-                x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
             }
-        }
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
                 }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
                 }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
                     x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
                 }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const long long tk_ur = (long long)(v_t2 - tk_mn);
+                const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
+                const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf64 tk_ld1 = tk_ld0;
+                const tk_vf64 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld2), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
                     const long long tk_ur = (long long)(v_t2 - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -15256,27 +20182,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
-                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
                     const long long tk_ur = (long long)(v_t2 - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -15285,118 +20191,7 @@ static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__f64_vx2(const tk_karg
             }
             {
                 const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-            }
-        }
-    } else {
-        {
-            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr0), x_hr = tk_vld_m64(tk_hr0);
-                long long tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
-                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
-                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
-                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                    x_s_0 += (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_0 = tk_vsel_f64(tk_m, x_s_0 + (tk_rp0[v_t2 * s_grad_out_2] * tk_ld0), x_s_0);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr1), x_hr = tk_vld_m64(tk_hr1);
-                long long tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
-                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
-                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
-                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
-                    x_s_1 += (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_1 = tk_vsel_f64(tk_m, x_s_1 + (tk_rp1[v_t2 * s_grad_out_2] * tk_ld0), x_s_1);
-                }
-            }
-            {
-                const tk_vm64 x_lr = tk_vld_m64(tk_lr2), x_hr = tk_vld_m64(tk_hr2);
-                long long tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
-                for (int tk_q = 1; tk_q < 8; ++tk_q) {
-                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
-                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
-                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
-                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
-                }
-                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
-                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
-                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
-                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
-                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                    const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
-                    const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
-                    x_s_2 = tk_vsel_f64(tk_m, x_s_2 + (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0), x_s_2);
-                }
-                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
-                    const tk_vf64 tk_ld0 = tk_vld_f64(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
-                    x_s_2 += (tk_rp2[v_t2 * s_grad_out_2] * tk_ld0);
-                }
-                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
                     const long long tk_ur = (long long)(v_t2 - tk_mn);
                     const tk_vm64 tk_m = ~((tk_ur - x_lr) >> 63) & ((tk_ur - x_hr) >> 63);
                     const tk_vf64 tk_ld0 = tk_vldm_f64(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
@@ -16031,6 +20826,169 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
             lin += 4 * n_t;
             continue;
         }
+        for (; lin + 64 <= stop; lin += 64, v_t += 64)
+            {
+                double v_s_0[8];
+                double v_s_1[8];
+                double v_s_2[8];
+                double v_s_3[8];
+                double v_s_4[8];
+                double v_s_5[8];
+                double v_s_6[8];
+                double v_s_7[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = 0.0;
+                    v_s_1[tk_j] = 0.0;
+                    v_s_2[tk_j] = 0.0;
+                    v_s_3[tk_j] = 0.0;
+                    v_s_4[tk_j] = 0.0;
+                    v_s_5[tk_j] = 0.0;
+                    v_s_6[tk_j] = 0.0;
+                    v_s_7[tk_j] = 0.0;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
+                    tk_i64 tk_lo3[8], tk_hi3[8];
+                    tk_i64 tk_lo4[8], tk_hi4[8];
+                    tk_i64 tk_lo5[8], tk_hi5[8];
+                    tk_i64 tk_lo6[8], tk_hi6[8];
+                    tk_i64 tk_lo7[8], tk_hi7[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (8 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi2[tk_j] = d_T;
+                        tk_lo3[tk_j] = (v_t + (24 + tk_j));
+                        tk_hi3[tk_j] = d_T;
+                        tk_lo4[tk_j] = (v_t + (32 + tk_j));
+                        tk_hi4[tk_j] = d_T;
+                        tk_lo5[tk_j] = (v_t + (40 + tk_j));
+                        tk_hi5[tk_j] = d_T;
+                        tk_lo6[tk_j] = (v_t + (48 + tk_j));
+                        tk_hi6[tk_j] = d_T;
+                        tk_lo7[tk_j] = (v_t + (56 + tk_j));
+                        tk_hi7[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 64 > 2.0 * tk_work + 256 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                v_s_3[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                v_s_4[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                v_s_5[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo6[tk_j]; v_t2 < tk_hi6[tk_j]; ++v_t2) {
+                                v_s_6[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]);
+                            }
+                            for (tk_i64 v_t2 = tk_lo7[tk_j]; v_t2 < tk_hi7[tk_j]; ++v_t2) {
+                                v_s_7[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (56 + tk_j))) * s_w_1]);
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        long long tk_lr0[8], tk_hr0[8];
+                        long long tk_lr1[8], tk_hr1[8];
+                        long long tk_lr2[8], tk_hr2[8];
+                        long long tk_lr3[8], tk_hr3[8];
+                        long long tk_lr4[8], tk_hr4[8];
+                        long long tk_lr5[8], tk_hr5[8];
+                        long long tk_lr6[8], tk_hr6[8];
+                        long long tk_lr7[8], tk_hr7[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_backward_k__f64_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = v_s_1[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = v_s_2[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (24 + tk_j)) * s_grad_k_2] = v_s_3[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = v_s_4[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (40 + tk_j)) * s_grad_k_2] = v_s_5[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = v_s_6[tk_j];
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (56 + tk_j)) * s_grad_k_2] = v_s_7[tk_j];
+                }
+            }
         for (; lin + 24 <= stop; lin += 24, v_t += 24)
             {
                 double v_s_0[8];
@@ -16099,7 +21057,7 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                             tk_lr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
                             tk_hr2[tk_j] = (long long)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
                         }
-                        tk_rwkv_backward_k__f64_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        tk_rwkv_backward_k__f64_vx3(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
                     }
                 }
                 #pragma omp simd
