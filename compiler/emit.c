@@ -1455,6 +1455,31 @@ static void vx_set_body(emitter *E, const tk_stmt *s, int k, int nb, const char 
     E->nvload = 0;
 }
 
+/* Bound set k's lane ranges folded: [tk_ua, tk_ub) where some lane is on,
+ * [tk_uc, tk_ud) where every lane is (offsets from tk_mn). */
+static void vx_fold_bounds(emitter *E, int k) {
+    const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+    line(E, "%s tk_ua = tk_lr%d[0], tk_ub = tk_hr%d[0], tk_uc = tk_lr%d[0], tk_ud = tk_hr%d[0];", I, k, k, k, k);
+    line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
+    E->indent++;
+    line(E, "tk_ua = tk_lr%d[tk_q] < tk_ua ? tk_lr%d[tk_q] : tk_ua;", k, k);
+    line(E, "tk_ub = tk_hr%d[tk_q] > tk_ub ? tk_hr%d[tk_q] : tk_ub;", k, k);
+    line(E, "tk_uc = tk_lr%d[tk_q] > tk_uc ? tk_lr%d[tk_q] : tk_uc;", k, k);
+    line(E, "tk_ud = tk_hr%d[tk_q] < tk_ud ? tk_hr%d[tk_q] : tk_ud;", k, k);
+    E->indent--;
+    line(E, "}");
+}
+
+/* The lane mask m at loop variable s, from the lanes' ranges x_lr, x_hr:
+ * lr <= ur < hr from the signs of ur - lr and ur - hr (no vector compares:
+ * GCC lowers those lane by lane in target clones). */
+static void vx_lane_mask(emitter *E, const tk_stmt *s, const char *m) {
+    const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+    int sh = E->ftype == TK_V_F64 ? 63 : 31;
+    line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
+    line(E, "const tk_v%s %s = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", vx_msfx(E), m, sh, sh);
+}
+
 /* u over [lo, hi) on vectors. Masked: each bound set runs on its own (its
  * lanes' sums stay in order; sets share nothing), over the part of
  * [lo, hi) where any of its lanes is on: where all are, without selects;
@@ -1470,24 +1495,13 @@ static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *h
         line(E, "}");
     } else {
         const char *M = vx_msfx(E);
-        const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
         unsigned char seen[64] = {0};
         for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
         for (int k = 0; k < nb; k++) {
             line(E, "{");
             E->indent++;
             line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr%d), x_hr = tk_vld_%s(tk_hr%d);", M, M, k, M, k);
-            /* [ua, ub): some lane on; [uc, ud): every lane on */
-            line(E, "%s tk_ua = tk_lr%d[0], tk_ub = tk_hr%d[0], tk_uc = tk_lr%d[0], tk_ud = tk_hr%d[0];", I, k, k,
-                 k, k);
-            line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
-            E->indent++;
-            line(E, "tk_ua = tk_lr%d[tk_q] < tk_ua ? tk_lr%d[tk_q] : tk_ua;", k, k);
-            line(E, "tk_ub = tk_hr%d[tk_q] > tk_ub ? tk_hr%d[tk_q] : tk_ub;", k, k);
-            line(E, "tk_uc = tk_lr%d[tk_q] > tk_uc ? tk_lr%d[tk_q] : tk_uc;", k, k);
-            line(E, "tk_ud = tk_hr%d[tk_q] < tk_ud ? tk_hr%d[tk_q] : tk_ud;", k, k);
-            E->indent--;
-            line(E, "}");
+            vx_fold_bounds(E, k);
             line(E, "const tk_i64 tk_a = tk_maxi(%s, tk_mn + tk_ua), tk_b = tk_mini(%s, tk_mn + tk_ub);", lo, hi);
             line(E, "tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);");
             line(E, "if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;");
@@ -1499,12 +1513,7 @@ static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *h
                 if (part == 1) {
                     vx_set_body(E, s, k, nb, NULL);
                 } else {
-                    /* lr <= ur < hr from the signs of ur - lr and ur - hr (no
-                     * vector compares: GCC lowers those lane by lane in
-                     * target clones) */
-                    line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
-                    line(E, "const tk_v%s tk_m = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", M,
-                         E->ftype == TK_V_F64 ? 63 : 31, E->ftype == TK_V_F64 ? 63 : 31);
+                    vx_lane_mask(E, s, "tk_m");
                     vx_set_body(E, s, k, nb, "tk_m");
                 }
                 E->indent--;
@@ -1557,15 +1566,12 @@ static int vx_skew(emitter *E, const tk_stmt *s, int nb) {
 /* Block k's u over [from, to) under its lane mask. */
 static void vx_masked_part(emitter *E, const tk_stmt *s, int k, int nb, const char *from, const char *to) {
     const char *M = vx_msfx(E);
-    const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
-    int sh = E->ftype == TK_V_F64 ? 63 : 31;
     line(E, "{");
     E->indent++;
     line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr%d), x_hr = tk_vld_%s(tk_hr%d);", M, M, k, M, k);
     line(E, "for (tk_i64 v_%s = %s%d; v_%s < %s%d; ++v_%s) {", s->name, from, k, s->name, to, k, s->name);
     E->indent++;
-    line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
-    line(E, "const tk_v%s tk_m = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", M, sh, sh);
+    vx_lane_mask(E, s, "tk_m");
     vx_set_body(E, s, k, nb, "tk_m");
     E->indent--;
     line(E, "}");
@@ -1593,12 +1599,7 @@ static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, c
      * over all its lanes, or over the lanes of the mask, and reads the same
      * addresses) */
     line(E, "const tk_i64 v_%s = tk_i;", s->name);
-    if (m) {
-        const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
-        int sh = E->ftype == TK_V_F64 ? 63 : 31;
-        line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
-        line(E, "const tk_v%s %s = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", vx_msfx(E), m, sh, sh);
-    }
+    if (m) vx_lane_mask(E, s, m);
     E->vmask = m;
     vx_hoist(E, s, 0, R);
     int n0 = E->nvload;
@@ -1628,7 +1629,6 @@ static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, c
  * skewed walk over the blocks' unmasked ranges (where all blocks are on, no
  * tests), each block's masked tail. */
 static void vx_skewed(emitter *E, const tk_stmt *s, int nb, int D) {
-    const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
     int R = E->nblocks;
     unsigned char seen[64] = {0};
     line(E, "{");
@@ -1639,16 +1639,7 @@ static void vx_skewed(emitter *E, const tk_stmt *s, int nb, int D) {
         line(E, "tk_i64 tk_a%d, tk_b%d, tk_c%d, tk_d%d;", k, k, k, k);
         line(E, "{");
         E->indent++;
-        line(E, "%s tk_ua = tk_lr%d[0], tk_ub = tk_hr%d[0], tk_uc = tk_lr%d[0], tk_ud = tk_hr%d[0];", I, k, k, k,
-             k);
-        line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
-        E->indent++;
-        line(E, "tk_ua = tk_lr%d[tk_q] < tk_ua ? tk_lr%d[tk_q] : tk_ua;", k, k);
-        line(E, "tk_ub = tk_hr%d[tk_q] > tk_ub ? tk_hr%d[tk_q] : tk_ub;", k, k);
-        line(E, "tk_uc = tk_lr%d[tk_q] > tk_uc ? tk_lr%d[tk_q] : tk_uc;", k, k);
-        line(E, "tk_ud = tk_hr%d[tk_q] < tk_ud ? tk_hr%d[tk_q] : tk_ud;", k, k);
-        E->indent--;
-        line(E, "}");
+        vx_fold_bounds(E, k);
         line(E, "tk_a%d = tk_maxi(tk_mn, tk_mn + tk_ua);", k);
         line(E, "tk_b%d = tk_mini(tk_mx, tk_mn + tk_ub);", k);
         line(E, "tk_c%d = tk_maxi(tk_a%d, tk_mn + tk_uc);", k, k);
