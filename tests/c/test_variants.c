@@ -1,6 +1,7 @@
 /* test_variants.c - differential test of the code generators: every op of
  * ops/ and tests/specs/ is compiled three times at build time, optimised
- * for the CPU (tkv_opt_*), plain (tkv_plain_*, no hoisting, segments,
+ * for the CPU (tk_builtin_* for ops/, the kernels libtk ships, and
+ * tkv_opt_* for tests/specs/), plain (tkv_plain_*, no hoisting, segments,
  * unrolling or SIMD), and as CUDA run on the CPU by cuda_emu.h (tkv_cuda_*:
  * lane tiles, group rows, partial tiles, grid-stride loops), and all three
  * run on the same random inputs: random sizes, batch dims, every dtype
@@ -15,6 +16,10 @@
 #include "core.h"
 #include "tk_test.h"
 
+extern const tk_builtin_spec tk_builtin_specs[];
+extern const int tk_builtin_nspecs;
+extern const tk_builtin_kernel tk_builtin_kernels[];
+extern const int tk_builtin_nkernels;
 extern const tk_builtin_spec tkv_opt_specs[], tkv_plain_specs[], tkv_cuda_specs[];
 extern const int tkv_opt_nspecs, tkv_plain_nspecs, tkv_cuda_nspecs;
 extern const tk_builtin_kernel tkv_opt_kernels[], tkv_plain_kernels[], tkv_cuda_kernels[];
@@ -220,12 +225,13 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
 
 int main(void) {
     tk_ctx *opt = tk_ctx_new(), *plain = tk_ctx_new(), *cuda = tk_ctx_new();
-    int s1 = tk_ctx_add_builtins(opt, tkv_opt_specs, tkv_opt_nspecs, tkv_opt_kernels, tkv_opt_nkernels);
+    int s1 = tk_ctx_add_builtins(opt, tk_builtin_specs, tk_builtin_nspecs, tk_builtin_kernels, tk_builtin_nkernels);
+    if (s1 == TK_OK) s1 = tk_ctx_add_builtins(opt, tkv_opt_specs, tkv_opt_nspecs, tkv_opt_kernels, tkv_opt_nkernels);
     int s2 = tk_ctx_add_builtins(plain, tkv_plain_specs, tkv_plain_nspecs, tkv_plain_kernels, tkv_plain_nkernels);
     int s3 = tk_ctx_add_builtins(cuda, tkv_cuda_specs, tkv_cuda_nspecs, tkv_cuda_kernels, tkv_cuda_nkernels);
     if (s1 || s2 || s3) fprintf(stderr, "%s%s%s\n", tk_ctx_error(opt), tk_ctx_error(plain), tk_ctx_error(cuda));
     CHECK(s1 == TK_OK && s2 == TK_OK && s3 == TK_OK);
-    CHECK(tk_op_count(opt) >= 9);
+    CHECK(tk_op_count(opt) >= 9 && tk_op_count(opt) == tk_op_count(plain));
     int total = 0;
     for (int i = 0; i < tk_op_count(opt); i++) {
         const tk_op *a = tk_op_at(opt, i), *b = tk_op_find(plain, tk_op_name(a)), *g = tk_op_find(cuda, tk_op_name(a));
