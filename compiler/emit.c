@@ -42,7 +42,7 @@ typedef struct emitter {
     const tk_stmt *def[TK_MAX_LOCALS];  /* top-level single-assignment locals */
     int inline_locals;              /* name_ref expands def[] (segment starts) */
     int plain;                      /* TK_EMIT_PLAIN */
-    int wide;                       /* the body for 512-bit vectors (see cpu_kernel) */
+    int wide;                       /* explicit vectors (see cpu_kernel): 1 512-bit, 2 256-bit; 0 none */
     const char *shared[8];          /* loop variables shared by all jam copies */
     int nshared;
     unsigned char hoisted_local[TK_MAX_LOCALS];
@@ -946,11 +946,11 @@ static size_t narrowest_tensor(const emitter *E) {
     return n;
 }
 /* R for a tile of G group rows: with explicit vectors, about 24
- * accumulator vectors of the 32 AVX-512 registers, each broadcast of a
- * group row feeding R of them. */
+ * accumulator vectors of the 32 AVX-512 registers (12 of the 16 AVX2 ones),
+ * each broadcast of a group row feeding R of them. */
 static int lane_blocks(const emitter *E, int G) {
     if (!E->vx) return 1;
-    int r = 24 / (E->nacc * G);
+    int r = (E->wide == 2 ? 12 : 24) / (E->nacc * G);
     return r < 1 ? 1 : r > 8 ? 8 : r;
 }
 
@@ -998,6 +998,10 @@ static int lane_plan(emitter *E) {
      * (f32), 79% (bf16); 8 lanes x 4 rows gave 77% and 66%. */
     int vec = E->tg->gpu ? (E->ftype == TK_V_F64 ? 8 : 16) : E->ftype == TK_V_F64 ? 8 : 16;
     int gmax = E->tg->gpu ? (E->ftype == TK_V_F32 && narrowest_tensor(E) < 4 ? 2 : 4) : 8;
+    if (E->wide == 2) {   /* one 256-bit vector; 4 group rows x 3 lane blocks */
+        vec /= 2;
+        gmax = 4;
+    }
     if (E->gdim != d->nloop - 1) {
         E->ngroup = nacc >= gmax ? 1 : gmax / nacc;
         /* group copies vary the group variable: the bounds must still fit */
@@ -1244,8 +1248,13 @@ static int vx_loop_ok(emitter *E, const tk_stmt *s) {
     return ok;
 }
 
-static const char *vx_sfx(const emitter *E) { return E->ftype == TK_V_F64 ? "f64" : "f32"; }
-static const char *vx_msfx(const emitter *E) { return E->ftype == TK_V_F64 ? "m64" : "m32"; }
+/* the vector types' suffixes (tk_kernel.h): h for the 256-bit ones */
+static const char *vx_sfx(const emitter *E) {
+    return E->ftype == TK_V_F64 ? (E->wide == 2 ? "f64h" : "f64") : (E->wide == 2 ? "f32h" : "f32");
+}
+static const char *vx_msfx(const emitter *E) {
+    return E->ftype == TK_V_F64 ? (E->wide == 2 ? "m64h" : "m64") : (E->wide == 2 ? "m32h" : "m32");
+}
 
 /* Tensor reads of e that load lane vectors: calls fn for each. */
 static void vx_reads(emitter *E, const tk_expr *e, void (*fn)(emitter *, const tk_expr *, void *), void *arg) {
@@ -1771,7 +1780,7 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     const char *S = vx_sfx(E);
     unsigned char used_local[TK_MAX_LOCALS] = {0}, set[TK_MAX_LOCALS] = {0};
     char fname[160];
-    snprintf(fname, sizeof fname, "%s_vx%d", E->op->kernel_names[E->variant], E->nvx++);
+    snprintf(fname, sizeof fname, "%s_v%c%d", E->op->kernel_names[E->variant], E->wide == 2 ? 'y' : 'x', E->nvx++);
     for (int r = 0; r < E->op->nlocals; r++)
         if (E->arr[r] && stmt_count(s->body, s->nbody, E->op->locals[r].name)) used_local[r] = 1;
     assigned_locals(s->body, s->nbody, set);
@@ -1785,16 +1794,16 @@ static void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     int indent = E->indent;
     E->b = &fn;
     E->indent = 0;
-    line(E, "#if TK_VX");
+    line(E, E->wide == 2 ? "#if TK_VXH" : "#if TK_VX");
     line(E, "#pragma GCC diagnostic push");
     line(E, "#pragma GCC diagnostic ignored \"-Wunused-variable\"");
     line(E, "#pragma GCC diagnostic ignored \"-Wunused-parameter\"");
     begin_line(E);
-    tk_buf_printf(E->b, "static TK_WIDE_TARGET TK_NOINLINE void %s(", fname);
+    tk_buf_printf(E->b, "static %s TK_NOINLINE void %s(", E->wide == 2 ? "TK_MID_TARGET" : "TK_WIDE_TARGET", fname);
     vx_args(E, s, used_local, nb, 0);
     tk_buf_puts(E->b, ");\n");
     begin_line(E);
-    tk_buf_printf(E->b, "static TK_WIDE_TARGET TK_NOINLINE void %s(", fname);
+    tk_buf_printf(E->b, "static %s TK_NOINLINE void %s(", E->wide == 2 ? "TK_MID_TARGET" : "TK_WIDE_TARGET", fname);
     vx_args(E, s, used_local, nb, 0);
     tk_buf_puts(E->b, ") {\n");
     E->indent = 1;
@@ -2611,7 +2620,8 @@ static void stride_arg(emitter *E, const tk_param *p, int slot, int unit) {
 }
 
 /* One force-inlined body taking the innermost strides (wide: the plan for
- * 512-bit vectors, with explicit-vector loops and several lane blocks). */
+ * 512-bit (1) or 256-bit (2) vectors, with explicit-vector loops and
+ * several lane blocks). */
 static void cpu_body(emitter *E, const char *suffix, int wide) {
     const char *name = E->op->kernel_names[E->variant];
     tk_buf_printf(E->b, "TK_BODY void %s%s%s(const tk_kargs *a, tk_i64 begin, tk_i64 end", name,
@@ -2672,34 +2682,47 @@ static void buf_move(tk_buf *to, tk_buf *from) {
 /* The CPU kernel: force-inlined bodies and an entry that picks one. The
  * narrow body (16-lane tiles in omp simd loops) is compiled per instruction
  * set (GCC target_clones); where its tiles have explicit-vector loops, a
- * wide body (three lane blocks, the loops outlined) serves AVX-512 CPUs and
- * unit strides: its 24 accumulator vectors need the 32 registers of
- * AVX-512 and would spill badly on AVX2. */
+ * wide body (512-bit vectors, several lane blocks, the loops outlined)
+ * serves AVX-512 CPUs and a mid one (256-bit vectors, its own tile plan:
+ * fewer accumulators for the 16 AVX2 registers) x86-64-v3 CPUs, both for
+ * unit strides; the narrow body then serves the rest (baseline x86-64) and
+ * strided calls. */
 static void cpu_kernel(emitter *E) {
     const char *name = E->op->kernel_names[E->variant];
     const char *sfx = E->plain ? "_plain" : "", *clones = E->plain ? "" : "TK_CPU_CLONES ";
     emitter init = *E;
-    tk_buf *out = E->b, wpre = {0}, wbody = {0}, nbody = {0};
+    tk_buf *out = E->b, wpre = {0}, wbody = {0}, mpre = {0}, mbody = {0}, nbody = {0};
     int wide = 0;
     if (!E->plain) {
         E->pre = &wpre;
         E->b = &wbody;
         cpu_body(E, "_wbody", 1);
         wide = E->nvx > 0;
+        if (wide) {
+            *E = init;
+            E->pre = &mpre;
+            E->b = &mbody;
+            cpu_body(E, "_mbody", 2);
+        }
     }
     *E = init;
     E->pre = out;
     E->b = &nbody;
     cpu_body(E, "_body", 0);
     E->b = out;
-    if (wide) {   /* GNU C vectors: only where TK_VX */
+    if (wide) {   /* GNU C vectors: only where TK_VX (TK_VXH) */
         tk_buf_puts(out, "#if TK_VX\n");
         buf_move(out, &wpre);
         buf_move(out, &wbody);
+        tk_buf_puts(out, "#endif\n#if TK_VXH\n");
+        buf_move(out, &mpre);
+        buf_move(out, &mbody);
         tk_buf_puts(out, "#endif\n");
     }
     free(wpre.p);
     free(wbody.p);
+    free(mpre.p);
+    free(mbody.p);
     buf_move(out, &nbody);
     E->indent = 0;
     if (!wide) {
@@ -2717,7 +2740,12 @@ static void cpu_kernel(emitter *E) {
     stride_dispatch(E, "_wbody", "_body");
     E->indent = 0;
     line(E, "}");
-    line(E, "static TK_NARROW_CLONES void %s_narrow%s {", name, E->tg->params);
+    line(E, "static TK_MID_TARGET void %s_mid%s {", name, E->tg->params);
+    E->indent = 1;
+    stride_dispatch(E, "_mbody", "_body");
+    E->indent = 0;
+    line(E, "}");
+    line(E, "static void %s_narrow%s {", name, E->tg->params);
     E->indent = 1;
     stride_dispatch(E, "_body", "_body");
     E->indent = 0;
@@ -2726,6 +2754,8 @@ static void cpu_kernel(emitter *E) {
     line(E, "void %s%s {", name, E->tg->params);
     line(E, "    if (tk_cpu_wide())");
     line(E, "        %s_wide(a, begin, end);", name);
+    line(E, "    else if (tk_cpu_mid())");
+    line(E, "        %s_mid(a, begin, end);", name);
     line(E, "    else");
     line(E, "        %s_narrow(a, begin, end);", name);
     line(E, "}");
@@ -2734,9 +2764,17 @@ static void cpu_kernel(emitter *E) {
     line(E, "void %s%s {", name, E->tg->params);
     E->indent = 1;
     line(E, "#if defined(TK_WIDE_STATIC)");
-    line(E, "if (!tk_env_narrow()) {");
+    line(E, "if (tk_env_narrow() == 0) {");
     E->indent++;
     stride_dispatch(E, "_wbody", "_body");
+    line(E, "return;");
+    E->indent--;
+    line(E, "}");
+    line(E, "#endif");
+    line(E, "#if TK_VXH");
+    line(E, "if (tk_env_narrow() < 2) {");
+    E->indent++;
+    stride_dispatch(E, "_mbody", "_body");
     line(E, "return;");
     E->indent--;
     line(E, "}");

@@ -70,11 +70,12 @@ typedef void (*tk_cpu_fn)(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(TK_NO_CLONES) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
 #define TK_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-/* kernels with a wide body (emit.c, cpu_kernel): that body compiled for
- * x86-64-v4 and picked at run time, the narrow one cloned for the rest */
+/* kernels with explicit-vector bodies (emit.c, cpu_kernel): the 512-bit one
+ * compiled for x86-64-v4, the 256-bit one for x86-64-v3, picked at run
+ * time; the narrow body serves other CPUs */
 #define TK_WIDE_DISPATCH 1
 #define TK_WIDE_TARGET __attribute__((target("arch=x86-64-v4")))
-#define TK_NARROW_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define TK_MID_TARGET __attribute__((target("arch=x86-64-v3")))
 /* whether this CPU runs x86-64-v4 code (and TK_CPU_NARROW is not set) */
 static inline int tk_env_narrow(void);
 static inline int tk_cpu_wide(void) {
@@ -88,20 +89,36 @@ static inline int tk_cpu_wide(void) {
     }
     return wide;
 }
+/* whether it runs x86-64-v3 code (AVX2, FMA, BMI1/2; the level's other
+ * features, LZCNT, MOVBE and F16C, come with these on every such CPU) and
+ * TK_CPU_NARROW asks for no less */
+static inline int tk_cpu_mid(void) {
+    static int mid = -1;
+    if (mid < 0) {
+        mid = tk_env_narrow() < 2 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
+              __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+    }
+    return mid;
+}
 #else
 #define TK_CPU_CLONES
 #define TK_WIDE_DISPATCH 0
 #define TK_WIDE_TARGET
+#define TK_MID_TARGET
 #endif
 #if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
 #include <stdlib.h>
-/* TK_CPU_NARROW=1 in the environment: kernels run their narrow bodies even
- * where the wide ones could (tests run both; read once per process) */
+/* TK_CPU_NARROW in the environment: kernels run a narrower body than the
+ * CPU could (the tests run each). 0 or unset: the widest; 1 (or avx2): no
+ * AVX-512, the 256-bit body; 2 (or baseline): the portable body, as on a
+ * CPU without AVX2. Read once per process. */
 static inline int tk_env_narrow(void) {
     static int narrow = -1;
     if (narrow < 0) {
         const char *v = getenv("TK_CPU_NARROW");
-        narrow = v && v[0] && v[0] != '0';
+        narrow = !v || !v[0] || (v[0] == '0' && !v[1]) ? 0
+                 : (v[0] == '2' && !v[1]) || __builtin_strcmp(v, "baseline") == 0 ? 2
+                                                                                 : 1;
     }
     return narrow;
 }
@@ -301,6 +318,13 @@ TK_FN tk_u16 tk_f32_to_f16(float f) { return tk_f32_to_f16_soft(f); }
 #if defined(__AVX512F__) || defined(TK_FORCE_WIDE)
 #define TK_WIDE_STATIC 1
 #endif
+/* the 256-bit bodies: compiled where they can be picked (the run-time
+ * choice, a compiler targeting AVX2 without AVX-512, TK_FORCE_WIDE) */
+#if TK_WIDE_DISPATCH || (defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)) || defined(TK_FORCE_WIDE)
+#define TK_VXH 1
+#else
+#define TK_VXH 0
+#endif
 /* an explicit-vector loop runs in a function of its own (see emit.c) */
 #define TK_NOINLINE __attribute__((noinline, unused))
 #if !defined(__clang__)
@@ -314,12 +338,23 @@ typedef float tk_vf32 __attribute__((vector_size(64)));
 typedef int tk_vm32 __attribute__((vector_size(64)));
 typedef double tk_vf64 __attribute__((vector_size(64)));
 typedef long long tk_vm64 __attribute__((vector_size(64)));
+/* 256-bit: the x86-64-v3 bodies (h: half) */
+typedef float tk_vf32h __attribute__((vector_size(32)));
+typedef int tk_vm32h __attribute__((vector_size(32)));
+typedef double tk_vf64h __attribute__((vector_size(32)));
+typedef long long tk_vm64h __attribute__((vector_size(32)));
 #if defined(__clang__) || __GNUC__ >= 12
 #define TK_VREV16(v) __builtin_shufflevector(v, v, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 #define TK_VREV8(v) __builtin_shufflevector(v, v, 7, 6, 5, 4, 3, 2, 1, 0)
+#define TK_VREV4(v) __builtin_shufflevector(v, v, 3, 2, 1, 0)
 #else
 #define TK_VREV16(v) __builtin_shuffle(v, (tk_vm32){15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0})
 #define TK_VREV8(v) __builtin_shuffle(v, (tk_vm64){7, 6, 5, 4, 3, 2, 1, 0})
+#define TK_VREV8H(v) __builtin_shuffle(v, (tk_vm32h){7, 6, 5, 4, 3, 2, 1, 0})
+#define TK_VREV4(v) __builtin_shuffle(v, (tk_vm64h){3, 2, 1, 0})
+#endif
+#if defined(__clang__) || __GNUC__ >= 12
+#define TK_VREV8H(v) TK_VREV8(v)
 #endif
 /* The extent of a tensor's elements around its data pointer: offsets in
  * [tk_span_lo, tk_span_hi) (empty tensors are never read). */
@@ -342,8 +377,12 @@ TK_FN tk_i64 tk_span_hi(const tk_ktensor *t) {
     static inline tk_v##MS tk_vld_##MS(const I *p) { tk_v##MS v; __builtin_memcpy(&v, p, sizeof v); return v; }
 TK_VX_DEFINE(f32, m32, float, int)
 TK_VX_DEFINE(f64, m64, double, long long)
+TK_VX_DEFINE(f32h, m32h, float, int)
+TK_VX_DEFINE(f64h, m64h, double, long long)
 #define tk_vst_f32(p, v) __builtin_memcpy((p), &(v), 64)
 #define tk_vst_f64(p, v) __builtin_memcpy((p), &(v), 64)
+#define tk_vst_f32h(p, v) __builtin_memcpy((p), &(v), 32)
+#define tk_vst_f64h(p, v) __builtin_memcpy((p), &(v), 32)
 /* m ? a : b lane by lane */
 #define tk_vsel_f32(m, a, b) ((tk_vf32)(((tk_vm32)(a) & (m)) | ((tk_vm32)(b) & ~(m))))
 #define tk_vsel_f64(m, a, b) ((tk_vf64)(((tk_vm64)(a) & (m)) | ((tk_vm64)(b) & ~(m))))
@@ -351,12 +390,20 @@ TK_VX_DEFINE(f64, m64, double, long long)
 #define tk_vrev_m32(v) TK_VREV16(v)
 #define tk_vrev_f64(v) TK_VREV8(v)
 #define tk_vrev_m64(v) TK_VREV8(v)
+#define tk_vsel_f32h(m, a, b) ((tk_vf32h)(((tk_vm32h)(a) & (m)) | ((tk_vm32h)(b) & ~(m))))
+#define tk_vsel_f64h(m, a, b) ((tk_vf64h)(((tk_vm64h)(a) & (m)) | ((tk_vm64h)(b) & ~(m))))
+#define tk_vrev_f32h(v) TK_VREV8H(v)
+#define tk_vrev_m32h(v) TK_VREV8H(v)
+#define tk_vrev_f64h(v) TK_VREV4(v)
+#define tk_vrev_m64h(v) TK_VREV4(v)
 /* a vector with x in every lane */
 #define TK_VSPLAT(VT, N, x) __extension__({ VT tk_s_; const __typeof__(tk_s_[0]) tk_x_ = (x);   \
     for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_s_[tk_q_] = tk_x_;                           \
     tk_s_; })
 #define tk_vsplat_f32(x) TK_VSPLAT(tk_vf32, 16, x)
 #define tk_vsplat_f64(x) TK_VSPLAT(tk_vf64, 8, x)
+#define tk_vsplat_f32h(x) TK_VSPLAT(tk_vf32h, 8, x)
+#define tk_vsplat_f64h(x) TK_VSPLAT(tk_vf64h, 4, x)
 /* elements off .. off+N-1 of p where m is set (the others unspecified):
  * one load when the window lies in the tensor's extent [lo, hi), else only
  * the lanes that are set */
@@ -372,8 +419,11 @@ TK_VX_DEFINE(f64, m64, double, long long)
     tk_v_; })
 #define tk_vldm_f32(p, off, lo, hi, m) TK_VLDM(tk_vf32, tk_vm32, 16, p, off, lo, hi, m)
 #define tk_vldm_f64(p, off, lo, hi, m) TK_VLDM(tk_vf64, tk_vm64, 8, p, off, lo, hi, m)
+#define tk_vldm_f32h(p, off, lo, hi, m) TK_VLDM(tk_vf32h, tk_vm32h, 8, p, off, lo, hi, m)
+#define tk_vldm_f64h(p, off, lo, hi, m) TK_VLDM(tk_vf64h, tk_vm64h, 4, p, off, lo, hi, m)
 #else
 #define TK_VX 0
+#define TK_VXH 0
 #endif
 
 #endif

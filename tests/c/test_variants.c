@@ -188,11 +188,13 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             CHECK(tk_set_output(&c1, o, tk_view(p1, c1.out_dtype[o], c1.out_ndim[o], c1.out_sizes[o], strides)) == TK_OK);
             CHECK(tk_set_output(&c2, o, tk_view(p2, c2.out_dtype[o], c2.out_ndim[o], c2.out_sizes[o], strides)) == TK_OK);
         }
-        /* chunks as at::parallel_for makes them (large), and small ones
-         * that start and end anywhere */
-        int64_t chunk = rand_in(0, 1) ? 40 : rand_in(1, c1.kargs.numel > 1 ? c1.kargs.numel : 1);
+        /* the whole index space in one call (one thread: the long rows'
+         * widest tiles run), and chunks that start and end anywhere, short
+         * or of any length */
+        int64_t how = rand_in(0, 2), numel = c1.kargs.numel > 1 ? c1.kargs.numel : 1;
+        int64_t chunk = how == 0 ? numel : how == 1 ? 40 : rand_in(1, numel);
         for (int64_t b = 0; b < c1.kargs.numel;) {
-            int64_t e = b + rand_in(1, chunk);
+            int64_t e = b + (how == 0 ? chunk : rand_in(1, chunk));
             if (e > c1.kargs.numel) e = c1.kargs.numel;
             CHECK(tk_run_cpu(&c1, b, e) == TK_OK);
             b = e;

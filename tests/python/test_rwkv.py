@@ -97,6 +97,53 @@ def test_batch_row_groups(B, T, threads, dtype):
         torch.set_num_threads(old)
 
 
+# The same walks on the narrower CPU bodies, in a child process (TK_CPU_NARROW
+# is read once per process): "1" the 256-bit explicit-vector body AVX2 CPUs
+# run (4-row groups of 3 lane blocks, 64-wide skewed single-row tiles),
+# "baseline" the portable one. Forward and both gradients against float64
+# conv1d, outputs poisoned with NaN.
+NARROW_CHILD = r"""
+import sys
+import torch
+import torch_tk  # noqa: F401
+sys.path.insert(0, sys.argv[1])
+from test_rwkv import REL_BOUND, nan_poisoned, rel_err
+from torch_tk.reference import rwkv_conv1d, rwkv_inputs
+n = 0
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    for dtype in (torch.float32, torch.float64):
+        for B in (1, 3, 4, 5, 8, 13):
+            for T in (40, 197, 300):
+                C, eps = 3, 0.3
+                w, k = rwkv_inputs(B, C, T, dtype=dtype, seed=2000 + B * 7 + T)
+                w = w - 0.5
+                out = nan_poisoned(torch.ops.tk.rwkv_forward, w, k, eps, numel=B * C * T, dtype=w.dtype)
+                ref = rwkv_conv1d(w.double(), k.double(), eps)
+                g = (torch.rand(B, C, T, generator=torch.Generator().manual_seed(B + T)) - 0.5).to(dtype)
+                wl, kl = w.clone().requires_grad_(), k.clone().requires_grad_()
+                torch.ops.tk.rwkv_forward(wl, kl, eps).backward(g)
+                wd, kd = w.double().requires_grad_(), k.double().requires_grad_()
+                rwkv_conv1d(wd, kd, eps).backward(g.double())
+                errs = (rel_err(out, ref), rel_err(kl.grad, kd.grad), rel_err(wl.grad, wd.grad))
+                assert max(errs) < REL_BOUND[dtype], (threads, dtype, B, T, errs)
+                n += 1
+print(n)
+"""
+
+
+@pytest.mark.parametrize("level", ["1", "baseline"])
+def test_narrower_bodies(level):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TK_CPU_NARROW=level)
+    p = subprocess.run([sys.executable, "-c", NARROW_CHILD, os.path.dirname(os.path.abspath(__file__))],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["72"]
+
+
 def noncontiguous(w, k, layout):
     """The same values as (w, k), laid out in memory according to layout."""
     if layout == "transposed":  # w stored (T, C), k stored (T, B, C)
