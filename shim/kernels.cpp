@@ -132,6 +132,9 @@ struct Call {
   tk_call call;  // tk_bind and tk_bind_types fill it in whole (2.6 KB: not zeroed twice)
   std::vector<at::Tensor> outputs;
   std::vector<at::Tensor> staged;  // contiguous copies of small strided inputs
+  std::array<tk_arg, kMaxArgs> args;  // the first nargs are bound (8 KB: not zeroed per call)
+  size_t nargs = 0;
+  bool stage = false;  // some input is worth staging (stage_inputs)
 };
 
 // A CPU kernel has two bodies: one for unit innermost strides, where the
@@ -191,7 +194,8 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
   const auto& params = handle.schema().arguments();
   const size_t n = params.size();
   TORCH_INTERNAL_ASSERT(n <= kMaxArgs, "tk.", tk_op_name(c.op), ": too many arguments");
-  std::array<tk_arg, kMaxArgs> args;  // the first n are set below (8 KB: not zeroed per call)
+  std::array<tk_arg, kMaxArgs>& args = c.args;
+  c.nargs = n;
   const char* device_arg = nullptr;
   auto values = torch::jit::last(stack, n);
   for (size_t i = 0; i < n; ++i) {
@@ -220,19 +224,30 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
   }
   if (rebind(c, args.data(), n)) return;
   TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
-  bool staged = false;
-  for (size_t i = 0; device.is_cpu() && i < n; ++i) {
+  for (size_t i = 0; device.is_cpu() && i < n; ++i)
+    c.stage = c.stage || (values[i].isTensor() && worth_staging(values[i].toTensor(), c.call.kargs.numel));
+  if (!c.stage) remember(c, args.data(), n);
+}
+
+// Copies the inputs worth staging and binds again with the copies' strides
+// (the same sizes and dtypes: the same outputs). Runs after
+// allocate_outputs: an output too large to allocate fails before any copy
+// (an expanded input of a few bytes of storage can span gigabytes).
+void stage_inputs(const c10::OperatorHandle& handle, const torch::jit::Stack& stack, Call& c) {
+  if (!c.stage) return;
+  const auto& params = handle.schema().arguments();
+  auto values = torch::jit::last(stack, c.nargs);
+  for (size_t i = 0; i < c.nargs; ++i) {
     if (!values[i].isTensor() || !worth_staging(values[i].toTensor(), c.call.kargs.numel)) continue;
     c.staged.push_back(values[i].toTensor().contiguous());
-    args[i] = tk_arg_tensor(to_view(c.staged.back(), false, Where{tk_op_name(c.op), params[i].name().c_str()}));
-    staged = true;
+    c.args[i] = tk_arg_tensor(to_view(c.staged.back(), false, Where{tk_op_name(c.op), params[i].name().c_str()}));
   }
-  if (!staged) {
-    remember(c, args.data(), n);
-    return;
+  TORCH_CHECK(tk_bind(c.op, c.args.data(), static_cast<int>(c.nargs), &c.call) == TK_OK, c.call.msg);
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
+    TORCH_CHECK(tk_set_output(&c.call, static_cast<int>(i), to_view(c.outputs[i], true, w)) == TK_OK,
+                c.call.msg);
   }
-  // the same sizes and dtypes: binds as before, with the copies' strides
-  TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
 }
 
 // Transparent huge pages for a large CPU output (Linux), opt-in with
@@ -330,6 +345,7 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
   c.op = find_op(handle);
   bind_args(handle, *stack, c, device);
   allocate_outputs(c, device);
+  if (execute && device.is_cpu()) stage_inputs(handle, *stack, c);
   if (execute && device.is_cuda()) run_cuda(c.call);
   else if (execute) run_cpu(c.call);
   push_outputs(handle, stack, c);

@@ -407,3 +407,32 @@ def test_ieee_backward(name):
         assert torch.equal(a.isposinf(), b.isposinf()) and torch.equal(a.isneginf(), b.isneginf())
         finite = b.isfinite()
         torch.testing.assert_close(a[finite], b[finite])
+
+
+# An output too large to allocate fails before the shim stages (copies to
+# contiguous memory) an input: a stride-0 expanded w of 2**32 elements has 4
+# bytes of storage but its copy 16 GiB. Under an address-space limit the
+# error must be the output's, with no copy tried first.
+HUGE_CHILD = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+import torch
+import torch_tk  # noqa: F401
+big = 1 << 16
+w = torch.zeros(()).expand(big, big)
+k = torch.zeros(()).expand(big, big, big)
+try:
+    torch.ops.tk.rwkv_forward(w, k, 0.1)
+except RuntimeError as e:
+    print(str(e).splitlines()[0])
+"""
+
+
+def test_huge_output_fails_before_staging_inputs():
+    import os
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", HUGE_CHILD], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("tk.rwkv_forward: output 'out' of shape [65536, 65536, 65536]"), p.stdout
