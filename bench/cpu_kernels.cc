@@ -9,6 +9,7 @@
 // Single-threaded: the index space is run in one tk_run_cpu call.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -72,20 +73,32 @@ void BM_memset_seed_bytes(benchmark::State &state) {
 }
 BENCHMARK(BM_memset_seed_bytes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// rwkv_forward, float32, B x 768 x 768: T(T+1)/2 multiply-adds per (b, c).
+// rwkv_forward, B x 768 x 768: T(T+1)/2 multiply-adds per (b, c).
 // B = 8 runs the 8-row batch groups (each w window load feeds 8 rows), B = 4
 // the 4-row groups, B = 12 one group of each, B = 1 the single-row lane tiles.
-void BM_rwkv_forward(benchmark::State &state) {
+// float32, and bfloat16 (tk_u16 elements, summed in float32).
+uint16_t to_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);   // round to nearest even
+}
+
+template <typename Elem, tk_dtype DT>
+void BM_rwkv(benchmark::State &state) {
     const int64_t B = state.range(0), C = 768, T = 768;
-    std::vector<float> w(C * T), k(B * C * T), out(B * C * T);
-    for (size_t i = 0; i < w.size(); i++) w[i] = static_cast<float>(i % 97) / 97.0f;
-    for (size_t i = 0; i < k.size(); i++) k[i] = static_cast<float>(i % 89) / 89.0f;
+    std::vector<Elem> w(C * T), k(B * C * T), out(B * C * T);
+    auto elem = [](float f) {
+        if constexpr (DT == TK_F32) return f;
+        else return to_bf16(f);
+    };
+    for (size_t i = 0; i < w.size(); i++) w[i] = elem(static_cast<float>(i % 97) / 97.0f);
+    for (size_t i = 0; i < k.size(); i++) k[i] = elem(static_cast<float>(i % 89) / 89.0f);
     int64_t ws[2] = {C, T}, wst[2] = {T, 1}, ks[3] = {B, C, T}, kst[3] = {C * T, T, 1};
-    tk_arg args[3] = {tk_arg_tensor(tk_view(w.data(), TK_F32, 2, ws, wst)),
-                      tk_arg_tensor(tk_view(k.data(), TK_F32, 3, ks, kst)), tk_arg_float(0.1)};
+    tk_arg args[3] = {tk_arg_tensor(tk_view(w.data(), DT, 2, ws, wst)),
+                      tk_arg_tensor(tk_view(k.data(), DT, 3, ks, kst)), tk_arg_float(0.1)};
     tk_call call;
     if (tk_bind(tk_op_find(context(), "rwkv_forward"), args, 3, &call) != TK_OK ||
-        tk_set_output(&call, 0, tk_view(out.data(), TK_F32, 3, ks, kst)) != TK_OK) {
+        tk_set_output(&call, 0, tk_view(out.data(), DT, 3, ks, kst)) != TK_OK) {
         state.SkipWithError(call.msg);
         return;
     }
@@ -97,7 +110,10 @@ void BM_rwkv_forward(benchmark::State &state) {
     const double flop = 2.0 * static_cast<double>(B * C) * static_cast<double>(T * (T + 1) / 2);
     state.counters["FLOP/s"] = benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_rwkv_forward(benchmark::State &state) { BM_rwkv<float, TK_F32>(state); }
+void BM_rwkv_forward_bf16(benchmark::State &state) { BM_rwkv<uint16_t, TK_BF16>(state); }
 BENCHMARK(BM_rwkv_forward)->Arg(1)->Arg(4)->Arg(8)->Arg(12)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_rwkv_forward_bf16)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -1189,13 +1189,16 @@ static int vx_uniform_but(const emitter *E, const tk_expr *e, const char *v) {
 
 /* Whether tensor read e loads consecutive elements across the lanes (when
  * its last dim has stride 1): every index uniform but the last, which moves
- * by +-1 with the innermost loop variable. *dir: +1 when memory ascends with
- * the lane index, -1 when it descends. */
+ * by +-1 with the innermost loop variable; elements of the op's float type,
+ * or bfloat16 ones widened to float32 (a shift). *dir: +1 when memory
+ * ascends with the lane index, -1 when it descends. */
 static int vx_read(const emitter *E, const tk_expr *e, int *dir) {
     const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
     tk_dtype want = E->ftype == TK_V_F64 ? TK_F64 : TK_F32;
     int64_t c;
-    if (e->kind != TK_E_INDEX || e->nargs == 0 || tk_variant_dtype(E->op, E->variant, e->ref) != want) return 0;
+    if (e->kind != TK_E_INDEX || e->nargs == 0) return 0;
+    tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
+    if (dt != want && !(dt == TK_BF16 && want == TK_F32)) return 0;
     for (int i = 0; i < e->nargs - 1; i++)
         if (!vx_uniform(E, e->args[i])) return 0;
     const tk_expr *last = e->args[e->nargs - 1];
@@ -1276,17 +1279,18 @@ static void vx_load(emitter *E, const tk_expr *e) {
     vx_read(E, e, &dir);
     const tk_param *p = param(E, e->ref);
     const char *S = vx_sfx(E);
+    const char *B = tk_variant_dtype(E->op, E->variant, e->ref) == TK_BF16 ? "b" : "";   /* widened */
     if (dir < 0) tk_buf_printf(E->b, "tk_vrev_%s(", S);
     E->in_lane = 1;
     E->lane_fix = dir > 0 ? 0 : E->lanes - 1;   /* the lane at the lowest address */
     if (E->vmask) {
-        tk_buf_printf(E->b, "tk_vldm_%s(t_%s, ", S, p->name);
+        tk_buf_printf(E->b, "tk_vldm%s_%s(t_%s, ", B, S, p->name);
         tensor_offset(E, e);
         tk_buf_printf(E->b, ", tk_zl_%s, tk_zh_%s, ", p->name, p->name);
         if (dir < 0) tk_buf_printf(E->b, "tk_vrev_%s(%s))", vx_msfx(E), E->vmask);
         else tk_buf_printf(E->b, "%s)", E->vmask);
     } else {
-        tk_buf_printf(E->b, "tk_vld_%s(&t_%s[", S, p->name);
+        tk_buf_printf(E->b, "tk_vld%s_%s(&t_%s[", B, S, p->name);
         tensor_offset(E, e);
         tk_buf_puts(E->b, "])");
     }
@@ -2672,6 +2676,14 @@ static void stride_dispatch(emitter *E, const char *suffix, const char *strided)
     }
 }
 
+/* A call of body `suffix` with unit (literal 1) or variable strides. */
+static void body_call(emitter *E, const char *suffix, int unit) {
+    begin_line(E);
+    tk_buf_printf(E->b, "%s%s%s(a, begin, end", E->op->kernel_names[E->variant], E->plain ? "_plain" : "", suffix);
+    each_strided(E, stride_arg, unit);
+    tk_buf_puts(E->b, ");\n");
+}
+
 static void buf_move(tk_buf *to, tk_buf *from) {
     if (from->oom) to->oom = 1;
     else if (from->p) tk_buf_puts(to, from->p);
@@ -2734,39 +2746,62 @@ static void cpu_kernel(emitter *E) {
         tk_buf_puts(E->b, "}\n");
         return;
     }
+    /* the explicit-vector bodies take unit strides only; the narrow body,
+     * with the strides as variables (no unit-stride copy of it: AVX2 and
+     * AVX-512 CPUs run the others then), strided calls and CPUs without
+     * AVX2 */
     line(E, "#if TK_WIDE_DISPATCH");
     line(E, "static TK_WIDE_TARGET void %s_wide%s {", name, E->tg->params);
     E->indent = 1;
-    stride_dispatch(E, "_wbody", "_body");
+    body_call(E, "_wbody", 1);
     E->indent = 0;
     line(E, "}");
     line(E, "static TK_MID_TARGET void %s_mid%s {", name, E->tg->params);
     E->indent = 1;
-    stride_dispatch(E, "_mbody", "_body");
+    body_call(E, "_mbody", 1);
     E->indent = 0;
     line(E, "}");
-    line(E, "static void %s_narrow%s {", name, E->tg->params);
+    line(E, "static TK_NARROW_CLONES void %s_narrow%s {", name, E->tg->params);
     E->indent = 1;
-    stride_dispatch(E, "_body", "_body");
+    each_strided(E, stride_load, 0);
+    body_call(E, "_body", 0);
     E->indent = 0;
     line(E, "}");
     line(E, "void %s%s;", name, E->tg->params);
     line(E, "void %s%s {", name, E->tg->params);
-    line(E, "    if (tk_cpu_wide())");
-    line(E, "        %s_wide(a, begin, end);", name);
-    line(E, "    else if (tk_cpu_mid())");
-    line(E, "        %s_mid(a, begin, end);", name);
-    line(E, "    else");
-    line(E, "        %s_narrow(a, begin, end);", name);
+    E->indent = 1;
+    each_strided(E, stride_load, 0);
+    int test = unit_stride_test(E, NULL);
+    if (test) tk_buf_puts(E->b, " {\n");
+    else line(E, "{");
+    E->indent++;
+    line(E, "if (tk_cpu_wide()) {");
+    line(E, "    %s_wide(a, begin, end);", name);
+    line(E, "    return;");
+    line(E, "}");
+    line(E, "if (tk_cpu_mid()) {");
+    line(E, "    %s_mid(a, begin, end);", name);
+    line(E, "    return;");
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    line(E, "%s_narrow(a, begin, end);", name);
+    E->indent = 0;
     line(E, "}");
     line(E, "#else");
     line(E, "void %s%s;", name, E->tg->params);
     line(E, "void %s%s {", name, E->tg->params);
     E->indent = 1;
+    each_strided(E, stride_load, 0);
+    line(E, "#if defined(TK_WIDE_STATIC) || TK_VXH");
+    test = unit_stride_test(E, NULL);
+    if (test) tk_buf_puts(E->b, " {\n");
+    else line(E, "{");
+    E->indent++;
     line(E, "#if defined(TK_WIDE_STATIC)");
     line(E, "if (tk_env_narrow() == 0) {");
     E->indent++;
-    stride_dispatch(E, "_wbody", "_body");
+    body_call(E, "_wbody", 1);
     line(E, "return;");
     E->indent--;
     line(E, "}");
@@ -2774,12 +2809,15 @@ static void cpu_kernel(emitter *E) {
     line(E, "#if TK_VXH");
     line(E, "if (tk_env_narrow() < 2) {");
     E->indent++;
-    stride_dispatch(E, "_mbody", "_body");
+    body_call(E, "_mbody", 1);
     line(E, "return;");
     E->indent--;
     line(E, "}");
     line(E, "#endif");
-    stride_dispatch(E, "_body", "_body");
+    E->indent--;
+    line(E, "}");
+    line(E, "#endif");
+    body_call(E, "_body", 0);
     E->indent = 0;
     line(E, "}");
     line(E, "#endif");

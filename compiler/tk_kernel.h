@@ -76,6 +76,9 @@ typedef void (*tk_cpu_fn)(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 #define TK_WIDE_DISPATCH 1
 #define TK_WIDE_TARGET __attribute__((target("arch=x86-64-v4")))
 #define TK_MID_TARGET __attribute__((target("arch=x86-64-v3")))
+/* the narrow body of such kernels: strided calls (AVX2 and newer CPUs) and
+ * CPUs without AVX2 */
+#define TK_NARROW_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 /* whether this CPU runs x86-64-v4 code (and TK_CPU_NARROW is not set) */
 static inline int tk_env_narrow(void);
 static inline int tk_cpu_wide(void) {
@@ -105,6 +108,7 @@ static inline int tk_cpu_mid(void) {
 #define TK_WIDE_DISPATCH 0
 #define TK_WIDE_TARGET
 #define TK_MID_TARGET
+#define TK_NARROW_CLONES
 #endif
 #if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
 #include <stdlib.h>
@@ -420,6 +424,33 @@ TK_VX_DEFINE(f64h, m64h, double, long long)
 #define tk_vldm_f32(p, off, lo, hi, m) TK_VLDM(tk_vf32, tk_vm32, 16, p, off, lo, hi, m)
 #define tk_vldm_f64(p, off, lo, hi, m) TK_VLDM(tk_vf64, tk_vm64, 8, p, off, lo, hi, m)
 #define tk_vldm_f32h(p, off, lo, hi, m) TK_VLDM(tk_vf32h, tk_vm32h, 8, p, off, lo, hi, m)
+/* bfloat16 elements widened to float32 lanes (the bits shifted up by 16) */
+typedef tk_u16 tk_vu16x16 __attribute__((vector_size(32)));
+typedef tk_u16 tk_vu16x8 __attribute__((vector_size(16)));
+static inline tk_vu16x16 tk_vld_u16x16(const tk_u16 *p) { tk_vu16x16 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+static inline tk_vu16x8 tk_vld_u16x8(const tk_u16 *p) { tk_vu16x8 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+#if defined(__clang__) || __GNUC__ >= 9
+#define TK_VWIDEN(MT, N, u) __builtin_convertvector(u, MT)
+#else
+#define TK_VWIDEN(MT, N, u) __extension__({ MT tk_u_; const __typeof__(u) tk_s_ = (u);             \
+    for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_u_[tk_q_] = tk_s_[tk_q_];                       \
+    tk_u_; })
+#endif
+#define tk_vldb_f32(p) ((tk_vf32)(TK_VWIDEN(tk_vm32, 16, tk_vld_u16x16(p)) << 16))
+#define tk_vldb_f32h(p) ((tk_vf32h)(TK_VWIDEN(tk_vm32h, 8, tk_vld_u16x8(p)) << 16))
+#define TK_VLDMB(VT, MT, N, p, off, lo, hi, m) __extension__({                                 \
+    const tk_i64 tk_o_ = (off);                                                                \
+    VT tk_v_;                                                                                  \
+    if (tk_o_ >= (lo) && tk_o_ <= (hi) - N) {                                                  \
+        tk_v_ = (VT)(TK_VWIDEN(MT, N, tk_vld_u16x##N((p) + tk_o_)) << 16);                      \
+    } else {                                                                                   \
+        MT tk_m_ = (m);                                                                        \
+        for (int tk_q_ = 0; tk_q_ < N; ++tk_q_)                                                \
+            tk_v_[tk_q_] = tk_m_[tk_q_] ? tk_bf16_to_f32((p)[tk_o_ + tk_q_]) : 0;             \
+    }                                                                                          \
+    tk_v_; })
+#define tk_vldmb_f32(p, off, lo, hi, m) TK_VLDMB(tk_vf32, tk_vm32, 16, p, off, lo, hi, m)
+#define tk_vldmb_f32h(p, off, lo, hi, m) TK_VLDMB(tk_vf32h, tk_vm32h, 8, p, off, lo, hi, m)
 #define tk_vldm_f64h(p, off, lo, hi, m) TK_VLDM(tk_vf64h, tk_vm64h, 4, p, off, lo, hi, m)
 #else
 #define TK_VX 0

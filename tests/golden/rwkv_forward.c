@@ -520,6 +520,5764 @@ TK_CPU_CLONES void tk_rwkv_forward__f16(const tk_kargs *a, tk_i64 begin, tk_i64 
 }
 
 /* rwkv_forward: w bfloat16, k bfloat16, computing in float32 */
+#if TK_VX
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp3 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp4 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp5 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp6 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp7 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp8 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp9 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp10 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp11 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp12 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp13 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp14 = t_k + ((v_b + 4) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp15 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp16 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp17 = t_k + ((v_b + 5) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp18 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp19 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp20 = t_k + ((v_b + 6) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp21 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp22 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp23 = t_k + ((v_b + 7) * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                    x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                    x_s_15 += (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                    x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                    x_s_21 += (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                    x_s_13 += (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                    x_s_16 += (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                    x_s_19 += (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                    x_s_22 += (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                    x_s_14 += (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                    x_s_17 += (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                    x_s_20 += (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                    x_s_23 += (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                x_s_4 += (tk_ld1 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                x_s_5 += (tk_ld2 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                x_s_7 += (tk_ld1 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                x_s_8 += (tk_ld2 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                x_s_10 += (tk_ld1 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                x_s_11 += (tk_ld2 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                x_s_13 += (tk_ld1 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                x_s_14 += (tk_ld2 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                x_s_15 += (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                x_s_16 += (tk_ld1 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                x_s_17 += (tk_ld2 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                x_s_19 += (tk_ld1 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                x_s_20 += (tk_ld2 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                x_s_21 += (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                x_s_22 += (tk_ld1 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                x_s_23 += (tk_ld2 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                    x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                    x_s_15 += (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                    x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                    x_s_21 += (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                    x_s_13 += (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                    x_s_16 += (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                    x_s_19 += (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                    x_s_22 += (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                    x_s_14 += (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                    x_s_17 += (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                    x_s_20 += (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                    x_s_23 += (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                    x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                    x_s_15 += (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                    x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                    x_s_21 += (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                    x_s_13 += (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                    x_s_16 += (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                    x_s_19 += (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                    x_s_22 += (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                    x_s_14 += (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                    x_s_17 += (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                    x_s_20 += (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                    x_s_23 += (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp6 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp7 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp8 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp9 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp10 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp11 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp12 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp13 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp14 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp15 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp16 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp17 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp18 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp19 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp20 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp21 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp22 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp23 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                    x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_13 += (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                    x_s_19 += (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_14 += (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                    x_s_20 += (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                    x_s_15 += (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                    x_s_21 += (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                    x_s_16 += (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                    x_s_22 += (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                    x_s_17 += (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                    x_s_23 += (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld3 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld4 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld5 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                x_s_7 += (tk_ld1 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                x_s_8 += (tk_ld2 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                x_s_9 += (tk_ld3 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                x_s_10 += (tk_ld4 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                x_s_11 += (tk_ld5 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                x_s_13 += (tk_ld1 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                x_s_14 += (tk_ld2 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                x_s_15 += (tk_ld3 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                x_s_16 += (tk_ld4 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                x_s_17 += (tk_ld5 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                x_s_19 += (tk_ld1 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                x_s_20 += (tk_ld2 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                x_s_21 += (tk_ld3 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                x_s_22 += (tk_ld4 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                x_s_23 += (tk_ld5 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                    x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_13 += (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                    x_s_19 += (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_14 += (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                    x_s_20 += (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                    x_s_15 += (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                    x_s_21 += (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                    x_s_16 += (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                    x_s_22 += (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                    x_s_17 += (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                    x_s_23 += (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_12 += (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2]));
+                    x_s_18 += (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_ld0 * tk_bf16_to_f32(tk_rp12[v_u * s_k_2])), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_ld0 * tk_bf16_to_f32(tk_rp18[v_u * s_k_2])), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_13 += (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2]));
+                    x_s_19 += (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_ld0 * tk_bf16_to_f32(tk_rp13[v_u * s_k_2])), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_ld0 * tk_bf16_to_f32(tk_rp19[v_u * s_k_2])), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_14 += (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2]));
+                    x_s_20 += (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_ld0 * tk_bf16_to_f32(tk_rp14[v_u * s_k_2])), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_ld0 * tk_bf16_to_f32(tk_rp20[v_u * s_k_2])), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1]);
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                    x_s_15 += (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2]));
+                    x_s_21 += (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_ld0 * tk_bf16_to_f32(tk_rp15[v_u * s_k_2])), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_ld0 * tk_bf16_to_f32(tk_rp21[v_u * s_k_2])), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1]);
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                    x_s_16 += (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2]));
+                    x_s_22 += (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_ld0 * tk_bf16_to_f32(tk_rp16[v_u * s_k_2])), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_ld0 * tk_bf16_to_f32(tk_rp22[v_u * s_k_2])), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1]);
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                    x_s_17 += (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2]));
+                    x_s_23 += (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_ld0 * tk_bf16_to_f32(tk_rp17[v_u * s_k_2])), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_ld0 * tk_bf16_to_f32(tk_rp23[v_u * s_k_2])), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (111 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (127 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        const tk_i64 tk_il3 = tk_c3 - 48, tk_ih3 = tk_d3 - 48;
+        const tk_i64 tk_il4 = tk_c4 - 64, tk_ih4 = tk_d4 - 64;
+        const tk_i64 tk_il5 = tk_c5 - 80, tk_ih5 = tk_d5 - 80;
+        const tk_i64 tk_il6 = tk_c6 - 96, tk_ih6 = tk_d6 - 96;
+        const tk_i64 tk_il7 = tk_c7 - 112, tk_ih7 = tk_d7 - 112;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 48 == tk_d0 && tk_b3 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr3[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 64 == tk_d0 && tk_b4 - 64 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr4[tk_q] - 64 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 80 == tk_d0 && tk_b5 - 80 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr5[tk_q] - 80 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 96 == tk_d0 && tk_b6 - 96 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr6[tk_q] - 96 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 112 == tk_d0 && tk_b7 - 112 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr7[tk_q] - 112 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (111 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (127 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
+TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    for (tk_i64 lin = begin; lin < end;) {
+        tk_i64 r = lin;
+        tk_i64 v_t = r % n_t;
+        r /= n_t;
+        const tk_i64 v_b = r % n_b;
+        r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
+        (void)r;
+        const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 48; v_t += 48)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
+                        v_s_8[tk_j] = p_eps;
+                        v_s_9[tk_j] = p_eps;
+                        v_s_10[tk_j] = p_eps;
+                        v_s_11[tk_j] = p_eps;
+                        v_s_12[tk_j] = p_eps;
+                        v_s_13[tk_j] = p_eps;
+                        v_s_14[tk_j] = p_eps;
+                        v_s_15[tk_j] = p_eps;
+                        v_s_16[tk_j] = p_eps;
+                        v_s_17[tk_j] = p_eps;
+                        v_s_18[tk_j] = p_eps;
+                        v_s_19[tk_j] = p_eps;
+                        v_s_20[tk_j] = p_eps;
+                        v_s_21[tk_j] = p_eps;
+                        v_s_22[tk_j] = p_eps;
+                        v_s_23[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                            tk_lo1[tk_j] = 0;
+                            tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                            tk_lo2[tk_j] = 0;
+                            tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_8[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_9[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_10[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_11[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_12[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_13[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_14[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_15[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_16[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_17[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_18[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_19[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_20[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_21[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_22[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_23[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_forward__bf16_vx0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_8[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_9[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_10[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_11[tk_j]);
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_12[tk_j]);
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_13[tk_j]);
+                        t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_14[tk_j]);
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_15[tk_j]);
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_16[tk_j]);
+                        t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_17[tk_j]);
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_18[tk_j]);
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_19[tk_j]);
+                        t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_20[tk_j]);
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_21[tk_j]);
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_22[tk_j]);
+                        t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_23[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_3);
+                }
+                {
+                    float v_s_4 = p_eps;
+                    {
+                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                            v_s_4 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 4) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_4);
+                }
+                {
+                    float v_s_5 = p_eps;
+                    {
+                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                            v_s_5 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 5) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_5);
+                }
+                {
+                    float v_s_6 = p_eps;
+                    {
+                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                            v_s_6 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 6) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_6);
+                }
+                {
+                    float v_s_7 = p_eps;
+                    {
+                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                            v_s_7 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 7) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_7);
+                }
+            }
+            lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 96; v_t += 96)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
+                        v_s_8[tk_j] = p_eps;
+                        v_s_9[tk_j] = p_eps;
+                        v_s_10[tk_j] = p_eps;
+                        v_s_11[tk_j] = p_eps;
+                        v_s_12[tk_j] = p_eps;
+                        v_s_13[tk_j] = p_eps;
+                        v_s_14[tk_j] = p_eps;
+                        v_s_15[tk_j] = p_eps;
+                        v_s_16[tk_j] = p_eps;
+                        v_s_17[tk_j] = p_eps;
+                        v_s_18[tk_j] = p_eps;
+                        v_s_19[tk_j] = p_eps;
+                        v_s_20[tk_j] = p_eps;
+                        v_s_21[tk_j] = p_eps;
+                        v_s_22[tk_j] = p_eps;
+                        v_s_23[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
+                        tk_i64 tk_lo3[16], tk_hi3[16];
+                        tk_i64 tk_lo4[16], tk_hi4[16];
+                        tk_i64 tk_lo5[16], tk_hi5[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                            tk_lo1[tk_j] = 0;
+                            tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                            tk_lo2[tk_j] = 0;
+                            tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                            tk_lo3[tk_j] = 0;
+                            tk_hi3[tk_j] = ((v_t + (63 - tk_j)) + 1LL);
+                            tk_lo4[tk_j] = 0;
+                            tk_hi4[tk_j] = ((v_t + (79 - tk_j)) + 1LL);
+                            tk_lo5[tk_j] = 0;
+                            tk_hi5[tk_j] = ((v_t + (95 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                            if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                            if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                            if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 96 > 2.0 * tk_work + 384 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_8[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_9[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_10[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_11[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_12[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_13[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_14[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_15[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_16[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_17[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_18[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_19[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_20[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                    v_s_21[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                    v_s_22[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                    v_s_23[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
+                            int tk_lr3[16], tk_hr3[16];
+                            int tk_lr4[16], tk_hr4[16];
+                            int tk_lr5[16], tk_hr5[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_forward__bf16_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_8[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_9[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_10[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_11[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_12[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_13[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_14[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_15[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_16[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_17[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_18[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_19[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_20[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_21[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_22[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_23[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
+        for (; lin + 128 <= stop; lin += 128, v_t += 128)
+            {
+                float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
+                float v_s_3[16];
+                float v_s_4[16];
+                float v_s_5[16];
+                float v_s_6[16];
+                float v_s_7[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
+                    v_s_3[tk_j] = p_eps;
+                    v_s_4[tk_j] = p_eps;
+                    v_s_5[tk_j] = p_eps;
+                    v_s_6[tk_j] = p_eps;
+                    v_s_7[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
+                    tk_i64 tk_lo3[16], tk_hi3[16];
+                    tk_i64 tk_lo4[16], tk_hi4[16];
+                    tk_i64 tk_lo5[16], tk_hi5[16];
+                    tk_i64 tk_lo6[16], tk_hi6[16];
+                    tk_i64 tk_lo7[16], tk_hi7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                        tk_lo3[tk_j] = 0;
+                        tk_hi3[tk_j] = ((v_t + (63 - tk_j)) + 1LL);
+                        tk_lo4[tk_j] = 0;
+                        tk_hi4[tk_j] = ((v_t + (79 - tk_j)) + 1LL);
+                        tk_lo5[tk_j] = 0;
+                        tk_hi5[tk_j] = ((v_t + (95 - tk_j)) + 1LL);
+                        tk_lo6[tk_j] = 0;
+                        tk_hi6[tk_j] = ((v_t + (111 - tk_j)) + 1LL);
+                        tk_lo7[tk_j] = 0;
+                        tk_hi7[tk_j] = ((v_t + (127 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 128 > 2.0 * tk_work + 512 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (79 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (95 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo6[tk_j]; v_u < tk_hi6[tk_j]; ++v_u) {
+                                v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (111 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo7[tk_j]; v_u < tk_hi7[tk_j]; ++v_u) {
+                                v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (127 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
+                        int tk_lr3[16], tk_hr3[16];
+                        int tk_lr4[16], tk_hr4[16];
+                        int tk_lr5[16], tk_hr5[16];
+                        int tk_lr6[16], tk_hr6[16];
+                        int tk_lr7[16], tk_hr7[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_forward__bf16_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (79 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (95 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (111 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (127 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                }
+            }
+        for (; lin + 48 <= stop; lin += 48, v_t += 48)
+            {
+                float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_forward__bf16_vx3(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                }
+            }
+        for (; lin < stop; ++lin, ++v_t) {
+            float v_s = p_eps;
+            {
+                const tk_i64 v_u_end = (v_t + 1LL);
+                #pragma omp simd reduction(+:v_s)
+                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                    v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                }
+            }
+            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+        }
+    }
+}
+#endif
+#if TK_VXH
+#if TK_VXH
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vy0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vy0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32h x_s_0 = tk_vld_f32h(v_s_0);
+    tk_vf32h x_s_1 = tk_vld_f32h(v_s_1);
+    tk_vf32h x_s_2 = tk_vld_f32h(v_s_2);
+    tk_vf32h x_s_3 = tk_vld_f32h(v_s_3);
+    tk_vf32h x_s_4 = tk_vld_f32h(v_s_4);
+    tk_vf32h x_s_5 = tk_vld_f32h(v_s_5);
+    tk_vf32h x_s_6 = tk_vld_f32h(v_s_6);
+    tk_vf32h x_s_7 = tk_vld_f32h(v_s_7);
+    tk_vf32h x_s_8 = tk_vld_f32h(v_s_8);
+    tk_vf32h x_s_9 = tk_vld_f32h(v_s_9);
+    tk_vf32h x_s_10 = tk_vld_f32h(v_s_10);
+    tk_vf32h x_s_11 = tk_vld_f32h(v_s_11);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp3 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp4 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp5 = t_k + ((v_b + 1) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp6 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp7 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp8 = t_k + ((v_b + 2) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp9 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp10 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp11 = t_k + ((v_b + 3) * s_k_0 + v_c * s_k_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_u = tk_L; v_u < tk_H; ++v_u) {
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld2 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                x_s_4 += (tk_ld1 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                x_s_5 += (tk_ld2 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                x_s_7 += (tk_ld1 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                x_s_8 += (tk_ld2 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                x_s_10 += (tk_ld1 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                x_s_11 += (tk_ld2 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                    x_s_3 += (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                    x_s_6 += (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                    x_s_9 += (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_ld0 * tk_bf16_to_f32(tk_rp9[v_u * s_k_2])), x_s_9);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1]);
+                    x_s_1 += (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                    x_s_4 += (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                    x_s_7 += (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                    x_s_10 += (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_ld0 * tk_bf16_to_f32(tk_rp10[v_u * s_k_2])), x_s_10);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_u = tk_a; v_u < tk_c; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                }
+                for (tk_i64 v_u = tk_c; v_u < tk_d; ++v_u) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1]);
+                    x_s_2 += (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                    x_s_5 += (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                    x_s_8 += (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2]));
+                    x_s_11 += (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2]));
+                }
+                for (tk_i64 v_u = tk_d; v_u < tk_b; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_ld0 * tk_bf16_to_f32(tk_rp8[v_u * s_k_2])), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_ld0 * tk_bf16_to_f32(tk_rp11[v_u * s_k_2])), x_s_11);
+                }
+            }
+        }
+    }
+    tk_vst_f32h(v_s_0, x_s_0);
+    tk_vst_f32h(v_s_1, x_s_1);
+    tk_vst_f32h(v_s_2, x_s_2);
+    tk_vst_f32h(v_s_3, x_s_3);
+    tk_vst_f32h(v_s_4, x_s_4);
+    tk_vst_f32h(v_s_5, x_s_5);
+    tk_vst_f32h(v_s_6, x_s_6);
+    tk_vst_f32h(v_s_7, x_s_7);
+    tk_vst_f32h(v_s_8, x_s_8);
+    tk_vst_f32h(v_s_9, x_s_9);
+    tk_vst_f32h(v_s_10, x_s_10);
+    tk_vst_f32h(v_s_11, x_s_11);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VXH
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vy1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vy1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32h x_s_0 = tk_vld_f32h(v_s_0);
+    tk_vf32h x_s_1 = tk_vld_f32h(v_s_1);
+    tk_vf32h x_s_2 = tk_vld_f32h(v_s_2);
+    tk_vf32h x_s_3 = tk_vld_f32h(v_s_3);
+    tk_vf32h x_s_4 = tk_vld_f32h(v_s_4);
+    tk_vf32h x_s_5 = tk_vld_f32h(v_s_5);
+    tk_vf32h x_s_6 = tk_vld_f32h(v_s_6);
+    tk_vf32h x_s_7 = tk_vld_f32h(v_s_7);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr3), x_hr = tk_vld_m32h(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr4), x_hr = tk_vld_m32h(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr5), x_hr = tk_vld_m32h(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr6), x_hr = tk_vld_m32h(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (55 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr7), x_hr = tk_vld_m32h(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        const tk_i64 tk_il3 = tk_c3 - 24, tk_ih3 = tk_d3 - 24;
+        const tk_i64 tk_il4 = tk_c4 - 32, tk_ih4 = tk_d4 - 32;
+        const tk_i64 tk_il5 = tk_c5 - 40, tk_ih5 = tk_d5 - 40;
+        const tk_i64 tk_il6 = tk_c6 - 48, tk_ih6 = tk_d6 - 48;
+        const tk_i64 tk_il7 = tk_c7 - 56, tk_ih7 = tk_d7 - 56;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 24 == tk_d0 && tk_b3 - 24 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr3[tk_q] - 24 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 32 == tk_d0 && tk_b4 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr4[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 40 == tk_d0 && tk_b5 - 40 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr5[tk_q] - 40 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 48 == tk_d0 && tk_b6 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr6[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 56 == tk_d0 && tk_b7 - 56 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr7[tk_q] - 56 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr3), x_hr = tk_vld_m32h(tk_hr3);
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr4), x_hr = tk_vld_m32h(tk_hr4);
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr5), x_hr = tk_vld_m32h(tk_hr5);
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr6), x_hr = tk_vld_m32h(tk_hr6);
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (55 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr7), x_hr = tk_vld_m32h(tk_hr7);
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32h(v_s_0, x_s_0);
+    tk_vst_f32h(v_s_1, x_s_1);
+    tk_vst_f32h(v_s_2, x_s_2);
+    tk_vst_f32h(v_s_3, x_s_3);
+    tk_vst_f32h(v_s_4, x_s_4);
+    tk_vst_f32h(v_s_5, x_s_5);
+    tk_vst_f32h(v_s_6, x_s_6);
+    tk_vst_f32h(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VXH
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vy2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_forward__bf16_vy2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_out_2 = 1;
+    tk_vf32h x_s_0 = tk_vld_f32h(v_s_0);
+    tk_vf32h x_s_1 = tk_vld_f32h(v_s_1);
+    tk_vf32h x_s_2 = tk_vld_f32h(v_s_2);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - 0)) - v_u)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f32h(v_s_0, x_s_0);
+    tk_vst_f32h(v_s_1, x_s_1);
+    tk_vst_f32h(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
+TK_BODY void tk_rwkv_forward__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_k_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_k_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_out = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_out_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_out_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const float p_eps = (float)a->f[0];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    for (tk_i64 lin = begin; lin < end;) {
+        tk_i64 r = lin;
+        tk_i64 v_t = r % n_t;
+        r /= n_t;
+        const tk_i64 v_b = r % n_b;
+        r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
+        (void)r;
+        const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 24; v_t += 24)
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    float v_s_4[8];
+                    float v_s_5[8];
+                    float v_s_6[8];
+                    float v_s_7[8];
+                    float v_s_8[8];
+                    float v_s_9[8];
+                    float v_s_10[8];
+                    float v_s_11[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = p_eps;
+                        v_s_1[tk_j] = p_eps;
+                        v_s_2[tk_j] = p_eps;
+                        v_s_3[tk_j] = p_eps;
+                        v_s_4[tk_j] = p_eps;
+                        v_s_5[tk_j] = p_eps;
+                        v_s_6[tk_j] = p_eps;
+                        v_s_7[tk_j] = p_eps;
+                        v_s_8[tk_j] = p_eps;
+                        v_s_9[tk_j] = p_eps;
+                        v_s_10[tk_j] = p_eps;
+                        v_s_11[tk_j] = p_eps;
+                    }
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo1[8], tk_hi1[8];
+                        tk_i64 tk_lo2[8], tk_hi2[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = 0;
+                            tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                            tk_lo1[tk_j] = 0;
+                            tk_hi1[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                            tk_lo2[tk_j] = 0;
+                            tk_hi2[tk_j] = ((v_t + (23 - tk_j)) + 1LL);
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_8[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                    v_s_9[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                    v_s_10[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                                for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                    v_s_11[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr1[8], tk_hr1[8];
+                            int tk_lr2[8], tk_hr2[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_forward__bf16_vy0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_8[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_9[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_10[tk_j]);
+                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_11[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = p_eps;
+                    {
+                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                            v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = p_eps;
+                    {
+                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                            v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = p_eps;
+                    {
+                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                            v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = p_eps;
+                    {
+                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                            v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                    t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
+        for (; lin + 64 <= stop; lin += 64, v_t += 64)
+            {
+                float v_s_0[8];
+                float v_s_1[8];
+                float v_s_2[8];
+                float v_s_3[8];
+                float v_s_4[8];
+                float v_s_5[8];
+                float v_s_6[8];
+                float v_s_7[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
+                    v_s_3[tk_j] = p_eps;
+                    v_s_4[tk_j] = p_eps;
+                    v_s_5[tk_j] = p_eps;
+                    v_s_6[tk_j] = p_eps;
+                    v_s_7[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
+                    tk_i64 tk_lo3[8], tk_hi3[8];
+                    tk_i64 tk_lo4[8], tk_hi4[8];
+                    tk_i64 tk_lo5[8], tk_hi5[8];
+                    tk_i64 tk_lo6[8], tk_hi6[8];
+                    tk_i64 tk_lo7[8], tk_hi7[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (23 - tk_j)) + 1LL);
+                        tk_lo3[tk_j] = 0;
+                        tk_hi3[tk_j] = ((v_t + (31 - tk_j)) + 1LL);
+                        tk_lo4[tk_j] = 0;
+                        tk_hi4[tk_j] = ((v_t + (39 - tk_j)) + 1LL);
+                        tk_lo5[tk_j] = 0;
+                        tk_hi5[tk_j] = ((v_t + (47 - tk_j)) + 1LL);
+                        tk_lo6[tk_j] = 0;
+                        tk_hi6[tk_j] = ((v_t + (55 - tk_j)) + 1LL);
+                        tk_lo7[tk_j] = 0;
+                        tk_hi7[tk_j] = ((v_t + (63 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 64 > 2.0 * tk_work + 256 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                v_s_3[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (31 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                v_s_4[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (39 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                v_s_5[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (47 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo6[tk_j]; v_u < tk_hi6[tk_j]; ++v_u) {
+                                v_s_6[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (55 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo7[tk_j]; v_u < tk_hi7[tk_j]; ++v_u) {
+                                v_s_7[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (63 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[8], tk_hr0[8];
+                        int tk_lr1[8], tk_hr1[8];
+                        int tk_lr2[8], tk_hr2[8];
+                        int tk_lr3[8], tk_hr3[8];
+                        int tk_lr4[8], tk_hr4[8];
+                        int tk_lr5[8], tk_hr5[8];
+                        int tk_lr6[8], tk_hr6[8];
+                        int tk_lr7[8], tk_hr7[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_forward__bf16_vy1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (31 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (39 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (47 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (55 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (63 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                }
+            }
+        for (; lin + 24 <= stop; lin += 24, v_t += 24)
+            {
+                float v_s_0[8];
+                float v_s_1[8];
+                float v_s_2[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = p_eps;
+                    v_s_1[tk_j] = p_eps;
+                    v_s_2[tk_j] = p_eps;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = 0;
+                        tk_hi0[tk_j] = ((v_t + (7 - tk_j)) + 1LL);
+                        tk_lo1[tk_j] = 0;
+                        tk_hi1[tk_j] = ((v_t + (15 - tk_j)) + 1LL);
+                        tk_lo2[tk_j] = 0;
+                        tk_hi2[tk_j] = ((v_t + (23 - tk_j)) + 1LL);
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (7 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (15 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                            for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + (23 - tk_j)) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[8], tk_hr0[8];
+                        int tk_lr1[8], tk_hr1[8];
+                        int tk_lr2[8], tk_hr2[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_forward__bf16_vy2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (7 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (15 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + (23 - tk_j)) * s_out_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                }
+            }
+        for (; lin < stop; ++lin, ++v_t) {
+            float v_s = p_eps;
+            {
+                const tk_i64 v_u_end = (v_t + 1LL);
+                #pragma omp simd reduction(+:v_s)
+                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                    v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                }
+            }
+            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+        }
+    }
+}
+#endif
 TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_k_2, tk_i64 s_out_2) {
     const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -1026,16 +6784,61 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
         }
     }
 }
-TK_CPU_CLONES void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-TK_CPU_CLONES void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+#if TK_WIDE_DISPATCH
+static TK_WIDE_TARGET void tk_rwkv_forward__bf16_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    tk_rwkv_forward__bf16_wbody(a, begin, end, 1, 1, 1);
+}
+static TK_MID_TARGET void tk_rwkv_forward__bf16_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    tk_rwkv_forward__bf16_mbody(a, begin, end, 1, 1, 1);
+}
+static TK_NARROW_CLONES void tk_rwkv_forward__bf16_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__bf16_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__bf16_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    tk_rwkv_forward__bf16_body(a, begin, end, s_w_1, s_k_2, s_out_2);
 }
+void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_forward__bf16_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_forward__bf16_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_forward__bf16_narrow(a, begin, end);
+}
+#else
+void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_forward__bf16_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_forward__bf16_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_forward__bf16_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+}
+#endif
 
 /* rwkv_forward: w float32, k float32, computing in float32 */
 #if TK_VX
@@ -7304,75 +13107,57 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
 }
 #if TK_WIDE_DISPATCH
 static TK_WIDE_TARGET void tk_rwkv_forward__f32_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f32_wbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    tk_rwkv_forward__f32_wbody(a, begin, end, 1, 1, 1);
 }
 static TK_MID_TARGET void tk_rwkv_forward__f32_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f32_mbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    tk_rwkv_forward__f32_mbody(a, begin, end, 1, 1, 1);
 }
-static void tk_rwkv_forward__f32_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+static TK_NARROW_CLONES void tk_rwkv_forward__f32_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f32_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
 }
 void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    if (tk_cpu_wide())
-        tk_rwkv_forward__f32_wide(a, begin, end);
-    else if (tk_cpu_mid())
-        tk_rwkv_forward__f32_mid(a, begin, end);
-    else
-        tk_rwkv_forward__f32_narrow(a, begin, end);
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_forward__f32_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_forward__f32_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_forward__f32_narrow(a, begin, end);
 }
 #else
 void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    #if defined(TK_WIDE_STATIC)
-    if (tk_env_narrow() == 0) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-            tk_rwkv_forward__f32_wbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
-        return;
-    }
-    #endif
-    #if TK_VXH
-    if (tk_env_narrow() < 2) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-            tk_rwkv_forward__f32_mbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
-        return;
-    }
-    #endif
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f32_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_forward__f32_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_forward__f32_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_forward__f32_body(a, begin, end, s_w_1, s_k_2, s_out_2);
 }
 #endif
 
@@ -13643,75 +19428,57 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
 }
 #if TK_WIDE_DISPATCH
 static TK_WIDE_TARGET void tk_rwkv_forward__f64_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f64_wbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    tk_rwkv_forward__f64_wbody(a, begin, end, 1, 1, 1);
 }
 static TK_MID_TARGET void tk_rwkv_forward__f64_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f64_mbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    tk_rwkv_forward__f64_mbody(a, begin, end, 1, 1, 1);
 }
-static void tk_rwkv_forward__f64_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+static TK_NARROW_CLONES void tk_rwkv_forward__f64_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f64_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
 }
 void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    if (tk_cpu_wide())
-        tk_rwkv_forward__f64_wide(a, begin, end);
-    else if (tk_cpu_mid())
-        tk_rwkv_forward__f64_mid(a, begin, end);
-    else
-        tk_rwkv_forward__f64_narrow(a, begin, end);
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_forward__f64_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_forward__f64_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_forward__f64_narrow(a, begin, end);
 }
 #else
 void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    #if defined(TK_WIDE_STATIC)
-    if (tk_env_narrow() == 0) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-            tk_rwkv_forward__f64_wbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
-        return;
-    }
-    #endif
-    #if TK_VXH
-    if (tk_env_narrow() < 2) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-            tk_rwkv_forward__f64_mbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
-        return;
-    }
-    #endif
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_k_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_out_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1)
-        tk_rwkv_forward__f64_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_w_1 == 1 && s_k_2 == 1 && s_out_2 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_forward__f64_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_forward__f64_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_forward__f64_body(a, begin, end, s_w_1, s_k_2, s_out_2);
 }
 #endif
 /* Generated by tkc 0.1.0 from ops/rwkv_forward.tk: op rwkv_backward_w. Do not edit. */
@@ -13849,6 +19616,2392 @@ TK_CPU_CLONES void tk_rwkv_backward_w__f16(const tk_kargs *a, tk_i64 begin, tk_i
 }
 
 /* rwkv_backward_w: k bfloat16, grad_out bfloat16, computing in float32 */
+#if TK_VX
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__bf16_vx0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_w__bf16_vx0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
+    const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_w = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_w_0 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_B = a->i[0];
+    const tk_i64 d_T = a->i[2];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_w_1 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        const tk_i64 tk_il3 = tk_c3 - 48, tk_ih3 = tk_d3 - 48;
+        const tk_i64 tk_il4 = tk_c4 - 64, tk_ih4 = tk_d4 - 64;
+        const tk_i64 tk_il5 = tk_c5 - 80, tk_ih5 = tk_d5 - 80;
+        const tk_i64 tk_il6 = tk_c6 - 96, tk_ih6 = tk_d6 - 96;
+        const tk_i64 tk_il7 = tk_c7 - 112, tk_ih7 = tk_d7 - 112;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 48 == tk_d0 && tk_b3 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr3[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 64 == tk_d0 && tk_b4 - 64 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr4[tk_q] - 64 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 80 == tk_d0 && tk_b5 - 80 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr5[tk_q] - 80 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 96 == tk_d0 && tk_b6 - 96 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr6[tk_q] - 96 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 112 == tk_d0 && tk_b7 - 112 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr7[tk_q] - 112 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 64;
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 80;
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 96;
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 112;
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+TK_BODY void tk_rwkv_backward_w__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_k_2, tk_i64 s_grad_out_2, tk_i64 s_grad_w_1) {
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
+    const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_w = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_w_0 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_B = a->i[0];
+    const tk_i64 d_T = a->i[2];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
+    for (tk_i64 lin = begin; lin < end;) {
+        tk_i64 r = lin;
+        tk_i64 v_j = r % n_j;
+        r /= n_j;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
+        (void)r;
+        const tk_i64 stop = end - lin < n_j - v_j ? end : lin + (n_j - v_j);
+        for (; lin + 128 <= stop; lin += 128, v_j += 128)
+            {
+                float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
+                float v_s_3[16];
+                float v_s_4[16];
+                float v_s_5[16];
+                float v_s_6[16];
+                float v_s_7[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
+                    v_s_3[tk_j] = 0.0f;
+                    v_s_4[tk_j] = 0.0f;
+                    v_s_5[tk_j] = 0.0f;
+                    v_s_6[tk_j] = 0.0f;
+                    v_s_7[tk_j] = 0.0f;
+                }
+                {
+                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
+                            tk_i64 tk_lo1[16], tk_hi1[16];
+                            tk_i64 tk_lo2[16], tk_hi2[16];
+                            tk_i64 tk_lo3[16], tk_hi3[16];
+                            tk_i64 tk_lo4[16], tk_hi4[16];
+                            tk_i64 tk_lo5[16], tk_hi5[16];
+                            tk_i64 tk_lo6[16], tk_hi6[16];
+                            tk_i64 tk_lo7[16], tk_hi7[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_j + (15 - tk_j)) + 1LL);
+                                tk_lo1[tk_j] = 0;
+                                tk_hi1[tk_j] = ((v_j + (31 - tk_j)) + 1LL);
+                                tk_lo2[tk_j] = 0;
+                                tk_hi2[tk_j] = ((v_j + (47 - tk_j)) + 1LL);
+                                tk_lo3[tk_j] = 0;
+                                tk_hi3[tk_j] = ((v_j + (63 - tk_j)) + 1LL);
+                                tk_lo4[tk_j] = 0;
+                                tk_hi4[tk_j] = ((v_j + (79 - tk_j)) + 1LL);
+                                tk_lo5[tk_j] = 0;
+                                tk_hi5[tk_j] = ((v_j + (95 - tk_j)) + 1LL);
+                                tk_lo6[tk_j] = 0;
+                                tk_hi6[tk_j] = ((v_j + (111 - tk_j)) + 1LL);
+                                tk_lo7[tk_j] = 0;
+                                tk_hi7[tk_j] = ((v_j + (127 - tk_j)) + 1LL);
+                            }
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                            double tk_work = 0;
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                                if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                    tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                                if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                    tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                                if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                    tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                                if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                    tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                                if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                    tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                                if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                                    tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                                if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                                    tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                                }
+                            }
+                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 128 > 2.0 * tk_work + 512 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                        v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (79 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                        v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (95 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo6[tk_j]; v_u < tk_hi6[tk_j]; ++v_u) {
+                                        v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (111 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo7[tk_j]; v_u < tk_hi7[tk_j]; ++v_u) {
+                                        v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (127 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            } else if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                int tk_lr1[16], tk_hr1[16];
+                                int tk_lr2[16], tk_hr2[16];
+                                int tk_lr3[16], tk_hr3[16];
+                                int tk_lr4[16], tk_hr4[16];
+                                int tk_lr5[16], tk_hr5[16];
+                                int tk_lr6[16], tk_hr6[16];
+                                int tk_lr7[16], tk_hr7[16];
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                tk_rwkv_backward_w__bf16_vx0(a, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (15 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (31 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (47 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_2[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (63 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (79 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_4[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (95 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_5[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (111 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_6[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (127 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_7[tk_j]);
+                }
+            }
+        for (; lin < stop; ++lin, ++v_j) {
+            float v_s = 0.0f;
+            {
+                const tk_i64 v_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                    {
+                        const tk_i64 v_u_end = (v_j + 1LL);
+                        #pragma omp simd reduction(+:v_s)
+                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                            v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                }
+            }
+            t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
+        }
+    }
+}
+#endif
+#if TK_VXH
+#if TK_VXH
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_w__bf16_vy0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_w__bf16_vy0(const tk_kargs *a, tk_i64 v_c, tk_i64 v_j, tk_i64 v_b, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
+    const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_w = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_w_0 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_B = a->i[0];
+    const tk_i64 d_T = a->i[2];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_k_2 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_w_1 = 1;
+    tk_vf32h x_s_0 = tk_vld_f32h(v_s_0);
+    tk_vf32h x_s_1 = tk_vld_f32h(v_s_1);
+    tk_vf32h x_s_2 = tk_vld_f32h(v_s_2);
+    tk_vf32h x_s_3 = tk_vld_f32h(v_s_3);
+    tk_vf32h x_s_4 = tk_vld_f32h(v_s_4);
+    tk_vf32h x_s_5 = tk_vld_f32h(v_s_5);
+    tk_vf32h x_s_6 = tk_vld_f32h(v_s_6);
+    tk_vf32h x_s_7 = tk_vld_f32h(v_s_7);
+    const tk_u16 *const tk_rp0 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp1 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp2 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp3 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp4 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp5 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp6 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    const tk_u16 *const tk_rp7 = t_k + (v_b * s_k_0 + v_c * s_k_1);
+    {
+        const tk_i64 tk_zl_grad_out = tk_span_lo(&a->t[1]), tk_zh_grad_out = tk_span_hi(&a->t[1]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 v_u = tk_a0; v_u < tk_c0; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+            for (tk_i64 v_u = tk_a1; v_u < tk_c1; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+            for (tk_i64 v_u = tk_a2; v_u < tk_c2; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr3), x_hr = tk_vld_m32h(tk_hr3);
+            for (tk_i64 v_u = tk_a3; v_u < tk_c3; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr4), x_hr = tk_vld_m32h(tk_hr4);
+            for (tk_i64 v_u = tk_a4; v_u < tk_c4; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr5), x_hr = tk_vld_m32h(tk_hr5);
+            for (tk_i64 v_u = tk_a5; v_u < tk_c5; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr6), x_hr = tk_vld_m32h(tk_hr6);
+            for (tk_i64 v_u = tk_a6; v_u < tk_c6; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr7), x_hr = tk_vld_m32h(tk_hr7);
+            for (tk_i64 v_u = tk_a7; v_u < tk_c7; ++v_u) {
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        const tk_i64 tk_il3 = tk_c3 - 24, tk_ih3 = tk_d3 - 24;
+        const tk_i64 tk_il4 = tk_c4 - 32, tk_ih4 = tk_d4 - 32;
+        const tk_i64 tk_il5 = tk_c5 - 40, tk_ih5 = tk_d5 - 40;
+        const tk_i64 tk_il6 = tk_c6 - 48, tk_ih6 = tk_d6 - 48;
+        const tk_i64 tk_il7 = tk_c7 - 56, tk_ih7 = tk_d7 - 56;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_u = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2]));
+                }
+                if (tk_on1) {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 += (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2]));
+                }
+                if (tk_on2) {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 += (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2]));
+                }
+                if (tk_on3) {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 += (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2]));
+                }
+                if (tk_on4) {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 += (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2]));
+                }
+                if (tk_on5) {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 += (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2]));
+                }
+                if (tk_on6) {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 += (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2]));
+                }
+                if (tk_on7) {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 += (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2]));
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 24 == tk_d0 && tk_b3 - 24 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr3[tk_q] - 24 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 32 == tk_d0 && tk_b4 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr4[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 40 == tk_d0 && tk_b5 - 40 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr5[tk_q] - 40 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 48 == tk_d0 && tk_b6 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr6[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 56 == tk_d0 && tk_b7 - 56 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr7[tk_q] - 56 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_u = tk_i;
+                const int tk_ur = (int)(v_u - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 8;
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld1 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 16;
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld2 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 24;
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld3 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 32;
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld4 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 40;
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld5 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 48;
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld6 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+                {
+                    const tk_i64 v_u = tk_i + 56;
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld7 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                for (tk_i64 v_u = tk_d0; v_u < tk_b0; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_ld0 * tk_bf16_to_f32(tk_rp0[v_u * s_k_2])), x_s_0);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                for (tk_i64 v_u = tk_d1; v_u < tk_b1; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_ld0 * tk_bf16_to_f32(tk_rp1[v_u * s_k_2])), x_s_1);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                for (tk_i64 v_u = tk_d2; v_u < tk_b2; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_ld0 * tk_bf16_to_f32(tk_rp2[v_u * s_k_2])), x_s_2);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr3), x_hr = tk_vld_m32h(tk_hr3);
+                for (tk_i64 v_u = tk_d3; v_u < tk_b3; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_ld0 * tk_bf16_to_f32(tk_rp3[v_u * s_k_2])), x_s_3);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr4), x_hr = tk_vld_m32h(tk_hr4);
+                for (tk_i64 v_u = tk_d4; v_u < tk_b4; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_ld0 * tk_bf16_to_f32(tk_rp4[v_u * s_k_2])), x_s_4);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr5), x_hr = tk_vld_m32h(tk_hr5);
+                for (tk_i64 v_u = tk_d5; v_u < tk_b5; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_ld0 * tk_bf16_to_f32(tk_rp5[v_u * s_k_2])), x_s_5);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr6), x_hr = tk_vld_m32h(tk_hr6);
+                for (tk_i64 v_u = tk_d6; v_u < tk_b6; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_ld0 * tk_bf16_to_f32(tk_rp6[v_u * s_k_2])), x_s_6);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr7), x_hr = tk_vld_m32h(tk_hr7);
+                for (tk_i64 v_u = tk_d7; v_u < tk_b7; ++v_u) {
+                    const int tk_ur = (int)(v_u - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_grad_out, v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - 0))) + v_u) * s_grad_out_2, tk_zl_grad_out, tk_zh_grad_out, tk_m);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_ld0 * tk_bf16_to_f32(tk_rp7[v_u * s_k_2])), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32h(v_s_0, x_s_0);
+    tk_vst_f32h(v_s_1, x_s_1);
+    tk_vst_f32h(v_s_2, x_s_2);
+    tk_vst_f32h(v_s_3, x_s_3);
+    tk_vst_f32h(v_s_4, x_s_4);
+    tk_vst_f32h(v_s_5, x_s_5);
+    tk_vst_f32h(v_s_6, x_s_6);
+    tk_vst_f32h(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+TK_BODY void tk_rwkv_backward_w__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_k_2, tk_i64 s_grad_out_2, tk_i64 s_grad_w_1) {
+    const tk_u16 *restrict t_k = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
+    const tk_i64 s_k_1 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_w = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_w_0 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_B = a->i[0];
+    const tk_i64 d_T = a->i[2];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_j = a->t[2].size[a->t[2].ndim - 1];
+    for (tk_i64 lin = begin; lin < end;) {
+        tk_i64 r = lin;
+        tk_i64 v_j = r % n_j;
+        r /= n_j;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
+        (void)r;
+        const tk_i64 stop = end - lin < n_j - v_j ? end : lin + (n_j - v_j);
+        for (; lin + 64 <= stop; lin += 64, v_j += 64)
+            {
+                float v_s_0[8];
+                float v_s_1[8];
+                float v_s_2[8];
+                float v_s_3[8];
+                float v_s_4[8];
+                float v_s_5[8];
+                float v_s_6[8];
+                float v_s_7[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
+                    v_s_3[tk_j] = 0.0f;
+                    v_s_4[tk_j] = 0.0f;
+                    v_s_5[tk_j] = 0.0f;
+                    v_s_6[tk_j] = 0.0f;
+                    v_s_7[tk_j] = 0.0f;
+                }
+                {
+                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        {
+                            tk_i64 tk_lo0[8], tk_hi0[8];
+                            tk_i64 tk_lo1[8], tk_hi1[8];
+                            tk_i64 tk_lo2[8], tk_hi2[8];
+                            tk_i64 tk_lo3[8], tk_hi3[8];
+                            tk_i64 tk_lo4[8], tk_hi4[8];
+                            tk_i64 tk_lo5[8], tk_hi5[8];
+                            tk_i64 tk_lo6[8], tk_hi6[8];
+                            tk_i64 tk_lo7[8], tk_hi7[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_j + (7 - tk_j)) + 1LL);
+                                tk_lo1[tk_j] = 0;
+                                tk_hi1[tk_j] = ((v_j + (15 - tk_j)) + 1LL);
+                                tk_lo2[tk_j] = 0;
+                                tk_hi2[tk_j] = ((v_j + (23 - tk_j)) + 1LL);
+                                tk_lo3[tk_j] = 0;
+                                tk_hi3[tk_j] = ((v_j + (31 - tk_j)) + 1LL);
+                                tk_lo4[tk_j] = 0;
+                                tk_hi4[tk_j] = ((v_j + (39 - tk_j)) + 1LL);
+                                tk_lo5[tk_j] = 0;
+                                tk_hi5[tk_j] = ((v_j + (47 - tk_j)) + 1LL);
+                                tk_lo6[tk_j] = 0;
+                                tk_hi6[tk_j] = ((v_j + (55 - tk_j)) + 1LL);
+                                tk_lo7[tk_j] = 0;
+                                tk_hi7[tk_j] = ((v_j + (63 - tk_j)) + 1LL);
+                            }
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                            double tk_work = 0;
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                    tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                                if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                    tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                                if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                    tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                                if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                    tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                                if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                    tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                                if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                    tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                                if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                                    tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                                }
+                                tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                                if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                                    tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                                }
+                            }
+                            if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 64 > 2.0 * tk_work + 256 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    for (tk_i64 v_u = tk_lo0[tk_j]; v_u < tk_hi0[tk_j]; ++v_u) {
+                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (7 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo1[tk_j]; v_u < tk_hi1[tk_j]; ++v_u) {
+                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (15 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo2[tk_j]; v_u < tk_hi2[tk_j]; ++v_u) {
+                                        v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (23 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo3[tk_j]; v_u < tk_hi3[tk_j]; ++v_u) {
+                                        v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (31 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo4[tk_j]; v_u < tk_hi4[tk_j]; ++v_u) {
+                                        v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (39 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo5[tk_j]; v_u < tk_hi5[tk_j]; ++v_u) {
+                                        v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (47 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo6[tk_j]; v_u < tk_hi6[tk_j]; ++v_u) {
+                                        v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (55 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                    for (tk_i64 v_u = tk_lo7[tk_j]; v_u < tk_hi7[tk_j]; ++v_u) {
+                                        v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + (63 - tk_j))) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            } else if (tk_mn < tk_mx) {
+                                int tk_lr0[8], tk_hr0[8];
+                                int tk_lr1[8], tk_hr1[8];
+                                int tk_lr2[8], tk_hr2[8];
+                                int tk_lr3[8], tk_hr3[8];
+                                int tk_lr4[8], tk_hr4[8];
+                                int tk_lr5[8], tk_hr5[8];
+                                int tk_lr6[8], tk_hr6[8];
+                                int tk_lr7[8], tk_hr7[8];
+                                #pragma omp simd
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                tk_rwkv_backward_w__bf16_vy0(a, v_c, v_j, v_b, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                            }
+                        }
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (7 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (15 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (23 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_2[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (31 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (39 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_4[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (47 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_5[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (55 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_6[tk_j]);
+                    t_grad_w[v_c * s_grad_w_0 + (v_j + (63 - tk_j)) * s_grad_w_1] = tk_f32_to_bf16(v_s_7[tk_j]);
+                }
+            }
+        for (; lin < stop; ++lin, ++v_j) {
+            float v_s = 0.0f;
+            {
+                const tk_i64 v_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                    {
+                        const tk_i64 v_u_end = (v_j + 1LL);
+                        #pragma omp simd reduction(+:v_s)
+                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                            v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                        }
+                    }
+                }
+            }
+            t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
+        }
+    }
+}
+#endif
 TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_k_2, tk_i64 s_grad_out_2, tk_i64 s_grad_w_1) {
     const tk_u16 *restrict t_k = (const tk_u16 *)a->t[0].data;
     const tk_i64 s_k_0 = a->t[0].stride[a->t[0].ndim - 3];
@@ -13968,16 +22121,61 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
         }
     }
 }
-TK_CPU_CLONES void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-TK_CPU_CLONES void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+#if TK_WIDE_DISPATCH
+static TK_WIDE_TARGET void tk_rwkv_backward_w__bf16_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    tk_rwkv_backward_w__bf16_wbody(a, begin, end, 1, 1, 1);
+}
+static TK_MID_TARGET void tk_rwkv_backward_w__bf16_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    tk_rwkv_backward_w__bf16_mbody(a, begin, end, 1, 1, 1);
+}
+static TK_NARROW_CLONES void tk_rwkv_backward_w__bf16_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__bf16_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__bf16_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    tk_rwkv_backward_w__bf16_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
 }
+void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_backward_w__bf16_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_backward_w__bf16_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_backward_w__bf16_narrow(a, begin, end);
+}
+#else
+void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_backward_w__bf16_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_backward_w__bf16_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_backward_w__bf16_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+}
+#endif
 
 /* rwkv_backward_w: k float32, grad_out float32, computing in float32 */
 #if TK_VX
@@ -16487,75 +24685,57 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
 }
 #if TK_WIDE_DISPATCH
 static TK_WIDE_TARGET void tk_rwkv_backward_w__f32_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f32_wbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    tk_rwkv_backward_w__f32_wbody(a, begin, end, 1, 1, 1);
 }
 static TK_MID_TARGET void tk_rwkv_backward_w__f32_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f32_mbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    tk_rwkv_backward_w__f32_mbody(a, begin, end, 1, 1, 1);
 }
-static void tk_rwkv_backward_w__f32_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+static TK_NARROW_CLONES void tk_rwkv_backward_w__f32_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f32_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
 }
 void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    if (tk_cpu_wide())
-        tk_rwkv_backward_w__f32_wide(a, begin, end);
-    else if (tk_cpu_mid())
-        tk_rwkv_backward_w__f32_mid(a, begin, end);
-    else
-        tk_rwkv_backward_w__f32_narrow(a, begin, end);
+    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_backward_w__f32_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_backward_w__f32_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_backward_w__f32_narrow(a, begin, end);
 }
 #else
 void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    #if defined(TK_WIDE_STATIC)
-    if (tk_env_narrow() == 0) {
-        const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-            tk_rwkv_backward_w__f32_wbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
-        return;
-    }
-    #endif
-    #if TK_VXH
-    if (tk_env_narrow() < 2) {
-        const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-            tk_rwkv_backward_w__f32_mbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
-        return;
-    }
-    #endif
     const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f32_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_backward_w__f32_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_backward_w__f32_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_backward_w__f32_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
 }
 #endif
 
@@ -19067,75 +27247,57 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
 }
 #if TK_WIDE_DISPATCH
 static TK_WIDE_TARGET void tk_rwkv_backward_w__f64_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f64_wbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    tk_rwkv_backward_w__f64_wbody(a, begin, end, 1, 1, 1);
 }
 static TK_MID_TARGET void tk_rwkv_backward_w__f64_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f64_mbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    tk_rwkv_backward_w__f64_mbody(a, begin, end, 1, 1, 1);
 }
-static void tk_rwkv_backward_w__f64_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+static TK_NARROW_CLONES void tk_rwkv_backward_w__f64_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f64_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
 }
 void tk_rwkv_backward_w__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_w__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    if (tk_cpu_wide())
-        tk_rwkv_backward_w__f64_wide(a, begin, end);
-    else if (tk_cpu_mid())
-        tk_rwkv_backward_w__f64_mid(a, begin, end);
-    else
-        tk_rwkv_backward_w__f64_narrow(a, begin, end);
+    const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_backward_w__f64_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_backward_w__f64_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_backward_w__f64_narrow(a, begin, end);
 }
 #else
 void tk_rwkv_backward_w__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_w__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    #if defined(TK_WIDE_STATIC)
-    if (tk_env_narrow() == 0) {
-        const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-            tk_rwkv_backward_w__f64_wbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
-        return;
-    }
-    #endif
-    #if TK_VXH
-    if (tk_env_narrow() < 2) {
-        const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-            tk_rwkv_backward_w__f64_mbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
-        return;
-    }
-    #endif
     const tk_i64 s_k_2 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_w_1 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1)
-        tk_rwkv_backward_w__f64_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_k_2 == 1 && s_grad_out_2 == 1 && s_grad_w_1 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_backward_w__f64_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_backward_w__f64_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_backward_w__f64_body(a, begin, end, s_k_2, s_grad_out_2, s_grad_w_1);
 }
 #endif
 /* Generated by tkc 0.1.0 from ops/rwkv_forward.tk: op rwkv_backward_k. Do not edit. */
@@ -19672,6 +27834,5773 @@ TK_CPU_CLONES void tk_rwkv_backward_k__f16(const tk_kargs *a, tk_i64 begin, tk_i
 }
 
 /* rwkv_backward_k: w bfloat16, grad_out bfloat16, computing in float32 */
+#if TK_VX
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const tk_u16 *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp3 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp4 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp5 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp6 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp7 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp8 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp9 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp10 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp11 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp12 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp13 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp14 = t_grad_out + ((v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp15 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp16 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp17 = t_grad_out + ((v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp18 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp19 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp20 = t_grad_out + ((v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp21 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp22 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp23 = t_grad_out + ((v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld2);
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, float *restrict v_s_12, float *restrict v_s_13, float *restrict v_s_14, float *restrict v_s_15, float *restrict v_s_16, float *restrict v_s_17, float *restrict v_s_18, float *restrict v_s_19, float *restrict v_s_20, float *restrict v_s_21, float *restrict v_s_22, float *restrict v_s_23, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    tk_vf32 x_s_8 = tk_vld_f32(v_s_8);
+    tk_vf32 x_s_9 = tk_vld_f32(v_s_9);
+    tk_vf32 x_s_10 = tk_vld_f32(v_s_10);
+    tk_vf32 x_s_11 = tk_vld_f32(v_s_11);
+    tk_vf32 x_s_12 = tk_vld_f32(v_s_12);
+    tk_vf32 x_s_13 = tk_vld_f32(v_s_13);
+    tk_vf32 x_s_14 = tk_vld_f32(v_s_14);
+    tk_vf32 x_s_15 = tk_vld_f32(v_s_15);
+    tk_vf32 x_s_16 = tk_vld_f32(v_s_16);
+    tk_vf32 x_s_17 = tk_vld_f32(v_s_17);
+    tk_vf32 x_s_18 = tk_vld_f32(v_s_18);
+    tk_vf32 x_s_19 = tk_vld_f32(v_s_19);
+    tk_vf32 x_s_20 = tk_vld_f32(v_s_20);
+    tk_vf32 x_s_21 = tk_vld_f32(v_s_21);
+    tk_vf32 x_s_22 = tk_vld_f32(v_s_22);
+    tk_vf32 x_s_23 = tk_vld_f32(v_s_23);
+    const tk_u16 *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp3 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp4 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp5 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp6 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp7 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp8 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp9 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp10 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp11 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp12 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp13 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp14 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp15 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp16 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp17 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp18 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp19 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp20 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp21 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp22 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp23 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld2 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld3 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld4 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                const tk_vf32 tk_ld5 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld3);
+                x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld4);
+                x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld5);
+                x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld3);
+                x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld4);
+                x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld5);
+                x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld3);
+                x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld4);
+                x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld5);
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_12 += (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_18 += (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_12 = tk_vsel_f32(tk_m, x_s_12 + (tk_bf16_to_f32(tk_rp12[v_t2 * s_grad_out_2]) * tk_ld0), x_s_12);
+                    x_s_18 = tk_vsel_f32(tk_m, x_s_18 + (tk_bf16_to_f32(tk_rp18[v_t2 * s_grad_out_2]) * tk_ld0), x_s_18);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_13 += (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_19 += (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_13 = tk_vsel_f32(tk_m, x_s_13 + (tk_bf16_to_f32(tk_rp13[v_t2 * s_grad_out_2]) * tk_ld0), x_s_13);
+                    x_s_19 = tk_vsel_f32(tk_m, x_s_19 + (tk_bf16_to_f32(tk_rp19[v_t2 * s_grad_out_2]) * tk_ld0), x_s_19);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_14 += (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_20 += (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_8 = tk_vsel_f32(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_14 = tk_vsel_f32(tk_m, x_s_14 + (tk_bf16_to_f32(tk_rp14[v_t2 * s_grad_out_2]) * tk_ld0), x_s_14);
+                    x_s_20 = tk_vsel_f32(tk_m, x_s_20 + (tk_bf16_to_f32(tk_rp20[v_t2 * s_grad_out_2]) * tk_ld0), x_s_20);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                    tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                    tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                    tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1]);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_15 += (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_21 += (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_9 = tk_vsel_f32(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                    x_s_15 = tk_vsel_f32(tk_m, x_s_15 + (tk_bf16_to_f32(tk_rp15[v_t2 * s_grad_out_2]) * tk_ld0), x_s_15);
+                    x_s_21 = tk_vsel_f32(tk_m, x_s_21 + (tk_bf16_to_f32(tk_rp21[v_t2 * s_grad_out_2]) * tk_ld0), x_s_21);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                    tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                    tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                    tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1]);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_16 += (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_22 += (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_10 = tk_vsel_f32(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                    x_s_16 = tk_vsel_f32(tk_m, x_s_16 + (tk_bf16_to_f32(tk_rp16[v_t2 * s_grad_out_2]) * tk_ld0), x_s_16);
+                    x_s_22 = tk_vsel_f32(tk_m, x_s_22 + (tk_bf16_to_f32(tk_rp22[v_t2 * s_grad_out_2]) * tk_ld0), x_s_22);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+                for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                    tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                    tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                    tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                    tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1]);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_17 += (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_23 += (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_11 = tk_vsel_f32(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                    x_s_17 = tk_vsel_f32(tk_m, x_s_17 + (tk_bf16_to_f32(tk_rp17[v_t2 * s_grad_out_2]) * tk_ld0), x_s_17);
+                    x_s_23 = tk_vsel_f32(tk_m, x_s_23 + (tk_bf16_to_f32(tk_rp23[v_t2 * s_grad_out_2]) * tk_ld0), x_s_23);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+    tk_vst_f32(v_s_8, x_s_8);
+    tk_vst_f32(v_s_9, x_s_9);
+    tk_vst_f32(v_s_10, x_s_10);
+    tk_vst_f32(v_s_11, x_s_11);
+    tk_vst_f32(v_s_12, x_s_12);
+    tk_vst_f32(v_s_13, x_s_13);
+    tk_vst_f32(v_s_14, x_s_14);
+    tk_vst_f32(v_s_15, x_s_15);
+    tk_vst_f32(v_s_16, x_s_16);
+    tk_vst_f32(v_s_17, x_s_17);
+    tk_vst_f32(v_s_18, x_s_18);
+    tk_vst_f32(v_s_19, x_s_19);
+    tk_vst_f32(v_s_20, x_s_20);
+    tk_vst_f32(v_s_21, x_s_21);
+    tk_vst_f32(v_s_22, x_s_22);
+    tk_vst_f32(v_s_23, x_s_23);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    tk_vf32 x_s_3 = tk_vld_f32(v_s_3);
+    tk_vf32 x_s_4 = tk_vld_f32(v_s_4);
+    tk_vf32 x_s_5 = tk_vld_f32(v_s_5);
+    tk_vf32 x_s_6 = tk_vld_f32(v_s_6);
+    tk_vf32 x_s_7 = tk_vld_f32(v_s_7);
+    const tk_u16 *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp3 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp4 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp5 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp6 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp7 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+            for (tk_i64 v_t2 = tk_a3; v_t2 < tk_c3; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+            for (tk_i64 v_t2 = tk_a4; v_t2 < tk_c4; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+            for (tk_i64 v_t2 = tk_a5; v_t2 < tk_c5; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+            for (tk_i64 v_t2 = tk_a6; v_t2 < tk_c6; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (96 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+            for (tk_i64 v_t2 = tk_a7; v_t2 < tk_c7; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (112 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        const tk_i64 tk_il3 = tk_c3 - 48, tk_ih3 = tk_d3 - 48;
+        const tk_i64 tk_il4 = tk_c4 - 64, tk_ih4 = tk_d4 - 64;
+        const tk_i64 tk_il5 = tk_c5 - 80, tk_ih5 = tk_d5 - 80;
+        const tk_i64 tk_il6 = tk_c6 - 96, tk_ih6 = tk_d6 - 96;
+        const tk_i64 tk_il7 = tk_c7 - 112, tk_ih7 = tk_d7 - 112;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 48 == tk_d0 && tk_b3 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr3[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 64 == tk_d0 && tk_b4 - 64 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr4[tk_q] - 64 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 80 == tk_d0 && tk_b5 - 80 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr5[tk_q] - 80 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 96 == tk_d0 && tk_b6 - 96 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr6[tk_q] - 96 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 112 == tk_d0 && tk_b7 - 112 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr7[tk_q] - 112 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                const tk_vf32 tk_ld3 = tk_ld0;
+                const tk_vf32 tk_ld4 = tk_ld0;
+                const tk_vf32 tk_ld5 = tk_ld0;
+                const tk_vf32 tk_ld6 = tk_ld0;
+                const tk_vf32 tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2), x_s_2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3), x_s_3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 64;
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4), x_s_4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 80;
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5), x_s_5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 96;
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6), x_s_6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 112;
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr3), x_hr = tk_vld_m32(tk_hr3);
+                for (tk_i64 v_t2 = tk_d3; v_t2 < tk_b3; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr4), x_hr = tk_vld_m32(tk_hr4);
+                for (tk_i64 v_t2 = tk_d4; v_t2 < tk_b4; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr5), x_hr = tk_vld_m32(tk_hr5);
+                for (tk_i64 v_t2 = tk_d5; v_t2 < tk_b5; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr6), x_hr = tk_vld_m32(tk_hr6);
+                for (tk_i64 v_t2 = tk_d6; v_t2 < tk_b6; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (96 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f32(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr7), x_hr = tk_vld_m32(tk_hr7);
+                for (tk_i64 v_t2 = tk_d7; v_t2 < tk_b7; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (112 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f32(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+    tk_vst_f32(v_s_3, x_s_3);
+    tk_vst_f32(v_s_4, x_s_4);
+    tk_vst_f32(v_s_5, x_s_5);
+    tk_vst_f32(v_s_6, x_s_6);
+    tk_vst_f32(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_WIDE_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vx3(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32 x_s_0 = tk_vld_f32(v_s_0);
+    tk_vf32 x_s_1 = tk_vld_f32(v_s_1);
+    tk_vf32 x_s_2 = tk_vld_f32(v_s_2);
+    const tk_u16 *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 16; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 16, tk_ih1 = tk_d1 - 16;
+        const tk_i64 tk_il2 = tk_c2 - 32, tk_ih2 = tk_d2 - 32;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32 tk_ld0 = tk_vldb_f32(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 16 == tk_d0 && tk_b1 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr1[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 32 == tk_d0 && tk_b2 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 16; ++tk_q) tk_tail &= tk_hr2[tk_q] - 32 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32 tk_ld1 = tk_ld0;
+                const tk_vf32 tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr0), x_hr = tk_vld_m32(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr1), x_hr = tk_vld_m32(tk_hr1);
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                }
+            }
+            {
+                const tk_vm32 x_lr = tk_vld_m32(tk_lr2), x_hr = tk_vld_m32(tk_hr2);
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32 tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32 tk_ld0 = tk_vldmb_f32(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f32(v_s_0, x_s_0);
+    tk_vst_f32(v_s_1, x_s_1);
+    tk_vst_f32(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
+TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_grad_out_2, tk_i64 s_grad_k_2) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    for (tk_i64 lin = begin; lin < end;) {
+        tk_i64 r = lin;
+        tk_i64 v_t = r % n_t;
+        r /= n_t;
+        const tk_i64 v_b = r % n_b;
+        r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
+        (void)r;
+        const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        if (v_t == 0 && v_b <= n_b - 8 && (end - lin) / 8 >= n_t) {
+            for (; v_t <= n_t - 48; v_t += 48)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                        v_s_4[tk_j] = 0.0f;
+                        v_s_5[tk_j] = 0.0f;
+                        v_s_6[tk_j] = 0.0f;
+                        v_s_7[tk_j] = 0.0f;
+                        v_s_8[tk_j] = 0.0f;
+                        v_s_9[tk_j] = 0.0f;
+                        v_s_10[tk_j] = 0.0f;
+                        v_s_11[tk_j] = 0.0f;
+                        v_s_12[tk_j] = 0.0f;
+                        v_s_13[tk_j] = 0.0f;
+                        v_s_14[tk_j] = 0.0f;
+                        v_s_15[tk_j] = 0.0f;
+                        v_s_16[tk_j] = 0.0f;
+                        v_s_17[tk_j] = 0.0f;
+                        v_s_18[tk_j] = 0.0f;
+                        v_s_19[tk_j] = 0.0f;
+                        v_s_20[tk_j] = 0.0f;
+                        v_s_21[tk_j] = 0.0f;
+                        v_s_22[tk_j] = 0.0f;
+                        v_s_23[tk_j] = 0.0f;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                            tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                            tk_hi1[tk_j] = d_T;
+                            tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                            tk_hi2[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_8[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_9[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_10[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_11[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_12[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_13[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_14[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_15[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_16[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_17[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_18[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_19[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_20[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_21[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_22[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_23[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_backward_k__bf16_vx0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_8[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_9[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_10[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_11[tk_j]);
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_12[tk_j]);
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_13[tk_j]);
+                        t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_14[tk_j]);
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_15[tk_j]);
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_16[tk_j]);
+                        t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_17[tk_j]);
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_18[tk_j]);
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_19[tk_j]);
+                        t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_20[tk_j]);
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_21[tk_j]);
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_22[tk_j]);
+                        t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_23[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_3);
+                }
+                {
+                    float v_s_4 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_4 = d_T;
+                        const tk_i64 v_t2_lo_4 = v_t;
+                        #pragma omp simd reduction(+:v_s_4)
+                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                            v_s_4 += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 4) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_4);
+                }
+                {
+                    float v_s_5 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_5 = d_T;
+                        const tk_i64 v_t2_lo_5 = v_t;
+                        #pragma omp simd reduction(+:v_s_5)
+                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                            v_s_5 += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 5) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_5);
+                }
+                {
+                    float v_s_6 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_6 = d_T;
+                        const tk_i64 v_t2_lo_6 = v_t;
+                        #pragma omp simd reduction(+:v_s_6)
+                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                            v_s_6 += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 6) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_6);
+                }
+                {
+                    float v_s_7 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_7 = d_T;
+                        const tk_i64 v_t2_lo_7 = v_t;
+                        #pragma omp simd reduction(+:v_s_7)
+                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                            v_s_7 += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 7) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_7);
+                }
+            }
+            lin += 8 * n_t;
+            continue;
+        }
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 96; v_t += 96)
+                {
+                    float v_s_0[16];
+                    float v_s_1[16];
+                    float v_s_2[16];
+                    float v_s_3[16];
+                    float v_s_4[16];
+                    float v_s_5[16];
+                    float v_s_6[16];
+                    float v_s_7[16];
+                    float v_s_8[16];
+                    float v_s_9[16];
+                    float v_s_10[16];
+                    float v_s_11[16];
+                    float v_s_12[16];
+                    float v_s_13[16];
+                    float v_s_14[16];
+                    float v_s_15[16];
+                    float v_s_16[16];
+                    float v_s_17[16];
+                    float v_s_18[16];
+                    float v_s_19[16];
+                    float v_s_20[16];
+                    float v_s_21[16];
+                    float v_s_22[16];
+                    float v_s_23[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                        v_s_4[tk_j] = 0.0f;
+                        v_s_5[tk_j] = 0.0f;
+                        v_s_6[tk_j] = 0.0f;
+                        v_s_7[tk_j] = 0.0f;
+                        v_s_8[tk_j] = 0.0f;
+                        v_s_9[tk_j] = 0.0f;
+                        v_s_10[tk_j] = 0.0f;
+                        v_s_11[tk_j] = 0.0f;
+                        v_s_12[tk_j] = 0.0f;
+                        v_s_13[tk_j] = 0.0f;
+                        v_s_14[tk_j] = 0.0f;
+                        v_s_15[tk_j] = 0.0f;
+                        v_s_16[tk_j] = 0.0f;
+                        v_s_17[tk_j] = 0.0f;
+                        v_s_18[tk_j] = 0.0f;
+                        v_s_19[tk_j] = 0.0f;
+                        v_s_20[tk_j] = 0.0f;
+                        v_s_21[tk_j] = 0.0f;
+                        v_s_22[tk_j] = 0.0f;
+                        v_s_23[tk_j] = 0.0f;
+                    }
+                    {
+                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        tk_i64 tk_lo1[16], tk_hi1[16];
+                        tk_i64 tk_lo2[16], tk_hi2[16];
+                        tk_i64 tk_lo3[16], tk_hi3[16];
+                        tk_i64 tk_lo4[16], tk_hi4[16];
+                        tk_i64 tk_lo5[16], tk_hi5[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                            tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                            tk_hi1[tk_j] = d_T;
+                            tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                            tk_hi2[tk_j] = d_T;
+                            tk_lo3[tk_j] = (v_t + (48 + tk_j));
+                            tk_hi3[tk_j] = d_T;
+                            tk_lo4[tk_j] = (v_t + (64 + tk_j));
+                            tk_hi4[tk_j] = d_T;
+                            tk_lo5[tk_j] = (v_t + (80 + tk_j));
+                            tk_hi5[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                            if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                                tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                            if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                                tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                            if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                                tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 96 > 2.0 * tk_work + 384 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_8[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_9[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_10[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_11[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_12[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_13[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_14[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_15[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_16[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_17[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_18[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_19[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_20[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                    v_s_21[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                    v_s_22[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                    v_s_23[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[16], tk_hr0[16];
+                            int tk_lr1[16], tk_hr1[16];
+                            int tk_lr2[16], tk_hr2[16];
+                            int tk_lr3[16], tk_hr3[16];
+                            int tk_lr4[16], tk_hr4[16];
+                            int tk_lr5[16], tk_hr5[16];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_backward_k__bf16_vx1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, v_s_12, v_s_13, v_s_14, v_s_15, v_s_16, v_s_17, v_s_18, v_s_19, v_s_20, v_s_21, v_s_22, v_s_23, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_8[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_9[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_10[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_11[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_12[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_13[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_14[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_15[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_16[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_17[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_18[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_19[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_20[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_21[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_22[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_23[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
+        for (; lin + 128 <= stop; lin += 128, v_t += 128)
+            {
+                float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
+                float v_s_3[16];
+                float v_s_4[16];
+                float v_s_5[16];
+                float v_s_6[16];
+                float v_s_7[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
+                    v_s_3[tk_j] = 0.0f;
+                    v_s_4[tk_j] = 0.0f;
+                    v_s_5[tk_j] = 0.0f;
+                    v_s_6[tk_j] = 0.0f;
+                    v_s_7[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
+                    tk_i64 tk_lo3[16], tk_hi3[16];
+                    tk_i64 tk_lo4[16], tk_hi4[16];
+                    tk_i64 tk_lo5[16], tk_hi5[16];
+                    tk_i64 tk_lo6[16], tk_hi6[16];
+                    tk_i64 tk_lo7[16], tk_hi7[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                        tk_hi2[tk_j] = d_T;
+                        tk_lo3[tk_j] = (v_t + (48 + tk_j));
+                        tk_hi3[tk_j] = d_T;
+                        tk_lo4[tk_j] = (v_t + (64 + tk_j));
+                        tk_hi4[tk_j] = d_T;
+                        tk_lo5[tk_j] = (v_t + (80 + tk_j));
+                        tk_hi5[tk_j] = d_T;
+                        tk_lo6[tk_j] = (v_t + (96 + tk_j));
+                        tk_hi6[tk_j] = d_T;
+                        tk_lo7[tk_j] = (v_t + (112 + tk_j));
+                        tk_hi7[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 128 > 2.0 * tk_work + 512 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (64 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (80 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo6[tk_j]; v_t2 < tk_hi6[tk_j]; ++v_t2) {
+                                v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (96 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo7[tk_j]; v_t2 < tk_hi7[tk_j]; ++v_t2) {
+                                v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (112 + tk_j))) * s_w_1]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
+                        int tk_lr3[16], tk_hr3[16];
+                        int tk_lr4[16], tk_hr4[16];
+                        int tk_lr5[16], tk_hr5[16];
+                        int tk_lr6[16], tk_hr6[16];
+                        int tk_lr7[16], tk_hr7[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_backward_k__bf16_vx2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (64 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (80 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (96 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (112 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                }
+            }
+        for (; lin + 48 <= stop; lin += 48, v_t += 48)
+            {
+                float v_s_0[16];
+                float v_s_1[16];
+                float v_s_2[16];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[16], tk_hi0[16];
+                    tk_i64 tk_lo1[16], tk_hi1[16];
+                    tk_i64 tk_lo2[16], tk_hi2[16];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (32 + tk_j));
+                        tk_hi2[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 48 > 2.0 * tk_work + 192 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[16], tk_hr0[16];
+                        int tk_lr1[16], tk_hr1[16];
+                        int tk_lr2[16], tk_hr2[16];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_backward_k__bf16_vx3(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                }
+            }
+        for (; lin < stop; ++lin, ++v_t) {
+            float v_s = 0.0f;
+            {
+                const tk_i64 v_t2_end = d_T;
+                const tk_i64 v_t2_lo = v_t;
+                #pragma omp simd reduction(+:v_s)
+                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                }
+            }
+            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+        }
+    }
+}
+#endif
+#if TK_VXH
+#if TK_VXH
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vy0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vy0(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, float *restrict v_s_8, float *restrict v_s_9, float *restrict v_s_10, float *restrict v_s_11, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32h x_s_0 = tk_vld_f32h(v_s_0);
+    tk_vf32h x_s_1 = tk_vld_f32h(v_s_1);
+    tk_vf32h x_s_2 = tk_vld_f32h(v_s_2);
+    tk_vf32h x_s_3 = tk_vld_f32h(v_s_3);
+    tk_vf32h x_s_4 = tk_vld_f32h(v_s_4);
+    tk_vf32h x_s_5 = tk_vld_f32h(v_s_5);
+    tk_vf32h x_s_6 = tk_vld_f32h(v_s_6);
+    tk_vf32h x_s_7 = tk_vld_f32h(v_s_7);
+    tk_vf32h x_s_8 = tk_vld_f32h(v_s_8);
+    tk_vf32h x_s_9 = tk_vld_f32h(v_s_9);
+    tk_vf32h x_s_10 = tk_vld_f32h(v_s_10);
+    tk_vf32h x_s_11 = tk_vld_f32h(v_s_11);
+    const tk_u16 *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp3 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp4 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp5 = t_grad_out + ((v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp6 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp7 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp8 = t_grad_out + ((v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp9 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp10 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp11 = t_grad_out + ((v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1);
+    if (tk_L < tk_H) {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_L, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                }
+            }
+        }
+        {
+            for (tk_i64 v_t2 = tk_L; v_t2 < tk_H; ++v_t2) {
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                const tk_vf32h tk_ld2 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld2);
+                x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld1);
+                x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld2);
+            }
+        }
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_H, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                }
+            }
+        }
+    } else {
+        {
+            const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                    tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                    tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                    tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_9 += (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                    x_s_9 = tk_vsel_f32h(tk_m, x_s_9 + (tk_bf16_to_f32(tk_rp9[v_t2 * s_grad_out_2]) * tk_ld0), x_s_9);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                    tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                    tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                    tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1]);
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_10 += (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                    x_s_10 = tk_vsel_f32h(tk_m, x_s_10 + (tk_bf16_to_f32(tk_rp10[v_t2 * s_grad_out_2]) * tk_ld0), x_s_10);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+                for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                    tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                    tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                    tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                    tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+                }
+                const tk_i64 tk_a = tk_maxi(tk_mn, tk_mn + tk_ua), tk_b = tk_mini(tk_mx, tk_mn + tk_ub);
+                tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);
+                if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;
+                for (tk_i64 v_t2 = tk_a; v_t2 < tk_c; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                }
+                for (tk_i64 v_t2 = tk_c; v_t2 < tk_d; ++v_t2) {
+                    const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1]);
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_8 += (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0);
+                    x_s_11 += (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                for (tk_i64 v_t2 = tk_d; v_t2 < tk_b; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                    x_s_8 = tk_vsel_f32h(tk_m, x_s_8 + (tk_bf16_to_f32(tk_rp8[v_t2 * s_grad_out_2]) * tk_ld0), x_s_8);
+                    x_s_11 = tk_vsel_f32h(tk_m, x_s_11 + (tk_bf16_to_f32(tk_rp11[v_t2 * s_grad_out_2]) * tk_ld0), x_s_11);
+                }
+            }
+        }
+    }
+    tk_vst_f32h(v_s_0, x_s_0);
+    tk_vst_f32h(v_s_1, x_s_1);
+    tk_vst_f32h(v_s_2, x_s_2);
+    tk_vst_f32h(v_s_3, x_s_3);
+    tk_vst_f32h(v_s_4, x_s_4);
+    tk_vst_f32h(v_s_5, x_s_5);
+    tk_vst_f32h(v_s_6, x_s_6);
+    tk_vst_f32h(v_s_7, x_s_7);
+    tk_vst_f32h(v_s_8, x_s_8);
+    tk_vst_f32h(v_s_9, x_s_9);
+    tk_vst_f32h(v_s_10, x_s_10);
+    tk_vst_f32h(v_s_11, x_s_11);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VXH
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vy1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vy1(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, float *restrict v_s_3, float *restrict v_s_4, float *restrict v_s_5, float *restrict v_s_6, float *restrict v_s_7, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, const int *tk_lr3, const int *tk_hr3, const int *tk_lr4, const int *tk_hr4, const int *tk_lr5, const int *tk_hr5, const int *tk_lr6, const int *tk_hr6, const int *tk_lr7, const int *tk_hr7, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32h x_s_0 = tk_vld_f32h(v_s_0);
+    tk_vf32h x_s_1 = tk_vld_f32h(v_s_1);
+    tk_vf32h x_s_2 = tk_vld_f32h(v_s_2);
+    tk_vf32h x_s_3 = tk_vld_f32h(v_s_3);
+    tk_vf32h x_s_4 = tk_vld_f32h(v_s_4);
+    tk_vf32h x_s_5 = tk_vld_f32h(v_s_5);
+    tk_vf32h x_s_6 = tk_vld_f32h(v_s_6);
+    tk_vf32h x_s_7 = tk_vld_f32h(v_s_7);
+    const tk_u16 *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp3 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp4 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp5 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp6 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp7 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        tk_i64 tk_a3, tk_b3, tk_c3, tk_d3;
+        {
+            int tk_ua = tk_lr3[0], tk_ub = tk_hr3[0], tk_uc = tk_lr3[0], tk_ud = tk_hr3[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr3[tk_q] < tk_ua ? tk_lr3[tk_q] : tk_ua;
+                tk_ub = tk_hr3[tk_q] > tk_ub ? tk_hr3[tk_q] : tk_ub;
+                tk_uc = tk_lr3[tk_q] > tk_uc ? tk_lr3[tk_q] : tk_uc;
+                tk_ud = tk_hr3[tk_q] < tk_ud ? tk_hr3[tk_q] : tk_ud;
+            }
+            tk_a3 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b3 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c3 = tk_maxi(tk_a3, tk_mn + tk_uc);
+            tk_d3 = tk_mini(tk_b3, tk_mn + tk_ud);
+            if (tk_c3 >= tk_d3) tk_c3 = tk_d3 = tk_b3 > tk_a3 ? tk_b3 : tk_a3;
+        }
+        tk_i64 tk_a4, tk_b4, tk_c4, tk_d4;
+        {
+            int tk_ua = tk_lr4[0], tk_ub = tk_hr4[0], tk_uc = tk_lr4[0], tk_ud = tk_hr4[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr4[tk_q] < tk_ua ? tk_lr4[tk_q] : tk_ua;
+                tk_ub = tk_hr4[tk_q] > tk_ub ? tk_hr4[tk_q] : tk_ub;
+                tk_uc = tk_lr4[tk_q] > tk_uc ? tk_lr4[tk_q] : tk_uc;
+                tk_ud = tk_hr4[tk_q] < tk_ud ? tk_hr4[tk_q] : tk_ud;
+            }
+            tk_a4 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b4 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c4 = tk_maxi(tk_a4, tk_mn + tk_uc);
+            tk_d4 = tk_mini(tk_b4, tk_mn + tk_ud);
+            if (tk_c4 >= tk_d4) tk_c4 = tk_d4 = tk_b4 > tk_a4 ? tk_b4 : tk_a4;
+        }
+        tk_i64 tk_a5, tk_b5, tk_c5, tk_d5;
+        {
+            int tk_ua = tk_lr5[0], tk_ub = tk_hr5[0], tk_uc = tk_lr5[0], tk_ud = tk_hr5[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr5[tk_q] < tk_ua ? tk_lr5[tk_q] : tk_ua;
+                tk_ub = tk_hr5[tk_q] > tk_ub ? tk_hr5[tk_q] : tk_ub;
+                tk_uc = tk_lr5[tk_q] > tk_uc ? tk_lr5[tk_q] : tk_uc;
+                tk_ud = tk_hr5[tk_q] < tk_ud ? tk_hr5[tk_q] : tk_ud;
+            }
+            tk_a5 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b5 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c5 = tk_maxi(tk_a5, tk_mn + tk_uc);
+            tk_d5 = tk_mini(tk_b5, tk_mn + tk_ud);
+            if (tk_c5 >= tk_d5) tk_c5 = tk_d5 = tk_b5 > tk_a5 ? tk_b5 : tk_a5;
+        }
+        tk_i64 tk_a6, tk_b6, tk_c6, tk_d6;
+        {
+            int tk_ua = tk_lr6[0], tk_ub = tk_hr6[0], tk_uc = tk_lr6[0], tk_ud = tk_hr6[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr6[tk_q] < tk_ua ? tk_lr6[tk_q] : tk_ua;
+                tk_ub = tk_hr6[tk_q] > tk_ub ? tk_hr6[tk_q] : tk_ub;
+                tk_uc = tk_lr6[tk_q] > tk_uc ? tk_lr6[tk_q] : tk_uc;
+                tk_ud = tk_hr6[tk_q] < tk_ud ? tk_hr6[tk_q] : tk_ud;
+            }
+            tk_a6 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b6 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c6 = tk_maxi(tk_a6, tk_mn + tk_uc);
+            tk_d6 = tk_mini(tk_b6, tk_mn + tk_ud);
+            if (tk_c6 >= tk_d6) tk_c6 = tk_d6 = tk_b6 > tk_a6 ? tk_b6 : tk_a6;
+        }
+        tk_i64 tk_a7, tk_b7, tk_c7, tk_d7;
+        {
+            int tk_ua = tk_lr7[0], tk_ub = tk_hr7[0], tk_uc = tk_lr7[0], tk_ud = tk_hr7[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr7[tk_q] < tk_ua ? tk_lr7[tk_q] : tk_ua;
+                tk_ub = tk_hr7[tk_q] > tk_ub ? tk_hr7[tk_q] : tk_ub;
+                tk_uc = tk_lr7[tk_q] > tk_uc ? tk_lr7[tk_q] : tk_uc;
+                tk_ud = tk_hr7[tk_q] < tk_ud ? tk_hr7[tk_q] : tk_ud;
+            }
+            tk_a7 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b7 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c7 = tk_maxi(tk_a7, tk_mn + tk_uc);
+            tk_d7 = tk_mini(tk_b7, tk_mn + tk_ud);
+            if (tk_c7 >= tk_d7) tk_c7 = tk_d7 = tk_b7 > tk_a7 ? tk_b7 : tk_a7;
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr3), x_hr = tk_vld_m32h(tk_hr3);
+            for (tk_i64 v_t2 = tk_a3; v_t2 < tk_c3; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr4), x_hr = tk_vld_m32h(tk_hr4);
+            for (tk_i64 v_t2 = tk_a4; v_t2 < tk_c4; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr5), x_hr = tk_vld_m32h(tk_hr5);
+            for (tk_i64 v_t2 = tk_a5; v_t2 < tk_c5; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr6), x_hr = tk_vld_m32h(tk_hr6);
+            for (tk_i64 v_t2 = tk_a6; v_t2 < tk_c6; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr7), x_hr = tk_vld_m32h(tk_hr7);
+            for (tk_i64 v_t2 = tk_a7; v_t2 < tk_c7; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (56 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        const tk_i64 tk_il3 = tk_c3 - 24, tk_ih3 = tk_d3 - 24;
+        const tk_i64 tk_il4 = tk_c4 - 32, tk_ih4 = tk_d4 - 32;
+        const tk_i64 tk_il5 = tk_c5 - 40, tk_ih5 = tk_d5 - 40;
+        const tk_i64 tk_il6 = tk_c6 - 48, tk_ih6 = tk_d6 - 48;
+        const tk_i64 tk_il7 = tk_c7 - 56, tk_ih7 = tk_d7 - 56;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        tk_imin = tk_mini(tk_imin, tk_il3);
+        tk_imax = tk_maxi(tk_imax, tk_ih3);
+        tk_ia = tk_maxi(tk_ia, tk_il3);
+        tk_ib = tk_mini(tk_ib, tk_ih3);
+        tk_imin = tk_mini(tk_imin, tk_il4);
+        tk_imax = tk_maxi(tk_imax, tk_ih4);
+        tk_ia = tk_maxi(tk_ia, tk_il4);
+        tk_ib = tk_mini(tk_ib, tk_ih4);
+        tk_imin = tk_mini(tk_imin, tk_il5);
+        tk_imax = tk_maxi(tk_imax, tk_ih5);
+        tk_ia = tk_maxi(tk_ia, tk_il5);
+        tk_ib = tk_mini(tk_ib, tk_ih5);
+        tk_imin = tk_mini(tk_imin, tk_il6);
+        tk_imax = tk_maxi(tk_imax, tk_ih6);
+        tk_ia = tk_maxi(tk_ia, tk_il6);
+        tk_ib = tk_mini(tk_ib, tk_ih6);
+        tk_imin = tk_mini(tk_imin, tk_il7);
+        tk_imax = tk_maxi(tk_imax, tk_ih7);
+        tk_ia = tk_maxi(tk_ia, tk_il7);
+        tk_ib = tk_mini(tk_ib, tk_ih7);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        tk_mono &= tk_il2 >= tk_il3 && tk_ih2 >= tk_ih3;
+        tk_mono &= tk_il3 >= tk_il4 && tk_ih3 >= tk_ih4;
+        tk_mono &= tk_il4 >= tk_il5 && tk_ih4 >= tk_ih5;
+        tk_mono &= tk_il5 >= tk_il6 && tk_ih5 >= tk_ih6;
+        tk_mono &= tk_il6 >= tk_il7 && tk_ih6 >= tk_ih7;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il7; tk_i < tk_il6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il6; tk_i < tk_il5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il5; tk_i < tk_il4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il4; tk_i < tk_il3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il3; tk_i < tk_il2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih7; tk_i < tk_ih6; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih6; tk_i < tk_ih5; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih5; tk_i < tk_ih4; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih4; tk_i < tk_ih3; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih3; tk_i < tk_ih2; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                const int tk_on3 = tk_i >= tk_il3 && tk_i < tk_ih3;
+                const int tk_on4 = tk_i >= tk_il4 && tk_i < tk_ih4;
+                const int tk_on5 = tk_i >= tk_il5 && tk_i < tk_ih5;
+                const int tk_on6 = tk_i >= tk_il6 && tk_i < tk_ih6;
+                const int tk_on7 = tk_i >= tk_il7 && tk_i < tk_ih7;
+                if (!(tk_on0 | tk_on1 | tk_on2 | tk_on3 | tk_on4 | tk_on5 | tk_on6 | tk_on7)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+                if (tk_on3) {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 += (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3);
+                }
+                if (tk_on4) {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 += (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4);
+                }
+                if (tk_on5) {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 += (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5);
+                }
+                if (tk_on6) {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 += (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6);
+                }
+                if (tk_on7) {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 += (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        tk_tail &= tk_d3 - 24 == tk_d0 && tk_b3 - 24 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr3[tk_q] - 24 == tk_hr0[tk_q];
+        tk_tail &= tk_d4 - 32 == tk_d0 && tk_b4 - 32 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr4[tk_q] - 32 == tk_hr0[tk_q];
+        tk_tail &= tk_d5 - 40 == tk_d0 && tk_b5 - 40 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr5[tk_q] - 40 == tk_hr0[tk_q];
+        tk_tail &= tk_d6 - 48 == tk_d0 && tk_b6 - 48 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr6[tk_q] - 48 == tk_hr0[tk_q];
+        tk_tail &= tk_d7 - 56 == tk_d0 && tk_b7 - 56 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr7[tk_q] - 56 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                const tk_vf32h tk_ld3 = tk_ld0;
+                const tk_vf32h tk_ld4 = tk_ld0;
+                const tk_vf32h tk_ld5 = tk_ld0;
+                const tk_vf32h tk_ld6 = tk_ld0;
+                const tk_vf32h tk_ld7 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2), x_s_2);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 24;
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld3), x_s_3);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 32;
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld4), x_s_4);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 40;
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld5), x_s_5);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 48;
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld6), x_s_6);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 56;
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld7), x_s_7);
+                }
+            }
+        } else {
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr3), x_hr = tk_vld_m32h(tk_hr3);
+                for (tk_i64 v_t2 = tk_d3; v_t2 < tk_b3; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_3 = tk_vsel_f32h(tk_m, x_s_3 + (tk_bf16_to_f32(tk_rp3[v_t2 * s_grad_out_2]) * tk_ld0), x_s_3);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr4), x_hr = tk_vld_m32h(tk_hr4);
+                for (tk_i64 v_t2 = tk_d4; v_t2 < tk_b4; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_4 = tk_vsel_f32h(tk_m, x_s_4 + (tk_bf16_to_f32(tk_rp4[v_t2 * s_grad_out_2]) * tk_ld0), x_s_4);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr5), x_hr = tk_vld_m32h(tk_hr5);
+                for (tk_i64 v_t2 = tk_d5; v_t2 < tk_b5; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_5 = tk_vsel_f32h(tk_m, x_s_5 + (tk_bf16_to_f32(tk_rp5[v_t2 * s_grad_out_2]) * tk_ld0), x_s_5);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr6), x_hr = tk_vld_m32h(tk_hr6);
+                for (tk_i64 v_t2 = tk_d6; v_t2 < tk_b6; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_6 = tk_vsel_f32h(tk_m, x_s_6 + (tk_bf16_to_f32(tk_rp6[v_t2 * s_grad_out_2]) * tk_ld0), x_s_6);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr7), x_hr = tk_vld_m32h(tk_hr7);
+                for (tk_i64 v_t2 = tk_d7; v_t2 < tk_b7; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (56 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_7 = tk_vsel_f32h(tk_m, x_s_7 + (tk_bf16_to_f32(tk_rp7[v_t2 * s_grad_out_2]) * tk_ld0), x_s_7);
+                }
+            }
+        }
+    }
+    tk_vst_f32h(v_s_0, x_s_0);
+    tk_vst_f32h(v_s_1, x_s_1);
+    tk_vst_f32h(v_s_2, x_s_2);
+    tk_vst_f32h(v_s_3, x_s_3);
+    tk_vst_f32h(v_s_4, x_s_4);
+    tk_vst_f32h(v_s_5, x_s_5);
+    tk_vst_f32h(v_s_6, x_s_6);
+    tk_vst_f32h(v_s_7, x_s_7);
+}
+#pragma GCC diagnostic pop
+#endif
+#if TK_VXH
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vy2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx);
+static TK_MID_TARGET TK_NOINLINE void tk_rwkv_backward_k__bf16_vy2(const tk_kargs *a, tk_i64 v_b, tk_i64 v_c, tk_i64 v_t, float *restrict v_s_0, float *restrict v_s_1, float *restrict v_s_2, const int *tk_lr0, const int *tk_hr0, const int *tk_lr1, const int *tk_hr1, const int *tk_lr2, const int *tk_hr2, tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    const tk_i64 s_w_1 = 1;
+    const tk_i64 s_grad_out_2 = 1;
+    const tk_i64 s_grad_k_2 = 1;
+    tk_vf32h x_s_0 = tk_vld_f32h(v_s_0);
+    tk_vf32h x_s_1 = tk_vld_f32h(v_s_1);
+    tk_vf32h x_s_2 = tk_vld_f32h(v_s_2);
+    const tk_u16 *const tk_rp0 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp1 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    const tk_u16 *const tk_rp2 = t_grad_out + (v_b * s_grad_out_0 + v_c * s_grad_out_1);
+    {
+        const tk_i64 tk_zl_w = tk_span_lo(&a->t[0]), tk_zh_w = tk_span_hi(&a->t[0]);
+        tk_i64 tk_a0, tk_b0, tk_c0, tk_d0;
+        {
+            int tk_ua = tk_lr0[0], tk_ub = tk_hr0[0], tk_uc = tk_lr0[0], tk_ud = tk_hr0[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr0[tk_q] < tk_ua ? tk_lr0[tk_q] : tk_ua;
+                tk_ub = tk_hr0[tk_q] > tk_ub ? tk_hr0[tk_q] : tk_ub;
+                tk_uc = tk_lr0[tk_q] > tk_uc ? tk_lr0[tk_q] : tk_uc;
+                tk_ud = tk_hr0[tk_q] < tk_ud ? tk_hr0[tk_q] : tk_ud;
+            }
+            tk_a0 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b0 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c0 = tk_maxi(tk_a0, tk_mn + tk_uc);
+            tk_d0 = tk_mini(tk_b0, tk_mn + tk_ud);
+            if (tk_c0 >= tk_d0) tk_c0 = tk_d0 = tk_b0 > tk_a0 ? tk_b0 : tk_a0;
+        }
+        tk_i64 tk_a1, tk_b1, tk_c1, tk_d1;
+        {
+            int tk_ua = tk_lr1[0], tk_ub = tk_hr1[0], tk_uc = tk_lr1[0], tk_ud = tk_hr1[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr1[tk_q] < tk_ua ? tk_lr1[tk_q] : tk_ua;
+                tk_ub = tk_hr1[tk_q] > tk_ub ? tk_hr1[tk_q] : tk_ub;
+                tk_uc = tk_lr1[tk_q] > tk_uc ? tk_lr1[tk_q] : tk_uc;
+                tk_ud = tk_hr1[tk_q] < tk_ud ? tk_hr1[tk_q] : tk_ud;
+            }
+            tk_a1 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b1 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c1 = tk_maxi(tk_a1, tk_mn + tk_uc);
+            tk_d1 = tk_mini(tk_b1, tk_mn + tk_ud);
+            if (tk_c1 >= tk_d1) tk_c1 = tk_d1 = tk_b1 > tk_a1 ? tk_b1 : tk_a1;
+        }
+        tk_i64 tk_a2, tk_b2, tk_c2, tk_d2;
+        {
+            int tk_ua = tk_lr2[0], tk_ub = tk_hr2[0], tk_uc = tk_lr2[0], tk_ud = tk_hr2[0];
+            for (int tk_q = 1; tk_q < 8; ++tk_q) {
+                tk_ua = tk_lr2[tk_q] < tk_ua ? tk_lr2[tk_q] : tk_ua;
+                tk_ub = tk_hr2[tk_q] > tk_ub ? tk_hr2[tk_q] : tk_ub;
+                tk_uc = tk_lr2[tk_q] > tk_uc ? tk_lr2[tk_q] : tk_uc;
+                tk_ud = tk_hr2[tk_q] < tk_ud ? tk_hr2[tk_q] : tk_ud;
+            }
+            tk_a2 = tk_maxi(tk_mn, tk_mn + tk_ua);
+            tk_b2 = tk_mini(tk_mx, tk_mn + tk_ub);
+            tk_c2 = tk_maxi(tk_a2, tk_mn + tk_uc);
+            tk_d2 = tk_mini(tk_b2, tk_mn + tk_ud);
+            if (tk_c2 >= tk_d2) tk_c2 = tk_d2 = tk_b2 > tk_a2 ? tk_b2 : tk_a2;
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 v_t2 = tk_a0; v_t2 < tk_c0; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+            for (tk_i64 v_t2 = tk_a1; v_t2 < tk_c1; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+            }
+        }
+        {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+            for (tk_i64 v_t2 = tk_a2; v_t2 < tk_c2; ++v_t2) {
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+            }
+        }
+        const tk_i64 tk_il0 = tk_c0 - 0, tk_ih0 = tk_d0 - 0;
+        const tk_i64 tk_il1 = tk_c1 - 8, tk_ih1 = tk_d1 - 8;
+        const tk_i64 tk_il2 = tk_c2 - 16, tk_ih2 = tk_d2 - 16;
+        tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;
+        tk_imin = tk_mini(tk_imin, tk_il1);
+        tk_imax = tk_maxi(tk_imax, tk_ih1);
+        tk_ia = tk_maxi(tk_ia, tk_il1);
+        tk_ib = tk_mini(tk_ib, tk_ih1);
+        tk_imin = tk_mini(tk_imin, tk_il2);
+        tk_imax = tk_maxi(tk_imax, tk_ih2);
+        tk_ia = tk_maxi(tk_ia, tk_il2);
+        tk_ib = tk_mini(tk_ib, tk_ih2);
+        int tk_mono = tk_ia < tk_ib;
+        tk_mono &= tk_il0 >= tk_il1 && tk_ih0 >= tk_ih1;
+        tk_mono &= tk_il1 >= tk_il2 && tk_ih1 >= tk_ih2;
+        if (tk_mono) {
+            for (tk_i64 tk_i = tk_il2; tk_i < tk_il1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_il1; tk_i < tk_il0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih2; tk_i < tk_ih1; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+            }
+            for (tk_i64 tk_i = tk_ih1; tk_i < tk_ih0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+            }
+        } else {
+            if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;
+            for (tk_i64 tk_i = tk_imin; tk_i < tk_ia; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ia; tk_i < tk_ib; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+            for (tk_i64 tk_i = tk_ib; tk_i < tk_imax; ++tk_i) {
+                const int tk_on0 = tk_i >= tk_il0 && tk_i < tk_ih0;
+                const int tk_on1 = tk_i >= tk_il1 && tk_i < tk_ih1;
+                const int tk_on2 = tk_i >= tk_il2 && tk_i < tk_ih2;
+                if (!(tk_on0 | tk_on1 | tk_on2)) continue;
+                const tk_i64 v_t2 = tk_i;
+                const tk_vf32h tk_ld0 = tk_vldb_f32h(&t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                if (tk_on0) {
+                    x_s_0 += (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0);
+                }
+                if (tk_on1) {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 += (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1);
+                }
+                if (tk_on2) {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 += (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2);
+                }
+            }
+        }
+        int tk_tail = 1;
+        tk_tail &= tk_d1 - 8 == tk_d0 && tk_b1 - 8 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr1[tk_q] - 8 == tk_hr0[tk_q];
+        tk_tail &= tk_d2 - 16 == tk_d0 && tk_b2 - 16 == tk_b0;
+        for (int tk_q = 0; tk_q < 8; ++tk_q) tk_tail &= tk_hr2[tk_q] - 16 == tk_hr0[tk_q];
+        if (tk_tail) {
+            const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+            for (tk_i64 tk_i = tk_d0; tk_i < tk_b0; ++tk_i) {
+                const tk_i64 v_t2 = tk_i;
+                const int tk_ur = (int)(v_t2 - tk_mn);
+                const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                const tk_vf32h tk_ld1 = tk_ld0;
+                const tk_vf32h tk_ld2 = tk_ld0;
+                {
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 8;
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld1), x_s_1);
+                }
+                {
+                    const tk_i64 v_t2 = tk_i + 16;
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld2), x_s_2);
+                }
+            }
+        } else {
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr0), x_hr = tk_vld_m32h(tk_hr0);
+                for (tk_i64 v_t2 = tk_d0; v_t2 < tk_b0; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_0 = tk_vsel_f32h(tk_m, x_s_0 + (tk_bf16_to_f32(tk_rp0[v_t2 * s_grad_out_2]) * tk_ld0), x_s_0);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr1), x_hr = tk_vld_m32h(tk_hr1);
+                for (tk_i64 v_t2 = tk_d1; v_t2 < tk_b1; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_1 = tk_vsel_f32h(tk_m, x_s_1 + (tk_bf16_to_f32(tk_rp1[v_t2 * s_grad_out_2]) * tk_ld0), x_s_1);
+                }
+            }
+            {
+                const tk_vm32h x_lr = tk_vld_m32h(tk_lr2), x_hr = tk_vld_m32h(tk_hr2);
+                for (tk_i64 v_t2 = tk_d2; v_t2 < tk_b2; ++v_t2) {
+                    const int tk_ur = (int)(v_t2 - tk_mn);
+                    const tk_vm32h tk_m = ~((tk_ur - x_lr) >> 31) & ((tk_ur - x_hr) >> 31);
+                    const tk_vf32h tk_ld0 = tk_vldmb_f32h(t_w, v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + 0))) * s_w_1, tk_zl_w, tk_zh_w, tk_m);
+                    x_s_2 = tk_vsel_f32h(tk_m, x_s_2 + (tk_bf16_to_f32(tk_rp2[v_t2 * s_grad_out_2]) * tk_ld0), x_s_2);
+                }
+            }
+        }
+    }
+    tk_vst_f32h(v_s_0, x_s_0);
+    tk_vst_f32h(v_s_1, x_s_1);
+    tk_vst_f32h(v_s_2, x_s_2);
+}
+#pragma GCC diagnostic pop
+#endif
+TK_BODY void tk_rwkv_backward_k__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_grad_out_2, tk_i64 s_grad_k_2) {
+    const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
+    const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
+    const tk_u16 *restrict t_grad_out = (const tk_u16 *)a->t[1].data;
+    const tk_i64 s_grad_out_0 = a->t[1].stride[a->t[1].ndim - 3];
+    const tk_i64 s_grad_out_1 = a->t[1].stride[a->t[1].ndim - 2];
+    tk_u16 *restrict t_grad_k = (tk_u16 *)a->t[2].data;
+    const tk_i64 s_grad_k_0 = a->t[2].stride[a->t[2].ndim - 3];
+    const tk_i64 s_grad_k_1 = a->t[2].stride[a->t[2].ndim - 2];
+    const tk_i64 d_T = a->i[1];
+    const tk_i64 n_b = a->t[2].size[a->t[2].ndim - 3];
+    const tk_i64 n_c = a->t[2].size[a->t[2].ndim - 2];
+    const tk_i64 n_t = a->t[2].size[a->t[2].ndim - 1];
+    for (tk_i64 lin = begin; lin < end;) {
+        tk_i64 r = lin;
+        tk_i64 v_t = r % n_t;
+        r /= n_t;
+        const tk_i64 v_b = r % n_b;
+        r /= n_b;
+        const tk_i64 v_c = r % n_c;
+        r /= n_c;
+        (void)r;
+        const tk_i64 stop = end - lin < n_t - v_t ? end : lin + (n_t - v_t);
+        if (v_t == 0 && v_b <= n_b - 4 && (end - lin) / 4 >= n_t) {
+            for (; v_t <= n_t - 24; v_t += 24)
+                {
+                    float v_s_0[8];
+                    float v_s_1[8];
+                    float v_s_2[8];
+                    float v_s_3[8];
+                    float v_s_4[8];
+                    float v_s_5[8];
+                    float v_s_6[8];
+                    float v_s_7[8];
+                    float v_s_8[8];
+                    float v_s_9[8];
+                    float v_s_10[8];
+                    float v_s_11[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        v_s_0[tk_j] = 0.0f;
+                        v_s_1[tk_j] = 0.0f;
+                        v_s_2[tk_j] = 0.0f;
+                        v_s_3[tk_j] = 0.0f;
+                        v_s_4[tk_j] = 0.0f;
+                        v_s_5[tk_j] = 0.0f;
+                        v_s_6[tk_j] = 0.0f;
+                        v_s_7[tk_j] = 0.0f;
+                        v_s_8[tk_j] = 0.0f;
+                        v_s_9[tk_j] = 0.0f;
+                        v_s_10[tk_j] = 0.0f;
+                        v_s_11[tk_j] = 0.0f;
+                    }
+                    {
+                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        tk_i64 tk_lo1[8], tk_hi1[8];
+                        tk_i64 tk_lo2[8], tk_hi2[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lo0[tk_j] = (v_t + tk_j);
+                            tk_hi0[tk_j] = d_T;
+                            tk_lo1[tk_j] = (v_t + (8 + tk_j));
+                            tk_hi1[tk_j] = d_T;
+                            tk_lo2[tk_j] = (v_t + (16 + tk_j));
+                            tk_hi2[tk_j] = d_T;
+                        }
+                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                        double tk_work = 0;
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                            if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                                tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                            }
+                            tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                            if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                                tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                                tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                            }
+                        }
+                        if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_8[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                    v_s_9[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                    v_s_10[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]));
+                                }
+                                for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                    v_s_11[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                                }
+                            }
+                        } else if (tk_mn < tk_mx) {
+                            int tk_lr0[8], tk_hr0[8];
+                            int tk_lr1[8], tk_hr1[8];
+                            int tk_lr2[8], tk_hr2[8];
+                            #pragma omp simd
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            }
+                            tk_rwkv_backward_k__bf16_vy0(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, v_s_8, v_s_9, v_s_10, v_s_11, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                        }
+                    }
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_8[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_9[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_10[tk_j]);
+                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_11[tk_j]);
+                    }
+                }
+            for (; v_t < n_t; ++v_t) {
+                {
+                    float v_s_0 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_0 = d_T;
+                        const tk_i64 v_t2_lo_0 = v_t;
+                        #pragma omp simd reduction(+:v_s_0)
+                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                            v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_0);
+                }
+                {
+                    float v_s_1 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_1 = d_T;
+                        const tk_i64 v_t2_lo_1 = v_t;
+                        #pragma omp simd reduction(+:v_s_1)
+                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                            v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_1);
+                }
+                {
+                    float v_s_2 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_2 = d_T;
+                        const tk_i64 v_t2_lo_2 = v_t;
+                        #pragma omp simd reduction(+:v_s_2)
+                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                            v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_2);
+                }
+                {
+                    float v_s_3 = 0.0f;
+                    {
+                        const tk_i64 v_t2_end_3 = d_T;
+                        const tk_i64 v_t2_lo_3 = v_t;
+                        #pragma omp simd reduction(+:v_s_3)
+                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                            v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                        }
+                    }
+                    t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s_3);
+                }
+            }
+            lin += 4 * n_t;
+            continue;
+        }
+        for (; lin + 64 <= stop; lin += 64, v_t += 64)
+            {
+                float v_s_0[8];
+                float v_s_1[8];
+                float v_s_2[8];
+                float v_s_3[8];
+                float v_s_4[8];
+                float v_s_5[8];
+                float v_s_6[8];
+                float v_s_7[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
+                    v_s_3[tk_j] = 0.0f;
+                    v_s_4[tk_j] = 0.0f;
+                    v_s_5[tk_j] = 0.0f;
+                    v_s_6[tk_j] = 0.0f;
+                    v_s_7[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
+                    tk_i64 tk_lo3[8], tk_hi3[8];
+                    tk_i64 tk_lo4[8], tk_hi4[8];
+                    tk_i64 tk_lo5[8], tk_hi5[8];
+                    tk_i64 tk_lo6[8], tk_hi6[8];
+                    tk_i64 tk_lo7[8], tk_hi7[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (8 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi2[tk_j] = d_T;
+                        tk_lo3[tk_j] = (v_t + (24 + tk_j));
+                        tk_hi3[tk_j] = d_T;
+                        tk_lo4[tk_j] = (v_t + (32 + tk_j));
+                        tk_hi4[tk_j] = d_T;
+                        tk_lo5[tk_j] = (v_t + (40 + tk_j));
+                        tk_hi5[tk_j] = d_T;
+                        tk_lo6[tk_j] = (v_t + (48 + tk_j));
+                        tk_hi6[tk_j] = d_T;
+                        tk_lo7[tk_j] = (v_t + (56 + tk_j));
+                        tk_hi7[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo3[tk_j]), tk_H = tk_mini(tk_H, tk_hi3[tk_j]);
+                        if (tk_lo3[tk_j] < tk_hi3[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo3[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi3[tk_j]);
+                            tk_work += (double)tk_hi3[tk_j] - (double)tk_lo3[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo4[tk_j]), tk_H = tk_mini(tk_H, tk_hi4[tk_j]);
+                        if (tk_lo4[tk_j] < tk_hi4[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo4[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi4[tk_j]);
+                            tk_work += (double)tk_hi4[tk_j] - (double)tk_lo4[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo5[tk_j]), tk_H = tk_mini(tk_H, tk_hi5[tk_j]);
+                        if (tk_lo5[tk_j] < tk_hi5[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo5[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi5[tk_j]);
+                            tk_work += (double)tk_hi5[tk_j] - (double)tk_lo5[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo6[tk_j]), tk_H = tk_mini(tk_H, tk_hi6[tk_j]);
+                        if (tk_lo6[tk_j] < tk_hi6[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo6[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi6[tk_j]);
+                            tk_work += (double)tk_hi6[tk_j] - (double)tk_lo6[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo7[tk_j]), tk_H = tk_mini(tk_H, tk_hi7[tk_j]);
+                        if (tk_lo7[tk_j] < tk_hi7[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo7[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi7[tk_j]);
+                            tk_work += (double)tk_hi7[tk_j] - (double)tk_lo7[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 64 > 2.0 * tk_work + 256 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo3[tk_j]; v_t2 < tk_hi3[tk_j]; ++v_t2) {
+                                v_s_3[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (24 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo4[tk_j]; v_t2 < tk_hi4[tk_j]; ++v_t2) {
+                                v_s_4[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (32 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo5[tk_j]; v_t2 < tk_hi5[tk_j]; ++v_t2) {
+                                v_s_5[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (40 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo6[tk_j]; v_t2 < tk_hi6[tk_j]; ++v_t2) {
+                                v_s_6[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (48 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo7[tk_j]; v_t2 < tk_hi7[tk_j]; ++v_t2) {
+                                v_s_7[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (56 + tk_j))) * s_w_1]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[8], tk_hr0[8];
+                        int tk_lr1[8], tk_hr1[8];
+                        int tk_lr2[8], tk_hr2[8];
+                        int tk_lr3[8], tk_hr3[8];
+                        int tk_lr4[8], tk_hr4[8];
+                        int tk_lr5[8], tk_hr5[8];
+                        int tk_lr6[8], tk_hr6[8];
+                        int tk_lr7[8], tk_hr7[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr3[tk_j] = (int)(tk_mini(tk_maxi(tk_lo3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr3[tk_j] = (int)(tk_mini(tk_maxi(tk_hi3[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr4[tk_j] = (int)(tk_mini(tk_maxi(tk_lo4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr4[tk_j] = (int)(tk_mini(tk_maxi(tk_hi4[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr5[tk_j] = (int)(tk_mini(tk_maxi(tk_lo5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr5[tk_j] = (int)(tk_mini(tk_maxi(tk_hi5[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr6[tk_j] = (int)(tk_mini(tk_maxi(tk_lo6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr6[tk_j] = (int)(tk_mini(tk_maxi(tk_hi6[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr7[tk_j] = (int)(tk_mini(tk_maxi(tk_lo7[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr7[tk_j] = (int)(tk_mini(tk_maxi(tk_hi7[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_backward_k__bf16_vy1(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, v_s_3, v_s_4, v_s_5, v_s_6, v_s_7, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_lr3, tk_hr3, tk_lr4, tk_hr4, tk_lr5, tk_hr5, tk_lr6, tk_hr6, tk_lr7, tk_hr7, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (24 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_3[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (32 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_4[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (40 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_5[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (48 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_6[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (56 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_7[tk_j]);
+                }
+            }
+        for (; lin + 24 <= stop; lin += 24, v_t += 24)
+            {
+                float v_s_0[8];
+                float v_s_1[8];
+                float v_s_2[8];
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    v_s_0[tk_j] = 0.0f;
+                    v_s_1[tk_j] = 0.0f;
+                    v_s_2[tk_j] = 0.0f;
+                }
+                {
+                    tk_i64 tk_lo0[8], tk_hi0[8];
+                    tk_i64 tk_lo1[8], tk_hi1[8];
+                    tk_i64 tk_lo2[8], tk_hi2[8];
+                    #pragma omp simd
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_lo0[tk_j] = (v_t + tk_j);
+                        tk_hi0[tk_j] = d_T;
+                        tk_lo1[tk_j] = (v_t + (8 + tk_j));
+                        tk_hi1[tk_j] = d_T;
+                        tk_lo2[tk_j] = (v_t + (16 + tk_j));
+                        tk_hi2[tk_j] = d_T;
+                    }
+                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                    double tk_work = 0;
+                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                            tk_work += (double)tk_hi0[tk_j] - (double)tk_lo0[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo1[tk_j]), tk_H = tk_mini(tk_H, tk_hi1[tk_j]);
+                        if (tk_lo1[tk_j] < tk_hi1[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo1[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi1[tk_j]);
+                            tk_work += (double)tk_hi1[tk_j] - (double)tk_lo1[tk_j];
+                        }
+                        tk_L = tk_maxi(tk_L, tk_lo2[tk_j]), tk_H = tk_mini(tk_H, tk_hi2[tk_j]);
+                        if (tk_lo2[tk_j] < tk_hi2[tk_j]) {
+                            tk_mn = tk_mini(tk_mn, tk_lo2[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi2[tk_j]);
+                            tk_work += (double)tk_hi2[tk_j] - (double)tk_lo2[tk_j];
+                        }
+                    }
+                    if (tk_mn < tk_mx && (((double)tk_mx - (double)tk_mn) * 24 > 2.0 * tk_work + 96 || (double)tk_mx - (double)tk_mn > 1e9)) {
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            for (tk_i64 v_t2 = tk_lo0[tk_j]; v_t2 < tk_hi0[tk_j]; ++v_t2) {
+                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo1[tk_j]; v_t2 < tk_hi1[tk_j]; ++v_t2) {
+                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (8 + tk_j))) * s_w_1]));
+                            }
+                            for (tk_i64 v_t2 = tk_lo2[tk_j]; v_t2 < tk_hi2[tk_j]; ++v_t2) {
+                                v_s_2[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + (16 + tk_j))) * s_w_1]));
+                            }
+                        }
+                    } else if (tk_mn < tk_mx) {
+                        int tk_lr0[8], tk_hr0[8];
+                        int tk_lr1[8], tk_hr1[8];
+                        int tk_lr2[8], tk_hr2[8];
+                        #pragma omp simd
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr1[tk_j] = (int)(tk_mini(tk_maxi(tk_lo1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr1[tk_j] = (int)(tk_mini(tk_maxi(tk_hi1[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_lr2[tk_j] = (int)(tk_mini(tk_maxi(tk_lo2[tk_j], tk_mn), tk_mx) - tk_mn);
+                            tk_hr2[tk_j] = (int)(tk_mini(tk_maxi(tk_hi2[tk_j], tk_mn), tk_mx) - tk_mn);
+                        }
+                        tk_rwkv_backward_k__bf16_vy2(a, v_b, v_c, v_t, v_s_0, v_s_1, v_s_2, tk_lr0, tk_hr0, tk_lr1, tk_hr1, tk_lr2, tk_hr2, tk_L, tk_H, tk_mn, tk_mx);
+                    }
+                }
+                #pragma omp simd
+                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (8 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
+                    t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + (16 + tk_j)) * s_grad_k_2] = tk_f32_to_bf16(v_s_2[tk_j]);
+                }
+            }
+        for (; lin < stop; ++lin, ++v_t) {
+            float v_s = 0.0f;
+            {
+                const tk_i64 v_t2_end = d_T;
+                const tk_i64 v_t2_lo = v_t;
+                #pragma omp simd reduction(+:v_s)
+                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                }
+            }
+            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+        }
+    }
+}
+#endif
 TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, tk_i64 s_w_1, tk_i64 s_grad_out_2, tk_i64 s_grad_k_2) {
     const tk_u16 *restrict t_w = (const tk_u16 *)a->t[0].data;
     const tk_i64 s_w_0 = a->t[0].stride[a->t[0].ndim - 2];
@@ -20190,16 +34119,61 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
         }
     }
 }
-TK_CPU_CLONES void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
-TK_CPU_CLONES void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+#if TK_WIDE_DISPATCH
+static TK_WIDE_TARGET void tk_rwkv_backward_k__bf16_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    tk_rwkv_backward_k__bf16_wbody(a, begin, end, 1, 1, 1);
+}
+static TK_MID_TARGET void tk_rwkv_backward_k__bf16_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    tk_rwkv_backward_k__bf16_mbody(a, begin, end, 1, 1, 1);
+}
+static TK_NARROW_CLONES void tk_rwkv_backward_k__bf16_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__bf16_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__bf16_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    tk_rwkv_backward_k__bf16_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
 }
+void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_backward_k__bf16_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_backward_k__bf16_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_backward_k__bf16_narrow(a, begin, end);
+}
+#else
+void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end);
+void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_backward_k__bf16_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_backward_k__bf16_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_backward_k__bf16_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+}
+#endif
 
 /* rwkv_backward_k: w float32, grad_out float32, computing in float32 */
 #if TK_VX
@@ -26489,75 +40463,57 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
 }
 #if TK_WIDE_DISPATCH
 static TK_WIDE_TARGET void tk_rwkv_backward_k__f32_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f32_wbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    tk_rwkv_backward_k__f32_wbody(a, begin, end, 1, 1, 1);
 }
 static TK_MID_TARGET void tk_rwkv_backward_k__f32_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f32_mbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    tk_rwkv_backward_k__f32_mbody(a, begin, end, 1, 1, 1);
 }
-static void tk_rwkv_backward_k__f32_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+static TK_NARROW_CLONES void tk_rwkv_backward_k__f32_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f32_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
 }
 void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    if (tk_cpu_wide())
-        tk_rwkv_backward_k__f32_wide(a, begin, end);
-    else if (tk_cpu_mid())
-        tk_rwkv_backward_k__f32_mid(a, begin, end);
-    else
-        tk_rwkv_backward_k__f32_narrow(a, begin, end);
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_backward_k__f32_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_backward_k__f32_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_backward_k__f32_narrow(a, begin, end);
 }
 #else
 void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    #if defined(TK_WIDE_STATIC)
-    if (tk_env_narrow() == 0) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-            tk_rwkv_backward_k__f32_wbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
-        return;
-    }
-    #endif
-    #if TK_VXH
-    if (tk_env_narrow() < 2) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-            tk_rwkv_backward_k__f32_mbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
-        return;
-    }
-    #endif
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f32_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_backward_k__f32_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_backward_k__f32_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_backward_k__f32_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
 }
 #endif
 
@@ -32849,74 +46805,56 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
 }
 #if TK_WIDE_DISPATCH
 static TK_WIDE_TARGET void tk_rwkv_backward_k__f64_wide(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f64_wbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    tk_rwkv_backward_k__f64_wbody(a, begin, end, 1, 1, 1);
 }
 static TK_MID_TARGET void tk_rwkv_backward_k__f64_mid(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f64_mbody(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    tk_rwkv_backward_k__f64_mbody(a, begin, end, 1, 1, 1);
 }
-static void tk_rwkv_backward_k__f64_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+static TK_NARROW_CLONES void tk_rwkv_backward_k__f64_narrow(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f64_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
 }
 void tk_rwkv_backward_k__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_k__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    if (tk_cpu_wide())
-        tk_rwkv_backward_k__f64_wide(a, begin, end);
-    else if (tk_cpu_mid())
-        tk_rwkv_backward_k__f64_mid(a, begin, end);
-    else
-        tk_rwkv_backward_k__f64_narrow(a, begin, end);
+    const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
+    const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
+    const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        if (tk_cpu_wide()) {
+            tk_rwkv_backward_k__f64_wide(a, begin, end);
+            return;
+        }
+        if (tk_cpu_mid()) {
+            tk_rwkv_backward_k__f64_mid(a, begin, end);
+            return;
+        }
+    }
+    tk_rwkv_backward_k__f64_narrow(a, begin, end);
 }
 #else
 void tk_rwkv_backward_k__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 void tk_rwkv_backward_k__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
-    #if defined(TK_WIDE_STATIC)
-    if (tk_env_narrow() == 0) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-            tk_rwkv_backward_k__f64_wbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
-        return;
-    }
-    #endif
-    #if TK_VXH
-    if (tk_env_narrow() < 2) {
-        const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
-        const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
-        const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-        if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-            tk_rwkv_backward_k__f64_mbody(a, begin, end, 1, 1, 1);
-        else
-            tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
-        return;
-    }
-    #endif
     const tk_i64 s_w_1 = a->t[0].stride[a->t[0].ndim - 1];
     const tk_i64 s_grad_out_2 = a->t[1].stride[a->t[1].ndim - 1];
     const tk_i64 s_grad_k_2 = a->t[2].stride[a->t[2].ndim - 1];
-    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1)
-        tk_rwkv_backward_k__f64_body(a, begin, end, 1, 1, 1);
-    else
-        tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
+    #if defined(TK_WIDE_STATIC) || TK_VXH
+    if (s_w_1 == 1 && s_grad_out_2 == 1 && s_grad_k_2 == 1) {
+        #if defined(TK_WIDE_STATIC)
+        if (tk_env_narrow() == 0) {
+            tk_rwkv_backward_k__f64_wbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+        #if TK_VXH
+        if (tk_env_narrow() < 2) {
+            tk_rwkv_backward_k__f64_mbody(a, begin, end, 1, 1, 1);
+            return;
+        }
+        #endif
+    }
+    #endif
+    tk_rwkv_backward_k__f64_body(a, begin, end, s_w_1, s_grad_out_2, s_grad_k_2);
 }
 #endif
