@@ -114,8 +114,9 @@ static inline int tk_cpu_mid(void) {
 #include <stdlib.h>
 /* TK_CPU_NARROW in the environment: kernels run a narrower body than the
  * CPU could (the tests run each). 0 or unset: the widest; 1 (or avx2): no
- * AVX-512, the 256-bit body; 2 (or baseline): the portable body, as on a
- * CPU without AVX2. Read once per process. */
+ * AVX-512, the 256-bit body; 2 (or baseline): the narrow body, which CPUs
+ * without AVX2 run (in the clone GCC's resolver picks for this CPU). Read
+ * once per process. */
 static inline int tk_env_narrow(void) {
     static int narrow = -1;
     if (narrow < 0) {

@@ -100,7 +100,7 @@ def test_batch_row_groups(B, T, threads, dtype):
 # The same walks on the narrower CPU bodies, in a child process (TK_CPU_NARROW
 # is read once per process): "1" the 256-bit explicit-vector body AVX2 CPUs
 # run (4-row groups of 3 lane blocks, 64-wide skewed single-row tiles),
-# "baseline" the portable one. Forward and both gradients against float64
+# "baseline" the narrow (omp simd) one. Forward and both gradients against float64
 # conv1d, outputs poisoned with NaN.
 NARROW_CHILD = r"""
 import sys
