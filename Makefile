@@ -55,7 +55,7 @@ build:
 	cmake --build $(BUILD) -j$(JOBS)
 
 test: setup build
-	ctest --test-dir $(BUILD) --output-on-failure
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 	$(MAKE) --no-print-directory test-asan test-fuzz
 
 # Debug -O1 with -fsanitize=address,undefined: the core, the shim, the
@@ -67,7 +67,7 @@ test-asan: setup
 	    -DPython_EXECUTABLE=$$(command -v $(PYTHON)); \
 	fi
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
-	ctest --test-dir $(ASAN_BUILD) --output-on-failure
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS)
 
 # libFuzzer over the front end and both emitters, about a minute.
 test-fuzz: setup
