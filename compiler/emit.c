@@ -1190,7 +1190,7 @@ static int vx_uniform_but(const emitter *E, const tk_expr *e, const char *v) {
 /* Whether tensor read e loads consecutive elements across the lanes (when
  * its last dim has stride 1): every index uniform but the last, which moves
  * by +-1 with the innermost loop variable; elements of the op's float type,
- * or bfloat16 ones widened to float32 (a shift). *dir: +1 when memory
+ * or bfloat16 / float16 ones widened to float32 (a shift; VCVTPH2PS). *dir: +1 when memory
  * ascends with the lane index, -1 when it descends. */
 static int vx_read(const emitter *E, const tk_expr *e, int *dir) {
     const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
@@ -1198,7 +1198,7 @@ static int vx_read(const emitter *E, const tk_expr *e, int *dir) {
     int64_t c;
     if (e->kind != TK_E_INDEX || e->nargs == 0) return 0;
     tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
-    if (dt != want && !(dt == TK_BF16 && want == TK_F32)) return 0;
+    if (dt != want && !((dt == TK_BF16 || dt == TK_F16) && want == TK_F32)) return 0;
     for (int i = 0; i < e->nargs - 1; i++)
         if (!vx_uniform(E, e->args[i])) return 0;
     const tk_expr *last = e->args[e->nargs - 1];
@@ -1273,13 +1273,20 @@ static void vx_reads(emitter *E, const tk_expr *e, void (*fn)(emitter *, const t
 static void vx_expr(emitter *E, const tk_expr *e);
 static int expr_equal(const tk_expr *a, const tk_expr *b);
 
+/* The suffix of a 16-bit float read's widening helpers in tk_kernel.h:
+ * b (bfloat16), e (float16), none for other dtypes. */
+static const char *half_sfx(const emitter *E, const tk_expr *e) {
+    tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
+    return dt == TK_BF16 ? "b" : dt == TK_F16 ? "e" : "";
+}
+
 /* A lane vector of tensor read e (masked: only lanes of E->vmask). */
 static void vx_load(emitter *E, const tk_expr *e) {
     int dir = 1;
     vx_read(E, e, &dir);
     const tk_param *p = param(E, e->ref);
     const char *S = vx_sfx(E);
-    const char *B = tk_variant_dtype(E->op, E->variant, e->ref) == TK_BF16 ? "b" : "";   /* widened */
+    const char *B = half_sfx(E, e);   /* widened */
     if (dir < 0) tk_buf_printf(E->b, "tk_vrev_%s(", S);
     E->in_lane = 1;
     E->lane_fix = dir > 0 ? 0 : E->lanes - 1;   /* the lane at the lowest address */
@@ -1306,6 +1313,15 @@ static void vx_expr(emitter *E, const tk_expr *e) {
             return;
         }
     if (vx_uniform(E, e)) {
+        if (e->kind == TK_E_INDEX && E->ftype == TK_V_F32 && *half_sfx(E, e)) {
+            /* a 16-bit float broadcast: widened in the vector unit */
+            tk_buf_printf(E->b, "tk_vbc%s_%s(", half_sfx(E, e), vx_sfx(E));
+            E->raw_read = 1;
+            expr(E, e, e->vtype);
+            E->raw_read = 0;
+            tk_buf_puts(E->b, ")");
+            return;
+        }
         expr(E, e, E->ftype);
         return;
     }

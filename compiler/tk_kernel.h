@@ -437,21 +437,69 @@ static inline tk_vu16x8 tk_vld_u16x8(const tk_u16 *p) { tk_vu16x8 v; __builtin_m
     for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_u_[tk_q_] = tk_s_[tk_q_];                       \
     tk_u_; })
 #endif
-#define tk_vldb_f32(p) ((tk_vf32)(TK_VWIDEN(tk_vm32, 16, tk_vld_u16x16(p)) << 16))
-#define tk_vldb_f32h(p) ((tk_vf32h)(TK_VWIDEN(tk_vm32h, 8, tk_vld_u16x8(p)) << 16))
-#define TK_VLDMB(VT, MT, N, p, off, lo, hi, m) __extension__({                                 \
+/* x86: the 16-bit lanes widen through the instructions made for it
+ * (VPMOVZXWD, VCVTPH2PS); GCC splits a 512-bit __builtin_convertvector of
+ * 16-bit lanes into 128-bit halves and reinserts them, five shuffles per
+ * vector. Only where the vector bodies are compiled for the instruction set
+ * (the run-time choice's target attributes, or -mavx512f / -mavx2); the
+ * sanitizer build (TK_FORCE_WIDE on any target) takes the generic lines. */
+#if defined(__x86_64__) && (TK_WIDE_DISPATCH || defined(__AVX512F__) || defined(__AVX2__))
+#include <immintrin.h>
+#endif
+#if defined(__x86_64__) && (TK_WIDE_DISPATCH || defined(__AVX512F__))
+#define TK_VLDB16(p) ((tk_vf32)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+#define TK_VLDE16(p) ((tk_vf32)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p))))
+#define tk_vbce_f32(x) ((tk_vf32)_mm512_cvtph_ps(_mm256_set1_epi16((short)(x))))
+#else
+#define TK_VLDB16(p) ((tk_vf32)(TK_VWIDEN(tk_vm32, 16, tk_vld_u16x16(p)) << 16))
+#define TK_VLDE16(p) TK_VLDE(tk_vf32, 16, p)
+#define tk_vbce_f32(x) tk_vsplat_f32(tk_f16_to_f32(x))
+#endif
+#if defined(__x86_64__) && (TK_WIDE_DISPATCH || defined(__AVX2__))
+#define TK_VLDB8(p) ((tk_vf32h)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+#define TK_VLDE8(p) ((tk_vf32h)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#define tk_vbce_f32h(x) ((tk_vf32h)_mm256_cvtph_ps(_mm_set1_epi16((short)(x))))
+/* AVX2 broadcasts only from memory or a vector register: the 16 bits in
+ * every word (one load-and-broadcast), then the 32-bit lanes shifted */
+#define tk_vbcb_f32h(x) ((tk_vf32h)_mm256_slli_epi32(_mm256_set1_epi16((short)(x)), 16))
+#else
+#define tk_vbcb_f32h(x) ((tk_vf32h)((tk_vm32h){0} + (int)((tk_u32)(x) << 16)))
+#define TK_VLDB8(p) ((tk_vf32h)(TK_VWIDEN(tk_vm32h, 8, tk_vld_u16x8(p)) << 16))
+#define TK_VLDE8(p) TK_VLDE(tk_vf32h, 8, p)
+#define tk_vbce_f32h(x) tk_vsplat_f32h(tk_f16_to_f32(x))
+#endif
+/* float16 lanes, one by one (the generic lines) */
+#define TK_VLDE(VT, N, p) __extension__({ VT tk_e_; const tk_u16 *tk_p_ = (p);                 \
+    for (int tk_q_ = 0; tk_q_ < N; ++tk_q_) tk_e_[tk_q_] = tk_f16_to_f32(tk_p_[tk_q_]);        \
+    tk_e_; })
+#define tk_vldb_f32(p) TK_VLDB16(p)
+#define tk_vldb_f32h(p) TK_VLDB8(p)
+#define tk_vlde_f32(p) TK_VLDE16(p)
+#define tk_vlde_f32h(p) TK_VLDE8(p)
+/* a bfloat16 element in every float32 lane: its bits shifted up by 16 in
+ * an integer register, then one broadcast (not a move to a vector register
+ * and a second broadcast); vector + scalar, which GCC always lowers to one
+ * broadcast (a TK_VSPLAT lane loop can stay sixteen inserts in a large
+ * function) */
+#define tk_vbcb_f32(x) ((tk_vf32)((tk_vm32){0} + (int)((tk_u32)(x) << 16)))
+/* masked windows of 16-bit floats: C is B (bfloat16) or E (float16) */
+#define TK_VLDM16(VT, MT, N, C, p, off, lo, hi, m) __extension__({                             \
     const tk_i64 tk_o_ = (off);                                                                \
     VT tk_v_;                                                                                  \
     if (tk_o_ >= (lo) && tk_o_ <= (hi) - N) {                                                  \
-        tk_v_ = (VT)(TK_VWIDEN(MT, N, tk_vld_u16x##N((p) + tk_o_)) << 16);                      \
+        tk_v_ = TK_VLD##C##N((p) + tk_o_);                                                     \
     } else {                                                                                   \
         MT tk_m_ = (m);                                                                        \
         for (int tk_q_ = 0; tk_q_ < N; ++tk_q_)                                                \
-            tk_v_[tk_q_] = tk_m_[tk_q_] ? tk_bf16_to_f32((p)[tk_o_ + tk_q_]) : 0;             \
+            tk_v_[tk_q_] = tk_m_[tk_q_] ? TK_VLDM16_##C((p)[tk_o_ + tk_q_]) : 0;               \
     }                                                                                          \
     tk_v_; })
-#define tk_vldmb_f32(p, off, lo, hi, m) TK_VLDMB(tk_vf32, tk_vm32, 16, p, off, lo, hi, m)
-#define tk_vldmb_f32h(p, off, lo, hi, m) TK_VLDMB(tk_vf32h, tk_vm32h, 8, p, off, lo, hi, m)
+#define TK_VLDM16_B(x) tk_bf16_to_f32(x)
+#define TK_VLDM16_E(x) tk_f16_to_f32(x)
+#define tk_vldmb_f32(p, off, lo, hi, m) TK_VLDM16(tk_vf32, tk_vm32, 16, B, p, off, lo, hi, m)
+#define tk_vldmb_f32h(p, off, lo, hi, m) TK_VLDM16(tk_vf32h, tk_vm32h, 8, B, p, off, lo, hi, m)
+#define tk_vldme_f32(p, off, lo, hi, m) TK_VLDM16(tk_vf32, tk_vm32, 16, E, p, off, lo, hi, m)
+#define tk_vldme_f32h(p, off, lo, hi, m) TK_VLDM16(tk_vf32h, tk_vm32h, 8, E, p, off, lo, hi, m)
 #define tk_vldm_f64h(p, off, lo, hi, m) TK_VLDM(tk_vf64h, tk_vm64h, 4, p, off, lo, hi, m)
 #else
 #define TK_VX 0

@@ -74,7 +74,7 @@ def nan_poisoned(fn, *args, numel, dtype):
 @pytest.mark.parametrize("B", [1, 3, 4, 5, 8, 12, 13, 15])
 @pytest.mark.parametrize("T", [40, 100, 197, 300])
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_batch_row_groups(B, T, threads, dtype):
     C, eps = 5, 0.3
     old = torch.get_num_threads()
@@ -112,7 +112,7 @@ from torch_tk.reference import rwkv_conv1d, rwkv_inputs
 n = 0
 for threads in (1, 2):
     torch.set_num_threads(threads)
-    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         for B in (1, 3, 4, 5, 8, 13):
             for T in (40, 197, 300):
                 C, eps = 3, 0.3
@@ -141,7 +141,7 @@ def test_narrower_bodies(level):
     p = subprocess.run([sys.executable, "-c", NARROW_CHILD, os.path.dirname(os.path.abspath(__file__))],
                        env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.split() == ["108"]
+    assert p.stdout.split() == ["144"]
 
 
 def noncontiguous(w, k, layout):
@@ -160,7 +160,7 @@ def noncontiguous(w, k, layout):
 
 
 @pytest.mark.parametrize("layout", ["transposed", "sliced", "batch_expanded"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_noncontiguous_inputs(layout, dtype):
     w, k = rwkv_inputs(3, 8, 24, dtype=dtype, seed=3)
     w2, k2 = noncontiguous(w, k, layout)
