@@ -243,8 +243,9 @@ static void test_half_conversions(void) {
         _Float16 x;
         uint16_t hb = (uint16_t)h;
         memcpy(&x, &hb, 2);
-        float want = (float)x, got = tk_f16_to_f32_soft(hb);
+        float want = (float)x, got = tk_f16_to_f32_soft(hb), lanes = tk_f16_to_f32_lanes(hb);
         if (memcmp(&want, &got, 4) != 0 && !(isnan(want) && isnan(got))) bad++;
+        if (memcmp(&got, &lanes, 4) != 0) bad++;   /* bit for bit, NaN payloads too */
     }
     CHECK(bad == 0);
     bad = 0;
@@ -256,8 +257,24 @@ static void test_half_conversions(void) {
         _Float16 x = (_Float16)f;
         uint16_t want;
         memcpy(&want, &x, 2);
-        if (tk_f32_to_f16_soft(f) != want || tk_f32_to_f16(f) != want) bad++;
+        if (tk_f32_to_f16_soft(f) != want || tk_f32_to_f16(f) != want || tk_f32_to_f16_lanes(f) != want) bad++;
     }
+    CHECK(bad == 0);
+    /* the branch-free one against _soft on every 7th float32 bit pattern,
+     * NaNs included, and on the edges of each case */
+    bad = 0;
+    for (uint64_t x = 0; x < (1ull << 32); x += 7) {
+        float f = tk_bits2f((uint32_t)x);
+        if (tk_f32_to_f16_lanes(f) != tk_f32_to_f16_soft(f)) bad++;
+    }
+    static const uint32_t edges[] = {0x33000000u, 0x33000001u, 0x337fffffu, 0x387fefffu, 0x387ff000u,
+                                     0x38800000u, 0x477fefffu, 0x477ff000u, 0x7f800000u, 0x7f800001u,
+                                     0x7fc00000u, 0x00000001u, 0x007fffffu, 0x3f800000u};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        for (uint32_t sgn = 0; sgn < 2; sgn++) {
+            float f = tk_bits2f(edges[i] | (sgn << 31));
+            if (tk_f32_to_f16_lanes(f) != tk_f32_to_f16_soft(f)) bad++;
+        }
     CHECK(bad == 0);
 #endif
     /* bfloat16: round to nearest even */
