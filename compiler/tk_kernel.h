@@ -285,7 +285,7 @@ TK_FN tk_u16 tk_f32_to_f16_soft(float f) {
  * because GCC vectorises them where a loop allows. GCC 12 vectorises no
  * _Float16 conversion without AVX512-FP16 (baseline x86-64 even calls
  * libgcc per element), and one such conversion keeps its whole loop
- * scalar: an element-wise float16 op ran at a sixth of its bfloat16 speed.
+ * scalar: an element-wise float16 op ran at about a fifth of its bfloat16 speed.
  * Exact like the _soft ones (the same NaN payloads). Subnormal halves go
  * through an integer-to-float conversion one way and the FPU's own rounding
  * at 2^-24 (x + 0.5, round to nearest even) the other; no float32 denormal
