@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "tk.h"
+#include "tk_kernel.h"   // the kernels' own float conversions
 extern const tk_builtin_spec tk_builtin_specs[];
 extern const int tk_builtin_nspecs;
 extern const tk_builtin_kernel tk_builtin_kernels[];
@@ -77,29 +78,14 @@ BENCHMARK(BM_memset_seed_bytes)->Unit(benchmark::kMillisecond)->UseRealTime();
 // B = 8 runs the 8-row batch groups (each w window load feeds 8 rows), B = 4
 // the 4-row groups, B = 12 one group of each, B = 1 the single-row lane tiles.
 // float32, and bfloat16 and float16 (tk_u16 elements, summed in float32).
-uint16_t to_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);   // round to nearest even
-}
-
-// float16 of f in [0, 1): zero or a normal binary16, rounded to nearest even
-uint16_t to_f16(float f) {
-    if (f == 0.0f) return 0;
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    uint32_t h = ((((u >> 23) & 0xFF) - 112) << 10) | ((u & 0x7FFFFF) >> 13), rest = u & 0x1FFF;
-    return static_cast<uint16_t>(h + (rest > 0x1000 || (rest == 0x1000 && (h & 1))));
-}
-
 template <typename Elem, tk_dtype DT>
 void BM_rwkv(benchmark::State &state) {
     const int64_t B = state.range(0), C = 768, T = 768;
     std::vector<Elem> w(C * T), k(B * C * T), out(B * C * T);
     auto elem = [](float f) {
         if constexpr (DT == TK_F32) return f;
-        else if constexpr (DT == TK_BF16) return to_bf16(f);
-        else return to_f16(f);
+        else if constexpr (DT == TK_BF16) return tk_f32_to_bf16(f);
+        else return tk_f32_to_f16_soft(f);
     };
     for (size_t i = 0; i < w.size(); i++) w[i] = elem(static_cast<float>(i % 97) / 97.0f);
     for (size_t i = 0; i < k.size(); i++) k[i] = elem(static_cast<float>(i % 89) / 89.0f);
