@@ -277,18 +277,22 @@ bool huge_pages_enabled() {
   return on;
 }
 
-void advise_huge_pages(const at::Tensor& out) {
+}  // namespace
+
+void advise_huge_pages(void* data, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const size_t bytes = out.nbytes();
   if (bytes < kHugeOutputMin || !huge_pages_enabled()) return;
-  const auto begin = reinterpret_cast<uintptr_t>(out.data_ptr());
+  const auto begin = reinterpret_cast<uintptr_t>(data);
   const uintptr_t lo = (begin + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
   const uintptr_t hi = (begin + bytes) & ~uintptr_t{kHugePageBytes - 1};
   if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
 #else
-  (void)out;
+  (void)data;
+  (void)bytes;
 #endif
 }
+
+namespace {
 
 // Allocates every output on `device` with the shape and dtype tk_bind chose.
 void allocate_outputs(Call& c, const c10::Device& device) {
@@ -298,7 +302,8 @@ void allocate_outputs(Call& c, const c10::Device& device) {
     const at::IntArrayRef sizes(c.call.out_sizes[i], c.call.out_ndim[i]);
     at::Tensor out;
     try {
-      out = at::empty(sizes, options);
+      out = device.is_cpu() ? empty_cpu_output(sizes, to_scalar_type(c.call.out_dtype[i]))
+                            : at::empty(sizes, options);
     } catch (const c10::Error& e) {  // the allocator's message names neither op nor output
       const std::string msg = std::string("tk.") + tk_op_name(c.op) + ": output '" +
                               tk_op_output_name(c.op, i) + "' of shape " + c10::str(sizes) + " (" +
@@ -308,7 +313,6 @@ void allocate_outputs(Call& c, const c10::Device& device) {
         TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
       TORCH_CHECK(false, msg);
     }
-    if (device.is_cpu()) advise_huge_pages(out);
     const Where w{tk_op_name(c.op), tk_op_output_name(c.op, i)};
     TORCH_CHECK(tk_set_output(&c.call, i, to_view(out, true, w)) == TK_OK, c.call.msg);
     c.outputs.push_back(std::move(out));

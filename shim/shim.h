@@ -32,6 +32,15 @@ const char* load_error();
 // alike (registry.cpp; run-time specs: runtime.cpp, docs/runtime.md).
 void register_op(torch::Library& lib, const tk_op* op);
 
+// A CPU output: torch's CPU allocator through tk's cache of freed large
+// outputs (output_cache.cpp), which spares a new output the page faults of
+// fresh memory.
+at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype);
+
+// MADV_HUGEPAGE on a large block's 2 MiB-aligned interior when TK_HUGEPAGES=1
+// (kernels.cpp); nothing otherwise.
+void advise_huge_pages(void* data, size_t bytes);
+
 // Boxed kernels for every tk op: arguments are converted to tk_arg[], bound
 // by tk_bind, outputs are allocated with torch's allocator and pushed on
 // the stack in schema order. CPU runs the index space with at::parallel_for;

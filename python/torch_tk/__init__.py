@@ -13,10 +13,11 @@ import torch
 
 from ._lib import library_path
 from ._lib import load as _load_library
+from .memory import cpu_cache_info, empty_cache
 from .runtime import SpecError, kernel, load
 
 __version__ = "0.1.0"
-__all__ = ["ops", "kernel", "load", "SpecError", "library_path", "__version__"]
+__all__ = ["ops", "kernel", "load", "SpecError", "library_path", "cpu_cache_info", "empty_cache", "__version__"]
 
 _load_library()
 

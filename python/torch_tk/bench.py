@@ -13,6 +13,8 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
                 napkin maths: B*C*T*(T+1) = 14.5 GFLOP / time -> GFLOP/s
   memset        torch.empty + fill_ of the brick_pad output's size: the
                 bandwidth floor brick_pad is compared with (both allocate);
+                on the CPU also fill_ into a tensor kept between calls
+                ("fill_ mapped"): no page faults, as tk's cached outputs;
                 with TK_HUGEPAGES=1 also into huge pages ("fill_ THP"), as
                 tk's large CPU outputs then are
   rwkv backward the same sizes: tk's backward specs (through autograd) vs
@@ -25,7 +27,11 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
   Taichi        the seed's two kernels re-written from the formulas, when
                 `import taichi` works (skipped cleanly otherwise)
 Peak memory: extra bytes held during one call (CUDA: torch's allocator peak;
-CPU: growth of the process's peak RSS, Linux only, else null).
+CPU: growth of the process's peak RSS, Linux only, else null; measured after
+torch_tk.empty_cache(), so a tk output shows in full).
+Timings are of repeated calls: tk's CPU outputs of 16 MiB or more reuse the
+blocks of freed outputs (torch_tk.cpu_cache_info(); TK_CPU_CACHE_MB=0 turns
+that off, and the JSON's machine.env records it).
 With --png PATH, a bar chart of every case's speed-up over its reference.
 """
 
@@ -44,6 +50,7 @@ import time
 import torch
 
 from . import reference as ref
+from .memory import empty_cache
 
 
 def sync(device: str) -> None:
@@ -90,6 +97,8 @@ def peak_memory(fn, device: str):
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
+    if device == "cpu":   # a cached output block would hide the output itself
+        empty_cache()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM (peak RSS) to the current RSS
@@ -179,7 +188,9 @@ def advise_huge_pages(t: torch.Tensor) -> None:
 
 
 def memset_cases(device: str):
-    """The floor for brick_pad: allocate and fill a tensor of the output's size.
+    """The floor for brick_pad: allocate and fill a tensor of the output's size;
+    on the CPU also fill one that stays allocated (`fill_ mapped`), the floor
+    once tk's output cache gives brick_pad mapped memory.
     With TK_HUGEPAGES=1 (tk advises huge pages for its large CPU outputs),
     also into huge pages (`fill_ THP`): the floor for that mode."""
     s = ref.SEED
@@ -192,7 +203,17 @@ def memset_cases(device: str):
         advise_huge_pages(t)
         return t.fill_(0.5)
 
+    kept = torch.empty(s.H, s.W, device=device)
+
+    def fill_mapped():
+        return kept.fill_(0.5)
+
     impls = [("torch.fill_", fill)]
+    if device == "cpu":
+        # tk's CPU outputs of 16 MiB or more reuse the memory of freed ones
+        # (shim/output_cache.cpp): from the second call on, brick_pad writes
+        # into memory that is already mapped, and this is its floor
+        impls.insert(0, ("fill_ mapped", fill_mapped))
     if device == "cpu" and os.environ.get("TK_HUGEPAGES") == "1" and can_advise_huge_pages():
         impls.insert(0, ("fill_ THP", fill_huge))
     work = {"bytes_written": s.H * s.W * 4}
@@ -317,6 +338,10 @@ def summarize(rows) -> list:
         pad, fill = med("brick_pad", "tk", device), med("memset", "torch.fill_", device)
         if pad and fill:
             lines.append(f"[{device}] brick_pad bandwidth = {fill / pad * 100:.0f}% of empty+fill_ (target >= 70%)")
+        mapped = med("memset", "fill_ mapped", device)
+        if pad and mapped:
+            lines.append(f"[{device}] brick_pad bandwidth = {mapped / pad * 100:.0f}% of fill_ into mapped memory "
+                         "(tk's outputs reuse freed blocks: the floor from the second call on)")
         huge = med("memset", "fill_ THP", device)
         if pad and huge:
             lines.append(f"[{device}] brick_pad bandwidth = {huge / pad * 100:.0f}% of empty+fill_ into huge pages "
@@ -369,7 +394,7 @@ def machine_info() -> dict:
                 cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 python=platform.python_version(), torch=torch.__version__)
     env = {k: os.environ[k] for k in ("TK_HUGEPAGES", "THP_MEM_ALLOC_ENABLE", "TK_CPU_NARROW", "ATEN_CPU_CAPABILITY",
-                                    "ONEDNN_MAX_CPU_ISA") if k in os.environ}
+                                    "ONEDNN_MAX_CPU_ISA", "TK_CPU_CACHE_MB") if k in os.environ}
     if env:  # settings that change CPU timings
         info["env"] = env
     if hasattr(os, "getloadavg"):  # other work on the machine skews CPU timings

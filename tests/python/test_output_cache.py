@@ -1,0 +1,234 @@
+"""tk's cache of freed large CPU outputs (shim/output_cache.cpp): a reused
+block must never show the previous output's values, the capacity and the
+off switch must hold, and fork, threads and resize_ must keep working."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+import torch_tk
+from torch_tk import reference as ref
+
+MB = 1 << 20
+C, T = 128, 64             # an output of B * 32 KiB (float32): B = 512 is 16 MiB, the smallest cached size
+BIG = 640                  # 20 MiB
+
+
+def rwkv_ref(w, k, eps):
+    return ref.rwkv_conv1d(w.double(), k.double(), eps)
+
+
+def check_rwkv(out, w, k, eps):
+    want = rwkv_ref(w, k, eps)
+    assert not out.isnan().any(), "an element of the output was never written"
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    torch_tk.empty_cache()
+    yield
+    torch_tk.empty_cache()
+
+
+def test_reused_block_shows_nothing_of_the_previous_output(tk):
+    w = torch.rand(C, T)
+    for dtype in (torch.float32, torch.bfloat16):
+        k = torch.rand(BIG * (2 if dtype == torch.bfloat16 else 1), C, T).to(dtype)
+        first = tk.rwkv_forward(w.to(dtype), k, 0.25)
+        ptr = first.data_ptr()
+        first.fill_(float("nan"))          # poison the block it gives back
+        del first
+        info = torch_tk.cpu_cache_info()
+        assert info["blocks"] == 1 and info["bytes"] >= k.numel() * k.element_size()
+        second = tk.rwkv_forward(w.to(dtype), k, 0.25)
+        assert second.data_ptr() == ptr, "the freed output's block was not reused"
+        assert torch_tk.cpu_cache_info()["hits"] >= 1
+        if dtype == torch.float32:
+            check_rwkv(second, w, k, 0.25)
+        else:
+            assert not second.isnan().any()
+            torch.testing.assert_close(second.double(), rwkv_ref(w.to(dtype).float(), k.float(), 0.25),
+                                       rtol=2e-2, atol=2e-2)
+        del second
+        torch_tk.empty_cache()
+
+
+def test_brick_pad_reuses_a_poisoned_block_bit_exactly(tk):
+    tile = torch.rand(48, 32)
+    args = (tile, 40, 20, 10)
+    want = ref.torch_pad(tile, 40, 20, 10, height=2048, width=2560).view(2048, 2560)   # 20 MiB
+    first = tk.brick_pad(*args, height=2048, width=2560)
+    ptr = first.data_ptr()
+    first.fill_(float("nan"))
+    del first
+    second = tk.brick_pad(*args, height=2048, width=2560)
+    assert second.data_ptr() == ptr
+    assert torch.equal(second, want)
+
+
+def test_a_block_goes_to_an_output_of_another_op_and_shape(tk):
+    w, k = torch.rand(C, T), torch.rand(BIG, C, T)
+    out = tk.rwkv_forward(w, k, 0.0)
+    ptr = out.data_ptr()
+    del out
+    # 2048 x 2560 float32 is the same 20 MiB; a different op, rank and shape
+    tile = torch.rand(48, 32)
+    pad = tk.brick_pad(tile, 40, 20, 10, height=2048, width=2560)
+    assert pad.data_ptr() == ptr
+    assert torch.equal(pad, ref.torch_pad(tile, 40, 20, 10, height=2048, width=2560).view(2048, 2560))
+
+
+def test_small_outputs_do_not_use_the_cache(tk):
+    before = torch_tk.cpu_cache_info()
+    out = tk.rwkv_forward(torch.rand(C, T), torch.rand(128, C, T), 0.0)   # 4 MiB
+    del out
+    after = torch_tk.cpu_cache_info()
+    assert after["blocks"] == 0 and after["misses"] == before["misses"] and after["hits"] == before["hits"]
+
+
+def test_blocks_that_waste_too_much_are_not_given(tk):
+    w = torch.rand(C, T)
+    out = tk.rwkv_forward(w, torch.rand(1024, C, T), 0.0)   # 32 MiB
+    ptr = out.data_ptr()
+    del out
+    small = tk.rwkv_forward(w, torch.rand(BIG, C, T), 0.0)   # 20 MiB: would waste 12
+    assert small.data_ptr() != ptr
+    assert torch_tk.cpu_cache_info()["blocks"] == 1
+
+
+def test_empty_cache_returns_every_block(tk):
+    w = torch.rand(C, T)
+    outs = [tk.rwkv_forward(w, torch.rand(BIG, C, T), 0.0) for _ in range(3)]
+    del outs
+    assert torch_tk.cpu_cache_info()["blocks"] == 3
+    torch_tk.empty_cache()
+    info = torch_tk.cpu_cache_info()
+    assert info["blocks"] == 0 and info["bytes"] == 0
+
+
+def test_resize_of_a_cached_output_keeps_its_values(tk):
+    w, k = torch.rand(C, T), torch.rand(BIG, C, T)
+    out = tk.rwkv_forward(w, k, 0.5)
+    want = out.clone()
+    out.resize_(BIG + 64, C, T)        # a new block from the cache's allocator, the values copied
+    assert torch.equal(out[:BIG], want)
+    del out
+
+
+def test_threads_allocate_and_free_concurrently(tk):
+    w = torch.rand(C, T)
+    k = torch.rand(BIG, C, T)
+    want = rwkv_ref(w, k, 0.1)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(6):
+                out = tk.rwkv_forward(w, k, 0.1)
+                if not torch.allclose(out.double(), want, rtol=1e-5, atol=1e-5):
+                    errors.append("wrong result")
+                out.fill_(float("nan"))
+                del out
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert torch_tk.cpu_cache_info()["hits"] > 0
+
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    import torch, torch_tk
+    C, T = 128, 64
+    w = torch.rand(C, T)
+    mode = sys.argv[1]
+    info = torch_tk.cpu_cache_info()
+    print("capacity", info["capacity"])
+    outs = [torch.ops.tk.rwkv_forward(w, torch.rand(640, C, T), 0.0) for _ in range(3)]
+    ptrs = [o.data_ptr() for o in outs]
+    del outs
+    info = torch_tk.cpu_cache_info()
+    print("cached", info["blocks"], info["bytes"])
+    again = [torch.ops.tk.rwkv_forward(w, torch.rand(640, C, T), 0.0) for _ in range(3)]
+    print("reused", sum(o.data_ptr() in ptrs for o in again))
+    print("first", int(again[0].data_ptr() == ptrs[1]))
+""")
+
+
+def run_child(env_value):
+    env = dict(os.environ)
+    env.pop("TK_CPU_CACHE_MB", None)
+    if env_value is not None:
+        env["TK_CPU_CACHE_MB"] = env_value
+    p = subprocess.run([sys.executable, "-c", CHILD, "x"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return dict((line.split()[0], line.split()[1:]) for line in p.stdout.splitlines())
+
+
+def test_capacity_evicts_the_least_recently_freed():
+    got = run_child("45")      # room for two 20 MiB blocks
+    assert got["capacity"] == [str(45 * MB)]
+    assert got["cached"] == ["2", str(2 * 20 * MB)]
+    # the first block freed was evicted; the next output takes the oldest kept one
+    assert got["reused"][0] == "2" and got["first"] == ["1"]
+
+
+def test_zero_turns_the_cache_off():
+    got = run_child("0")
+    assert got["capacity"] == ["0"]
+    assert got["cached"] == ["0", "0"]
+
+
+def test_default_capacity_is_at_most_1_gib():
+    got = run_child(None)
+    cap = int(got["capacity"][0])
+    assert 0 < cap <= 1 << 30
+    assert got["cached"] == ["3", str(3 * 20 * MB)] and got["reused"][0] == "3"
+
+
+FORK_CHILD = textwrap.dedent("""
+    import os
+    import torch, torch_tk
+    from torch_tk import reference as ref
+    torch.set_num_threads(1)   # GNU OpenMP's pool does not survive fork
+    C, T = 128, 64
+    w, k = torch.rand(C, T), torch.rand(640, C, T)
+    out = torch.ops.tk.rwkv_forward(w, k, 0.0)
+    del out                                  # the parent now holds a cached block
+    assert torch_tk.cpu_cache_info()["blocks"] == 1
+    pid = os.fork()
+    if pid == 0:
+        try:
+            a = torch.ops.tk.rwkv_forward(w, k, 0.0)
+            a.fill_(float("nan"))
+            del a
+            b = torch.ops.tk.rwkv_forward(w, k, 0.0)
+            ok = torch.allclose(b.double(), ref.rwkv_conv1d(w.double(), k.double(), 0.0), rtol=1e-5, atol=1e-5)
+            # the child does not take or give the parent's blocks
+            ok = ok and torch_tk.cpu_cache_info()["blocks"] == 1
+            os._exit(0 if ok else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status))
+    out = torch.ops.tk.rwkv_forward(w, k, 0.0)
+    print("parent hits", torch_tk.cpu_cache_info()["hits"])
+""")
+
+
+def test_fork_child_does_not_use_the_parents_cache():
+    p = subprocess.run([sys.executable, "-c", FORK_CHILD], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "child 0" in p.stdout, p.stdout + p.stderr[-2000:]
+    assert "parent hits 1" in p.stdout, p.stdout
