@@ -268,6 +268,17 @@ const char *tk_op_output_name(const tk_op *op, int i) {
     return i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].name : NULL;
 }
 
+int tk_op_output_written(const tk_op *op, int i) {
+    if (i < 0 || i >= op->decl->noutputs) return 0;
+    /* a store at the top level of the loop body runs for every index (the
+     * language has no break, continue or return), at that index */
+    for (int k = 0; k < op->decl->nbody; k++) {
+        const tk_stmt *s = op->decl->body[k];
+        if (s->kind == TK_S_STORE && strcmp(s->name, op->decl->outputs[i].name) == 0) return 1;
+    }
+    return 0;
+}
+
 const char *tk_op_kernel_name(const tk_op *op, int variant) {
     return variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
 }

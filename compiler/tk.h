@@ -130,6 +130,10 @@ const char *tk_op_param_name(const tk_op *op, int i);
 int tk_op_param_optional(const tk_op *op, int i);
 int tk_op_noutputs(const tk_op *op);
 const char *tk_op_output_name(const tk_op *op, int i);
+/* 1 when the op writes every element of output i: its loop body stores it
+ * outside any `if` or `for`; 0 when some element may stay unwritten (a store
+ * under a condition only), which then holds whatever the memory held. */
+int tk_op_output_written(const tk_op *op, int i);
 /* Tensor parameter i's dtype group: the parameter whose dtype it shares
  * through 'x.dtype' chains (itself for a dtype class); -1 for a scalar. */
 int tk_op_param_dtype_group(const tk_op *op, int i);

@@ -302,7 +302,8 @@ void allocate_outputs(Call& c, const c10::Device& device) {
     const at::IntArrayRef sizes(c.call.out_sizes[i], c.call.out_ndim[i]);
     at::Tensor out;
     try {
-      out = device.is_cpu() ? empty_cpu_output(sizes, to_scalar_type(c.call.out_dtype[i]))
+      out = device.is_cpu() ? empty_cpu_output(sizes, to_scalar_type(c.call.out_dtype[i]),
+                                               tk_op_output_written(c.op, i) != 0)
                             : at::empty(sizes, options);
     } catch (const c10::Error& e) {  // the allocator's message names neither op nor output
       const std::string msg = std::string("tk.") + tk_op_name(c.op) + ": output '" +

@@ -16,19 +16,30 @@
 // back to it when evicted (least recently freed first, when the cache would
 // exceed its capacity), on torch_tk.empty_cache(), or never when the process
 // exits (they are still referenced then: no leak). A reused block holds the
-// previous output's values; tk's kernels write every element of their
-// outputs, so none shows.
+// previous output's values, so only outputs the op writes in full use it
+// (tk_op_output_written: a spec that stores an output under a condition only
+// gets torch's at::empty for it), and none while torch fills uninitialised
+// memory (torch.use_deterministic_algorithms with
+// torch.utils.deterministic.fill_uninitialized_memory).
 //
 // Capacity: TK_CPU_CACHE_MB (0 turns the cache off); by default 1 GiB or an
-// eighth of the physical memory, the smaller. After fork() the child does not
-// use the parent's cache (its mutex may have been held by a thread that does
-// not exist in the child): its outputs come straight from torch's allocator.
+// eighth of the memory (physical, or the cgroup's limit when lower), the
+// smaller. An allocation that fails empties the cache and tries once more.
+// After fork() the child does not use the parent's cache (its mutex may have
+// been held by a thread that does not exist in the child): its outputs come
+// straight from torch's allocator. torch.profiler's memory view sees the
+// blocks as torch's allocator does: a cached block stays allocated, and an
+// output that reuses one allocates nothing.
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/CPUAllocator.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -47,13 +58,23 @@ struct Block {
   size_t bytes = 0;
 };
 
+// The memory limit of this process's cgroup (v2), 0 if none or unknown.
+size_t cgroup_limit() {
+  std::FILE* f = std::fopen("/sys/fs/cgroup/memory.max", "r");
+  if (f == nullptr) return 0;
+  unsigned long long v = 0;
+  const int n = std::fscanf(f, "%llu", &v);  // "max" (no limit) reads nothing
+  std::fclose(f);
+  return n == 1 ? static_cast<size_t>(v) : 0;
+}
+
 size_t default_capacity() {
   size_t cap = size_t{1} << 30;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) {
-    const size_t eighth = static_cast<size_t>(pages) / 8 * static_cast<size_t>(page);
-    if (eighth < cap) cap = eighth;
-  }
+  size_t mem = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  const size_t limit = cgroup_limit();
+  if (limit > 0 && (mem == 0 || limit < mem)) mem = limit;
+  if (mem > 0 && mem / 8 < cap) cap = mem / 8;
   return cap;
 }
 
@@ -62,8 +83,9 @@ size_t capacity_from_env() {
   if (v == nullptr || *v == '\0') return default_capacity();
   char* end = nullptr;
   const unsigned long long mb = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0') return default_capacity();  // not a number: the default
-  return static_cast<size_t>(mb) << 20;
+  if (v[0] < '0' || v[0] > '9' || *end != '\0') return default_capacity();  // not a count of MiB
+  constexpr unsigned long long kMaxMb = 1ull << 30;                          // 1 PiB
+  return static_cast<size_t>(mb < kMaxMb ? mb : kMaxMb) << 20;
 }
 
 class OutputCache final : public c10::Allocator {
@@ -96,13 +118,25 @@ class OutputCache final : public c10::Allocator {
       }
     }
     if (b == nullptr) {
-      b = new Block;
-      b->data = cpu->allocate(n);  // throws torch's out-of-memory error
-      b->bytes = n;
-      advise_huge_pages(b->data.get(), n);
+      auto fresh = std::make_unique<Block>();
+      try {
+        fresh->data = cpu->allocate(n);
+      } catch (const c10::Error&) {  // the cached blocks may be what is missing
+        empty();
+        fresh->data = cpu->allocate(n);  // throws torch's out-of-memory error
+      }
+      fresh->bytes = n;
+      advise_huge_pages(fresh->data.get(), n);
+      b = fresh.release();
     }
     void* p = b->data.get();
     return {p, b, &OutputCache::release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  // Ours are as simple as torch's own: the deleter takes the context, which
+  // is all a copy-on-write clone (torch._lazy_clone) needs.
+  bool is_simple_data_ptr(const c10::DataPtr& dp) const override {
+    return dp.get_deleter() == &OutputCache::release || c10::Allocator::is_simple_data_ptr(dp);
   }
 
   void copy_data(void* dest, const void* src, size_t count) const override {
@@ -110,6 +144,11 @@ class OutputCache final : public c10::Allocator {
   }
 
   void info(int64_t* out) {
+    if (getpid() != pid_) {  // a fork child: the cache is not its own
+      for (int i = 0; i < 4; ++i) out[i] = 0;
+      out[4] = static_cast<int64_t>(capacity_);
+      return;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     out[0] = static_cast<int64_t>(cached_);
     out[1] = static_cast<int64_t>(blocks_.size());
@@ -119,10 +158,10 @@ class OutputCache final : public c10::Allocator {
   }
 
   void empty() {
+    if (getpid() != pid_) return;  // before the lock: see put()
     std::vector<Block*> drop;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (getpid() != pid_) return;
       drop.swap(blocks_);
       cached_ = 0;
     }
@@ -132,10 +171,17 @@ class OutputCache final : public c10::Allocator {
  private:
   static void release(void* ctx);
 
-  void put(Block* b) {
+  // Runs in a deleter: must not throw.
+  void put(Block* b) noexcept {
     std::vector<Block*> drop;
-    if (getpid() == pid_) {
+    if (getpid() == pid_) {  // a fork child never locks the parent's mutex
       std::lock_guard<std::mutex> lock(mu_);
+      try {
+        blocks_.reserve(blocks_.size() + 1);
+        drop.reserve(blocks_.size());
+      } catch (const std::bad_alloc&) {
+        b->bytes = capacity_ + 1;  // not cached: freed below
+      }
       if (b->bytes <= capacity_) {
         while (cached_ + b->bytes > capacity_) {  // the least recently freed go first
           drop.push_back(blocks_.front());
@@ -169,7 +215,10 @@ void OutputCache::release(void* ctx) { cache().put(static_cast<Block*>(ctx)); }
 
 }  // namespace
 
-at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype) {
+at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype, bool written) {
+  const at::Context& ctx = at::globalContext();
+  if (!written || (ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory()))
+    return at::empty(sizes, at::TensorOptions().dtype(dtype));
   return at::detail::empty_generic(sizes, &cache(), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype,
                                    std::nullopt);
 }

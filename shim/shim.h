@@ -34,8 +34,9 @@ void register_op(torch::Library& lib, const tk_op* op);
 
 // A CPU output: torch's CPU allocator through tk's cache of freed large
 // outputs (output_cache.cpp), which spares a new output the page faults of
-// fresh memory.
-at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype);
+// fresh memory; at::empty when the op may leave elements unwritten
+// (written: tk_op_output_written).
+at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype, bool written);
 
 // MADV_HUGEPAGE on a large block's 2 MiB-aligned interior when TK_HUGEPAGES=1
 // (kernels.cpp); nothing otherwise.

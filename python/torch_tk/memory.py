@@ -3,9 +3,15 @@
 An output of 16 MiB or more on the CPU takes its memory from the blocks of
 freed tk outputs when one fits, sparing the page faults of fresh memory
 (for rwkv_forward at B = 32 a quarter of the call, for brick_pad at the
-seed configuration two thirds). The capacity is TK_CPU_CACHE_MB (read when
-the library loads; 0 turns the cache off), by default 1 GiB or an eighth of
-the physical memory, whichever is smaller.
+seed configuration two thirds). Only outputs the op writes in full take
+part (an output its spec stores under a condition only comes from
+torch.empty), and none while torch fills uninitialised memory
+(torch.use_deterministic_algorithms with
+torch.utils.deterministic.fill_uninitialized_memory). The capacity is
+TK_CPU_CACHE_MB (read at the first large CPU output or call of these
+functions; 0 turns the cache off), by default 1 GiB or an eighth of the
+memory (physical, or the cgroup's limit), whichever is smaller. A fork child
+does not use its parent's cache.
 """
 from __future__ import annotations
 

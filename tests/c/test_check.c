@@ -182,7 +182,39 @@ static const good_spec k_good[] = {
      "two(Tensor a) -> (Tensor, Tensor)"},
 };
 
+/* tk_op_output_written: 1 only for outputs stored outside every `if` and
+ * `for` of the loop body (the shim reuses cached memory for those alone). */
+static void test_output_written(void) {
+    static const char text[] =
+        "op ow(x: float32[N]) -> (a: float32[N], b: float32[N], c: float32[N], d: float32[N]):\n"
+        "    for i in a:\n"
+        "        if x[i] > 0.0:\n"
+        "            b[i] = 1.0\n"
+        "        else:\n"
+        "            b[i] = 2.0\n"
+        "        for j in range(1):\n"
+        "            c[i] = 3.0\n"
+        "        a[i] = x[i]\n"
+        "        if x[i] > 1.0:\n"
+        "            d[i] = 4.0\n"
+        "        d[i] = 5.0\n";
+    tk_ctx *ctx = tk_ctx_new();
+    int st = tk_load_spec(ctx, "ow.tk", text, strlen(text));
+    if (st != TK_OK) fprintf(stderr, "ow.tk: %s\n", tk_ctx_error(ctx));
+    CHECK(st == TK_OK);
+    if (st == TK_OK) {
+        const tk_op *op = tk_op_at(ctx, 0);
+        CHECK(tk_op_output_written(op, 0) == 1);   /* a: top level */
+        CHECK(tk_op_output_written(op, 1) == 0);   /* b: both branches, but under an if */
+        CHECK(tk_op_output_written(op, 2) == 0);   /* c: in a loop (that could run 0 times) */
+        CHECK(tk_op_output_written(op, 3) == 1);   /* d: conditional, then top level */
+        CHECK(tk_op_output_written(op, 4) == 0 && tk_op_output_written(op, -1) == 0);
+    }
+    tk_ctx_free(ctx);
+}
+
 int main(void) {
+    test_output_written();
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
         tk_ctx *ctx = tk_ctx_new();
         int st = tk_load_spec(ctx, "bad.tk", k_bad[i].text, strlen(k_bad[i].text));
