@@ -6,7 +6,7 @@
 // mmap and returns them with munmap on free (its heap, which keeps freed
 // memory, only takes smaller blocks), so every call of rwkv_forward at
 // B = 32 (75 MiB) or brick_pad at the seed configuration (136 MiB) pays
-// those faults again. They were a third of rwkv_forward's time and two
+// those faults again. They were a quarter of rwkv_forward's time and two
 // thirds of brick_pad's on the 2-core development machine
 // (bench/results/2026-12-04-cpu-output-cache.txt).
 //
