@@ -279,6 +279,16 @@ int tk_op_output_written(const tk_op *op, int i) {
     return 0;
 }
 
+static int has_loop(tk_stmt *const *body, int n) {
+    for (int k = 0; k < n; k++)
+        if (body[k]->kind == TK_S_FOR || has_loop(body[k]->body, body[k]->nbody) ||
+            has_loop(body[k]->orelse, body[k]->norelse))
+            return 1;
+    return 0;
+}
+
+int tk_op_loop_free(const tk_op *op) { return !has_loop(op->decl->body, op->decl->nbody); }
+
 const char *tk_op_kernel_name(const tk_op *op, int variant) {
     return variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
 }

@@ -134,6 +134,9 @@ const char *tk_op_output_name(const tk_op *op, int i);
  * outside any `if` or `for`; 0 when some element may stay unwritten (a store
  * under a condition only), which then holds whatever the memory held. */
 int tk_op_output_written(const tk_op *op, int i);
+/* 1 when the op's loop body has no `for`: a few operations per element, so
+ * its speed is that of its memory traffic (brick_pad). */
+int tk_op_loop_free(const tk_op *op);
 /* Tensor parameter i's dtype group: the parameter whose dtype it shares
  * through 'x.dtype' chains (itself for a dtype class); -1 for a scalar. */
 int tk_op_param_dtype_group(const tk_op *op, int i);

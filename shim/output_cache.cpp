@@ -36,6 +36,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +57,7 @@ constexpr size_t kCacheMin = size_t{16} << 20;
 struct Block {
   c10::DataPtr data;
   size_t bytes = 0;
+  bool mapped = false;  // held a whole output before: its pages are in memory
 };
 
 // The memory limit of this process's cgroup (v2), 0 if none or unknown.
@@ -90,6 +92,8 @@ size_t capacity_from_env() {
 
 class OutputCache final : public c10::Allocator {
  public:
+  static void release(void* ctx);  // the deleter of the blocks' DataPtrs
+
   OutputCache() : capacity_(capacity_from_env()), pid_(getpid()) {}
 
   c10::DataPtr allocate(size_t n) override {
@@ -144,6 +148,7 @@ class OutputCache final : public c10::Allocator {
   }
 
   void info(int64_t* out) {
+    out[5] = streamed_calls.load(std::memory_order_relaxed);
     if (getpid() != pid_) {  // a fork child: the cache is not its own
       for (int i = 0; i < 4; ++i) out[i] = 0;
       out[4] = static_cast<int64_t>(capacity_);
@@ -169,7 +174,6 @@ class OutputCache final : public c10::Allocator {
   }
 
  private:
-  static void release(void* ctx);
 
   // Runs in a deleter: must not throw.
   void put(Block* b) noexcept {
@@ -183,6 +187,7 @@ class OutputCache final : public c10::Allocator {
         b->bytes = capacity_ + 1;  // not cached: freed below
       }
       if (b->bytes <= capacity_) {
+        b->mapped = true;
         while (cached_ + b->bytes > capacity_) {  // the least recently freed go first
           drop.push_back(blocks_.front());
           cached_ -= blocks_.front()->bytes;
@@ -203,6 +208,9 @@ class OutputCache final : public c10::Allocator {
   std::vector<Block*> blocks_;  // least recently freed first
   size_t cached_ = 0;
   uint64_t hits_ = 0, misses_ = 0;
+
+ public:
+  std::atomic<int64_t> streamed_calls{0};
 };
 
 // Never destroyed: outputs may be freed while the process exits.
@@ -215,6 +223,13 @@ void OutputCache::release(void* ctx) { cache().put(static_cast<Block*>(ctx)); }
 
 }  // namespace
 
+void count_streamed_call() { cache().streamed_calls.fetch_add(1, std::memory_order_relaxed); }
+
+bool in_mapped_block(const at::Tensor& t) {
+  const c10::DataPtr& dp = t.storage().data_ptr();
+  return dp.get_deleter() == &OutputCache::release && static_cast<const Block*>(dp.get_context())->mapped;
+}
+
 at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype, bool written) {
   const at::Context& ctx = at::globalContext();
   if (!written || (ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory()))
@@ -225,8 +240,9 @@ at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype, bool wr
 
 }  // namespace tk_shim
 
-// For torch_tk (ctypes): the cache's cached bytes, blocks, hits, misses and
-// capacity in out[0..4]; and emptying it.
+// For torch_tk (ctypes): the cache's cached bytes, blocks, hits, misses,
+// capacity and the calls whose outputs were streamed in out[0..5]; and
+// emptying it.
 extern "C" __attribute__((visibility("default"))) void tk_shim_cpu_cache_info(int64_t* out) {
   tk_shim::cache().info(out);
 }

@@ -38,6 +38,13 @@ void register_op(torch::Library& lib, const tk_op* op);
 // (written: tk_op_output_written).
 at::Tensor empty_cpu_output(at::IntArrayRef sizes, at::ScalarType dtype, bool written);
 
+// Whether t's memory is a cached block that held a whole output before (a
+// cache hit): its pages are mapped, and streaming stores into it pay off.
+bool in_mapped_block(const at::Tensor& t);
+// Counts a call whose outputs were streamed (kernels.cpp), for
+// torch_tk.cpu_cache_info()["streamed"].
+void count_streamed_call();
+
 // MADV_HUGEPAGE on a large block's 2 MiB-aligned interior when TK_HUGEPAGES=1
 // (kernels.cpp); nothing otherwise.
 void advise_huge_pages(void* data, size_t bytes);

@@ -26,10 +26,12 @@ def _lib() -> ctypes.CDLL:
 
 def cpu_cache_info() -> dict:
     """The cache's state: bytes and blocks held, hits and misses so far
-    (outputs of cacheable size that reused a block, or did not), capacity."""
-    out = (ctypes.c_int64 * 5)()
+    (outputs of cacheable size that reused a block, or did not), capacity,
+    and the calls so far whose outputs were written with streaming stores
+    (a memory-bound op into reused blocks: shim/kernels.cpp)."""
+    out = (ctypes.c_int64 * 6)()
     _lib().tk_shim_cpu_cache_info(out)
-    return dict(zip(("bytes", "blocks", "hits", "misses", "capacity"), out))
+    return dict(zip(("bytes", "blocks", "hits", "misses", "capacity", "streamed"), out))
 
 
 def empty_cache() -> None:

@@ -209,8 +209,25 @@ static void test_output_written(void) {
         CHECK(tk_op_output_written(op, 2) == 0);   /* c: in a loop (that could run 0 times) */
         CHECK(tk_op_output_written(op, 3) == 1);   /* d: conditional, then top level */
         CHECK(tk_op_output_written(op, 4) == 0 && tk_op_output_written(op, -1) == 0);
+        CHECK(tk_op_loop_free(op) == 0);   /* the `for` inside */
     }
     tk_ctx_free(ctx);
+    /* tk_op_loop_free: no `for` at any depth (one under an `if` counts) */
+    static const char flat[] = "op flat(x: float32[N]) -> y: float32[N]:\n    for i in y:\n"
+                               "        if x[i] > 0.0:\n            y[i] = 1.0\n        else:\n"
+                               "            y[i] = x[i] * 2.0\n";
+    static const char nested[] = "op nested(x: float32[N]) -> y: float32[N]:\n    for i in y:\n"
+                                 "        s = 0.0\n        if x[i] > 0.0:\n"
+                                 "            for j in range(2):\n                s += 1.0\n        y[i] = s\n";
+    const char *texts[2] = {flat, nested};
+    for (int t = 0; t < 2; t++) {
+        ctx = tk_ctx_new();
+        st = tk_load_spec(ctx, "lf.tk", texts[t], strlen(texts[t]));
+        if (st != TK_OK) fprintf(stderr, "lf.tk %d: %s\n", t, tk_ctx_error(ctx));
+        CHECK(st == TK_OK);
+        if (st == TK_OK) CHECK(tk_op_loop_free(tk_op_at(ctx, 0)) == (t == 0));
+        tk_ctx_free(ctx);
+    }
 }
 
 int main(void) {

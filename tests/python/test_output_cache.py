@@ -288,3 +288,121 @@ def test_fork_child_does_not_use_the_parents_cache():
     assert p.returncode == 0, p.stderr[-2000:]
     assert "child 0" in p.stdout, p.stdout + p.stderr[-2000:]
     assert "parent hits 1" in p.stdout, p.stdout
+
+
+# ---- streaming stores: a memory-bound op writing into reused blocks -------------
+
+def brick_pad_twice(tk, tile, h, w):
+    """brick_pad into a fresh block (plain stores), then, with that block
+    poisoned and freed, into the same block again (streamed)."""
+    first = tk.brick_pad(tile, 40, 20, 10, height=h, width=w)
+    ptr = first.data_ptr()
+    first.fill_(float("nan") if first.is_floating_point() else 255)   # the tiles below stay under 200
+    del first
+    before = torch_tk.cpu_cache_info()["streamed"]
+    second = tk.brick_pad(tile, 40, 20, 10, height=h, width=w)
+    assert second.data_ptr() == ptr
+    return second, torch_tk.cpu_cache_info()["streamed"] - before
+
+
+@pytest.mark.parametrize("h, w, threads", [
+    (2048, 2560, 2),       # every chunk starts and ends on a 64-byte boundary
+    (2047, 2561, 3),       # odd rows, odd size, three chunks: unaligned chunk ends
+    (1111, 4099, 1),       # one chunk, unaligned end
+])
+def test_streamed_brick_pad_is_exact(tk, h, w, threads):
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        tile = torch.rand(48, 32)
+        out, streamed = brick_pad_twice(tk, tile, h, w)
+    finally:
+        torch.set_num_threads(old)
+    assert streamed == 1, "the second call did not stream"
+    assert torch.equal(out, ref.brick_pad_index(tile, 40, 20, 10, height=h, width=w))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64, torch.uint8])
+def test_streamed_brick_pad_other_element_sizes(tk, dtype):
+    tile = (torch.rand(48, 32) * 200).to(dtype)
+    h, w = 3001, {torch.bfloat16: 4099, torch.float64: 1901, torch.uint8: 8198}[dtype]   # 24-46 MB
+    out, streamed = brick_pad_twice(tk, tile, h, w)
+    assert streamed == 1
+    assert torch.equal(out, ref.brick_pad_index(tile, 40, 20, 10, height=h, width=w))
+
+
+def test_not_streamed_when_an_output_is_not_in_a_reused_block(tk):
+    three = torch_tk.kernel("""
+        op stream_three(x: float32[..., R, N], s: float) -> (y: float32[..., R, N], z: int64[..., R, N], m: bool[..., R, N]):
+            for r, n in y:
+                v = x[r, n] * s + r
+                y[r, n] = v
+                z[r, n] = n * 3 - r
+                m[r, n] = v > 0.5
+    """)
+    x = torch.rand(4, 1100, 1000)           # y 17.6 MB, z 35 MB: cached; m 4.4 MB: torch's allocator
+    r = torch.arange(1100).view(-1, 1)
+    n = torch.arange(1000).view(1, -1)
+    want_y = x * 1.5 + r
+    want = (want_y, (n * 3 - r).expand_as(x), want_y > 0.5)
+    first = three(x, 1.5)
+    del first
+    before = torch_tk.cpu_cache_info()
+    second = three(x, 1.5)
+    after = torch_tk.cpu_cache_info()
+    assert after["hits"] == before["hits"] + 2 and after["streamed"] == before["streamed"]
+    # the kernel may fuse the multiply-add (one rounding): the floats to a few ulps
+    torch.testing.assert_close(second[0], want[0], rtol=1e-6, atol=0)
+    assert torch.equal(second[1], want[1])
+    assert torch.equal(second[2], want[2]) or (second[2] != want[2]).sum() < 10   # v > 0.5 at a rounding tie
+
+
+def test_streamed_runtime_op_with_several_outputs(tk):
+    two = torch_tk.kernel("""
+        op stream_pair(x: float32[..., N], s: float) -> (y: float32[..., N], z: int64[..., N]):
+            for n in y:
+                y[n] = x[n] * s + 1.0
+                z[n] = n * 3 - 7
+    """)
+    x = torch.rand(3, 1_900_003)             # y 22.8 MB, z 45.6 MB: both cached
+    first = two(x, 1.5)
+    for o in first:
+        o.fill_(-1 if o.is_floating_point() else -(2 ** 40))   # values neither output has
+    del first, o
+    before = torch_tk.cpu_cache_info()["streamed"]
+    y, z = two(x, 1.5)
+    assert torch_tk.cpu_cache_info()["streamed"] == before + 1
+    torch.testing.assert_close(y, x * 1.5 + 1.0, rtol=1e-6, atol=0)
+    assert not y.isnan().any() and (y >= 1.0).all()
+    assert torch.equal(z, (torch.arange(x.shape[-1]) * 3 - 7).expand_as(x))
+
+
+def test_ops_with_loops_are_not_streamed(tk):
+    w, k = torch.rand(C, T), torch.rand(BIG, C, T)
+    out = tk.rwkv_forward(w, k, 0.0)
+    del out
+    before = torch_tk.cpu_cache_info()
+    out = tk.rwkv_forward(w, k, 0.0)
+    after = torch_tk.cpu_cache_info()
+    assert after["hits"] == before["hits"] + 1 and after["streamed"] == before["streamed"]
+
+
+STREAM_CHILD = textwrap.dedent("""
+    import torch, torch_tk
+    tile = torch.rand(48, 32)
+    for _ in range(3):
+        out = torch.ops.tk.brick_pad(tile, 40, 20, 10, height=2048, width=2560)
+        del out
+    info = torch_tk.cpu_cache_info()
+    print(info["hits"], info["streamed"])
+""")
+
+
+def test_stream_switch():
+    for value, streamed in (("0", "0"), ("1", "2")):
+        env = {k: v for k, v in os.environ.items() if k != "TK_CPU_CACHE_MB"}
+        env["TK_CPU_STREAM"] = value
+        p = subprocess.run([sys.executable, "-c", STREAM_CHILD], capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert p.stdout.split() == ["2", streamed], (value, p.stdout)
