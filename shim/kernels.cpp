@@ -414,7 +414,10 @@ void run_streamed(tk_call& chunk, const StreamPlan& plan, int64_t begin, int64_t
       const int64_t e = std::min(a1, s + plan.piece);
       for (int i = 0; i < plan.n; ++i) {  // output i's elements [s, e) land in its buffer
         tk_tensor_view v = plan.view[i];
-        v.data = base + i * stride - s * plan.es[i];
+        // lin = s lands on the buffer's first byte (the address in integer
+        // arithmetic: the kernel only forms addresses of elements [s, e))
+        v.data = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(base + i * stride) -
+                                         static_cast<uintptr_t>(s * plan.es[i]));
         TORCH_CHECK(tk_set_output(&chunk, i, v) == TK_OK, chunk.msg);
       }
       TORCH_CHECK(tk_run_cpu(&chunk, s, e) == TK_OK, chunk.msg);
