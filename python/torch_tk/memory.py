@@ -11,7 +11,9 @@ torch.utils.deterministic.fill_uninitialized_memory). The capacity is
 TK_CPU_CACHE_MB (read at the first large CPU output or call of these
 functions; 0 turns the cache off), by default 1 GiB or an eighth of the
 memory (physical, or the cgroup's limit), whichever is smaller. A fork child
-does not use its parent's cache.
+does not use its parent's cache. An op with no `for` in its body whose
+outputs all reuse blocks writes them with streaming stores (x86-64;
+TK_CPU_STREAM=0 turns that off): brick_pad 10.7 -> 5.8 ms.
 """
 from __future__ import annotations
 
