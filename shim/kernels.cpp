@@ -368,7 +368,10 @@ bool plan_stream(const Call& c, StreamPlan& plan) {
   int64_t max_es = 1, min_es = 64;
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     const at::Tensor& o = c.outputs[i];
-    if (!o.is_contiguous() || o.numel() != numel || !in_mapped_block(o) ||
+    // a piece's buffer holds whatever the last piece left where the kernel
+    // stores nothing: only outputs written in full (as the cache's are)
+    if (!o.is_contiguous() || o.numel() != numel || !tk_op_output_written(c.op, static_cast<int>(i)) ||
+        !in_mapped_block(o) ||
         reinterpret_cast<uintptr_t>(o.data_ptr()) % 64 != 0)
       return false;
     plan.es[i] = static_cast<int64_t>(o.element_size());

@@ -148,9 +148,8 @@ class OutputCache final : public c10::Allocator {
   }
 
   void info(int64_t* out) {
-    out[5] = streamed_calls.load(std::memory_order_relaxed);
     if (getpid() != pid_) {  // a fork child: the cache is not its own
-      for (int i = 0; i < 4; ++i) out[i] = 0;
+      for (int i = 0; i < 6; ++i) out[i] = 0;
       out[4] = static_cast<int64_t>(capacity_);
       return;
     }
@@ -160,6 +159,7 @@ class OutputCache final : public c10::Allocator {
     out[2] = static_cast<int64_t>(hits_);
     out[3] = static_cast<int64_t>(misses_);
     out[4] = static_cast<int64_t>(capacity_);
+    out[5] = streamed_calls.load(std::memory_order_relaxed);
   }
 
   void empty() {
