@@ -174,19 +174,19 @@ class OutputCache final : public c10::Allocator {
   }
 
  private:
-
   // Runs in a deleter: must not throw.
   void put(Block* b) noexcept {
     std::vector<Block*> drop;
     if (getpid() == pid_) {  // a fork child never locks the parent's mutex
       std::lock_guard<std::mutex> lock(mu_);
+      bool keep = b->bytes <= capacity_;
       try {
         blocks_.reserve(blocks_.size() + 1);
         drop.reserve(blocks_.size());
       } catch (const std::bad_alloc&) {
-        b->bytes = capacity_ + 1;  // not cached: freed below
+        keep = false;  // freed below
       }
-      if (b->bytes <= capacity_) {
+      if (keep) {
         b->mapped = true;
         while (cached_ + b->bytes > capacity_) {  // the least recently freed go first
           drop.push_back(blocks_.front());

@@ -14,7 +14,9 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
   memset        torch.empty + fill_ of the brick_pad output's size: the
                 bandwidth floor brick_pad is compared with (both allocate);
                 on the CPU also fill_ into a tensor kept between calls
-                ("fill_ mapped"): no page faults, as tk's cached outputs;
+                ("fill_ mapped"): plain stores, no page faults (tk's reused
+                output blocks have none either, and brick_pad streams into
+                them, so it can go past this);
                 with TK_HUGEPAGES=1 also into huge pages ("fill_ THP"), as
                 tk's large CPU outputs then are
   rwkv backward the same sizes: tk's backward specs (through autograd) vs
@@ -189,8 +191,9 @@ def advise_huge_pages(t: torch.Tensor) -> None:
 
 def memset_cases(device: str):
     """The floor for brick_pad: allocate and fill a tensor of the output's size;
-    on the CPU also fill one that stays allocated (`fill_ mapped`), the floor
-    once tk's output cache gives brick_pad mapped memory.
+    on the CPU also fill one that stays allocated (`fill_ mapped`): plain
+    stores into mapped memory, which brick_pad's streaming stores into its
+    reused output blocks can beat.
     With TK_HUGEPAGES=1 (tk advises huge pages for its large CPU outputs),
     also into huge pages (`fill_ THP`): the floor for that mode."""
     s = ref.SEED
@@ -203,17 +206,13 @@ def memset_cases(device: str):
         advise_huge_pages(t)
         return t.fill_(0.5)
 
-    kept = torch.empty(s.H, s.W, device=device)
-
-    def fill_mapped():
-        return kept.fill_(0.5)
-
     impls = [("torch.fill_", fill)]
     if device == "cpu":
         # tk's CPU outputs of 16 MiB or more reuse the memory of freed ones
         # (shim/output_cache.cpp): from the second call on, brick_pad writes
-        # into memory that is already mapped, and this is its floor
-        impls.insert(0, ("fill_ mapped", fill_mapped))
+        # into memory that is already mapped
+        kept = torch.empty(s.H, s.W)
+        impls.insert(0, ("fill_ mapped", lambda: kept.fill_(0.5)))
     if device == "cpu" and os.environ.get("TK_HUGEPAGES") == "1" and can_advise_huge_pages():
         impls.insert(0, ("fill_ THP", fill_huge))
     work = {"bytes_written": s.H * s.W * 4}
@@ -341,7 +340,7 @@ def summarize(rows) -> list:
         mapped = med("memset", "fill_ mapped", device)
         if pad and mapped:
             lines.append(f"[{device}] brick_pad bandwidth = {mapped / pad * 100:.0f}% of fill_ into mapped memory "
-                         "(tk's outputs reuse freed blocks: the floor from the second call on)")
+                         "(plain stores; tk streams into its reused output blocks)")
         huge = med("memset", "fill_ THP", device)
         if pad and huge:
             lines.append(f"[{device}] brick_pad bandwidth = {huge / pad * 100:.0f}% of empty+fill_ into huge pages "
