@@ -1,6 +1,8 @@
 """The last part of ci/gpu-check.sh: reads the steps ("name|status|seconds"
-lines on stdin) and the logs in OUT, writes OUT/gpu_check.json, prints the
-short table, exits 1 unless every step passed (or its tool is unavailable).
+lines on stdin) and the logs in OUT/logs, writes OUT/gpu_check.json, prints
+the short table (steps, the bench's figures against their targets, a digest
+of the Nsight Compute profile), exits 1 unless every step passed (or its tool
+is unavailable).
 
     printf '%s\\n' "${STEPS[@]}" | python3 ci/gpu_check_summary.py OUT TOTAL_SECONDS
 """
@@ -12,11 +14,40 @@ import sys
 
 
 def read(out, name):
+    for path in (os.path.join(out, "logs", name), os.path.join(out, name)):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            pass
+    return ""
+
+
+def load_json(out, name):
     try:
         with open(os.path.join(out, name)) as f:
-            return f.read()
-    except OSError:
-        return ""
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+NCU_METRICS = ("Duration", "SM Frequency", "Compute (SM) Throughput", "Memory Throughput", "DRAM Throughput",
+               "Registers Per Thread", "Block Size", "Grid Size", "Theoretical Occupancy", "Achieved Occupancy",
+               "Issue Slots Busy", "Executed Ipc Active")
+
+
+def ncu_digest(text):
+    """{kernel: {metric: "value unit"}} from `ncu --page details` text."""
+    kernels, cur = {}, None
+    for line in text.splitlines():
+        head = re.match(r"^\s{0,4}(tk_\w+)\s*\(", line)
+        if head:
+            cur = kernels.setdefault(head.group(1), {})
+            continue
+        m = re.match(r"^\s+(.+?)\s{2,}(\S+)\s+([\d,.]+)\s*$", line)
+        if cur is not None and m and m.group(1) in NCU_METRICS and m.group(1) not in cur:
+            cur[m.group(1)] = f"{m.group(3)} {m.group(2)}"
+    return kernels
 
 
 def last(pattern, text):
@@ -36,15 +67,15 @@ def main(argv) -> int:
         ctest=last(r"^\d+% tests passed.*", read(out, "ctest.log")),
         pytest=last(r"^=* ?(\d+ (?:passed|failed).*?)(?: in [\d.]+s.*)?=*$", read(out, "pytest.log")),
         bench=last(r"^gpu_bench: .*", read(out, "bench.log")),
+        build=last(r"^libtk .* runs here.*", read(out, "build.log")),
+        ops=last(r"^wrote .*json", read(out, "ops.log")),
         sanitizer=last(r"ERROR SUMMARY: .*", read(out, "sanitizer.log")),
     )
-    try:
-        with open(os.path.join(out, "gpu_bench.json")) as f:
-            bench = json.load(f)
-    except (OSError, ValueError):
-        bench = None
+    bench, ops = load_json(out, "gpu_bench.json"), load_json(out, "bench_ops.json")
+    profile = ncu_digest(read(out, "ncu.txt"))
     machine, info = read(out, "machine.txt"), read(out, "info.txt")
-    summary = dict(ok=ok, total_seconds=total, steps=steps, notes=notes, machine=machine, info=info, bench=bench)
+    summary = dict(ok=ok, total_seconds=total, steps=steps, notes=notes, machine=machine, info=info, bench=bench,
+                   ops_summary=ops.get("summary") if ops else None, ncu=profile)
     with open(os.path.join(out, "gpu_check.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
@@ -62,6 +93,15 @@ def main(argv) -> int:
     if bench:
         print()
         print(bench["table"])
+        print()
+        for line in bench.get("summary", []):
+            print("[gpu] " + line)
+    if ops:
+        print()
+        for line in ops.get("summary", []):
+            print("[ops] " + line)
+    for name, metrics in profile.items():
+        print(f"[ncu] {name}: " + ", ".join(f"{k} {v}" for k, v in metrics.items()))
     print()
     print(f"total {total} s: {'PASS' if ok else 'FAIL'}; files in {out}")
     return 0 if ok else 1

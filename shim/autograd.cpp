@@ -18,8 +18,10 @@
 
 #include <cctype>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "shim.h"
@@ -195,9 +197,20 @@ const char* first_requiring_grad(const c10::OperatorHandle& handle, c10::ArrayRe
   return nullptr;
 }
 
+// A new node, held the way this torch holds autograd nodes: c10::intrusive_ptr
+// in recent versions, std::shared_ptr up to torch 2.11 (the lent GPU machine's).
+template <class N, bool Intrusive = std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>>
+struct NodeHolder {
+  static auto make(const Plan* p) { return c10::make_intrusive<N>(p); }
+};
+template <class N>
+struct NodeHolder<N, false> {
+  static auto make(const Plan* p) { return std::make_shared<N>(p); }
+};
+
 // Records the node of this call (the outputs are on the stack).
 void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Stack* stack) {
-  auto node = c10::make_intrusive<TkBackward>(&plan);
+  auto node = NodeHolder<TkBackward>::make(&plan);
   std::vector<at::Tensor> edges;
   for (int p : plan.tensor_params) edges.push_back(inputs[static_cast<size_t>(p)].toTensor());
   node->set_next_edges(torch::autograd::collect_next_edges(edges));
