@@ -25,10 +25,12 @@
 #   ncu        Nsight Compute on ci/gpu_profile_case.py: each tk kernel's
 #              speed of light, occupancy, launch shape, warp stalls, memory
 #   sanitizer  compute-sanitizer memcheck on ci/gpu_small_case.py, where it works
+#   tune       with GPU_TUNE=1 only (first, after the build): ci/gpu_tune.py,
+#              every CUDA tile shape of TK_CUDA_TUNE checked and timed (~2 min)
 # test_nvrtc and bench/gpu_static.py need no GPU: CI and this machine run them.
 # The summary table is printed last. Files in $OUT (default out/gpu-check),
 # at most 8 (the device tool brings 8 back): gpu_check.json (steps, times,
-# versions, bench), gpu_bench.json, bench_ops.json, bench_ops.png,
+# versions, bench), gpu_bench.json, bench_ops.json, bench_ops.png, gpu_tune.json,
 # tk-profile.ncu-rep, logs.tar.gz (machine.txt, info.txt, every step's log,
 # ncu.txt: the profile as text)
 # Usage: [BUDGET=s] [OUT=dir] bash ci/gpu-check.sh   Exit status 0 when every
@@ -131,6 +133,9 @@ print(c[0] if c else "")')
 fi
 export TK_LIBRARY=$BUILD/libtk.so
 
+if [ -f "$BUILD/libtk.so" ] && [ "${GPU_TUNE:-0}" = 1 ]; then
+  run_step tune 200 tune.log $PY ci/gpu_tune.py --json "$OUT/gpu_tune.json"
+fi
 if [ -f "$BUILD/libtk.so" ]; then
   # ---- benchmarks first: the figures the lease is for -------------------------------
   run_step bench 100 bench.log $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json"

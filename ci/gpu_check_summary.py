@@ -69,6 +69,7 @@ def main(argv) -> int:
         bench=last(r"^gpu_bench: .*", read(out, "bench.log")),
         build=last(r"^libtk .* runs here.*", read(out, "build.log")),
         ops=last(r"^wrote .*json", read(out, "ops.log")),
+        tune=last(r"^\[tune\] rwkv_forward f32.*", read(out, "tune.log"))[:60],
         sanitizer=last(r"ERROR SUMMARY: .*", read(out, "sanitizer.log")),
     )
     bench, ops = load_json(out, "gpu_bench.json"), load_json(out, "bench_ops.json")
@@ -96,6 +97,11 @@ def main(argv) -> int:
         print()
         for line in bench.get("summary", []):
             print("[gpu] " + line)
+    tune = load_json(out, "gpu_tune.json")
+    if tune:
+        print()
+        for line in tune.get("summary", []):
+            print("[tune] " + line)
     if ops:
         print()
         for line in ops.get("summary", []):

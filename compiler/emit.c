@@ -83,6 +83,8 @@ typedef struct emitter {
     int in_chunk;                   /* emitting the unrolled body of a full chunk */
     const tk_stmt *vst[TK_MAX_TENSORS];  /* output i's store, gathered in registers tk_o<i> (NULL: stored directly) */
     int raw_read;                   /* tensor_read gives the stored element, unconverted */
+    /* GPU tile shape (gpu_tune; 0: the defaults below) */
+    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk;
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -91,6 +93,46 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
 
 /* GPU lane tiles: rows a warp's threads spread over (see gpu_tiles_head) */
 #define TK_ROWS 8
+
+/* ---- GPU tuning ------------------------------------------------------------------
+ * TK_CUDA_TUNE="lanes=8,rows=2,warp_rows=8,chunk=64" overrides the CUDA tile
+ * shape the emitter picks: lanes (outputs along the innermost dim a thread
+ * computes: 4, 8, 16), rows (group rows a thread computes at most: 1, 2, 4,
+ * 8), warp_rows (rows a warp's threads spread over: 1 to 32, a power of two)
+ * and chunk (bytes of the widest output a loop-free kernel's thread writes:
+ * 16 to 128). Any key may be left out. It is the knob for measuring shapes
+ * on a GPU (ci/gpu_tune.py), read at each emission; the emitted source, and so
+ * the kernel cache's key, records the shape. A malformed value is an error. */
+typedef struct gpu_tune {
+    int lanes, rows, warp_rows, chunk;
+} gpu_tune;
+
+static int pow2_in(long v, long lo, long hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
+
+static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
+    memset(t, 0, sizeof *t);
+    const char *env = getenv("TK_CUDA_TUNE");
+    if (!env || !env[0]) return TK_OK;
+    const char *p = env;
+    while (*p) {
+        static const struct { const char *key; long lo, hi; } keys[] = {
+            {"lanes", 4, 16}, {"rows", 1, 8}, {"warp_rows", 1, 32}, {"chunk", 16, 128}};
+        size_t n = strcspn(p, "=,");
+        int k = -1;
+        for (int i = 0; i < 4; i++)
+            if (strlen(keys[i].key) == n && strncmp(p, keys[i].key, n) == 0) k = i;
+        char *end = NULL;
+        long v = (k >= 0 && p[n] == '=') ? strtol(p + n + 1, &end, 10) : 0;
+        if (k < 0 || !end || end == p + n + 1 || (*end && *end != ',') || !pow2_in(v, keys[k].lo, keys[k].hi)) {
+            snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas: "
+                     "lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), each a power of two", env);
+            return TK_ERR_INVALID;
+        }
+        (&t->lanes)[k] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return TK_OK;
+}
 
 /* ORDER tk_vtype */
 static const char *const k_vctype[] = {"void", "int", "tk_i64", "float", "double"};
@@ -998,6 +1040,8 @@ static int lane_plan(emitter *E) {
      * (f32), 79% (bf16); 8 lanes x 4 rows gave 77% and 66%. */
     int vec = E->tg->gpu ? (E->ftype == TK_V_F64 ? 8 : 16) : E->ftype == TK_V_F64 ? 8 : 16;
     int gmax = E->tg->gpu ? (E->ftype == TK_V_F32 && narrowest_tensor(E) < 4 ? 2 : 4) : 8;
+    if (E->tg->gpu && E->tune_lanes) vec = E->tune_lanes;
+    if (E->tg->gpu && E->tune_rows) gmax = E->tune_rows;
     if (E->wide == 2) {   /* one 256-bit vector; 4 group rows x 3 lane blocks */
         vec /= 2;
         gmax = 4;
@@ -3046,15 +3090,17 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
          * warp runs as long as its longest thread: 32 tiles of one row kept
          * rwkv_forward's warps 57% busy, 4 tiles of 8 rows 94%
          * (bench/gpu_warp_model.py). */
-        line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", TK_ROWS - 1, TK_ROWS, TK_ROWS);
+        const int R = E->tune_warp_rows ? E->tune_warp_rows : TK_ROWS;
+        line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", R - 1, R, R);
     }
     line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
     line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
     E->indent++;
     if (E->lanes) {
-        line(E, "const tk_i64 tk_row = lin / %d / tk_ntile * %d + lin %% %d;", TK_ROWS, TK_ROWS, TK_ROWS);
+        const int R = E->tune_warp_rows ? E->tune_warp_rows : TK_ROWS;
+        line(E, "const tk_i64 tk_row = lin / %d / tk_ntile * %d + lin %% %d;", R, R, R);
         line(E, "if (tk_row >= tk_nrow) continue;");
-        line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + lin / %d %% tk_ntile;", TK_ROWS);
+        line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + lin / %d %% tk_ntile;", R);
     }
     E->gpu_tiles = 1;
     decompose(E, 0);
@@ -3145,7 +3191,8 @@ static int chunk_plan(emitter *E) {
         size_t sz = tk_dtype_size(tk_variant_out_dtype(op, E->variant, i));
         if (sz > widest) widest = sz;
     }
-    E->chunk = 32 / (int)widest > 16 ? 16 : 32 / (int)widest;
+    const int cbytes = E->tune_chunk ? E->tune_chunk : 32, most = E->tune_chunk ? 32 : 16;
+    E->chunk = cbytes / (int)widest > most ? most : cbytes / (int)widest;
     plan_run(E);
     if (!E->segmented) E->nmemo = 0;   /* a numerator that does not grow by one: divided per element */
     E->segmented = 0;
@@ -3314,7 +3361,8 @@ static void kernel(emitter *E) {
     tk_buf_puts(E->b, "}\n");
 }
 
-static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk_target target, unsigned flags) {
+static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk_target target, unsigned flags,
+                         const gpu_tune *tune) {
     memset(E, 0, sizeof *E);
     E->b = b;
     E->op = op;
@@ -3327,15 +3375,29 @@ static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk
     E->gdim = op->decl->nloop - 1;
     E->ngroup = E->nblocks = 1;
     E->plain = (flags & TK_EMIT_PLAIN) != 0;
+    if (tune && E->tg->gpu) {
+        E->tune_lanes = tune->lanes;
+        E->tune_rows = tune->rows;
+        E->tune_warp_rows = tune->warp_rows;
+        E->tune_chunk = tune->chunk;
+    }
 }
 
 static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int last, tk_target target,
                                unsigned flags, char **out) {
     if (!ctx || !cop || !out || (unsigned)target > TK_TARGET_CUDA) return TK_ERR_INVALID;
     tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST */
+    gpu_tune tune;
+    if (target == TK_TARGET_CUDA) {
+        tk_status st = gpu_tune_parse(&tune, ctx->err, sizeof ctx->err);
+        if (st != TK_OK) return st;
+    }
     tk_buf b = {0};
     tk_buf_printf(&b, "/* Generated by tkc %s from %s: op %s. Do not edit. */\n", TK_VERSION, op->decl->file,
                   op->decl->name);
+    if (target == TK_TARGET_CUDA && (tune.lanes || tune.rows || tune.warp_rows || tune.chunk))
+        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d (0: default) */\n", tune.lanes,
+                      tune.rows, tune.warp_rows, tune.chunk);
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
     for (int v = first; v < last; v++) {
         tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
@@ -3344,7 +3406,7 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
             return st;
         }
         emitter E;
-        emitter_init(&E, &b, op, v, target, flags);
+        emitter_init(&E, &b, op, v, target, flags, target == TK_TARGET_CUDA ? &tune : NULL);
         kernel(&E);
     }
     if (b.oom) {
@@ -3373,9 +3435,11 @@ int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *cop, int variant) {
     if (!ctx || !cop || variant < 0 || variant >= cop->nvariants) return 0;
     tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST */
     if (tk_check_body(op, variant, ctx->err, sizeof ctx->err) != TK_OK) return 0;
+    gpu_tune tune;
+    if (gpu_tune_parse(&tune, ctx->err, sizeof ctx->err) != TK_OK) return 0;
     tk_buf b = {0};
     emitter E;
-    emitter_init(&E, &b, op, variant, TK_TARGET_CUDA, 0);
+    emitter_init(&E, &b, op, variant, TK_TARGET_CUDA, 0, &tune);
     int n = 1;      /* as kernel() decides */
     if (lane_plan(&E)) {
         n = E.lanes * E.ngroup;

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""CUDA tile shapes measured side by side (ci/gpu-check.sh's tune step): each
+shape of TK_CUDA_TUNE (see compiler/emit.c) in a fresh process, every kernel
+checked against a float64 reference, then timed with CUDA events (median of
+--repeat after a warm-up), at the seed sizes:
+
+  rwkv_forward f32 / bf16, rwkv_backward_w f32, rwkv_backward_k f32
+      B=32, C=768, T=768 (14.5 GFLOP each): shapes lanes x rows x warp_rows
+  brick_pad f32, seed configuration (136 MB written): chunk bytes
+
+The kernels of all shapes are compiled first, in parallel processes (NVRTC
+runs on the CPU), into one disk cache; the timed processes then load them.
+Prints a table per kernel, fastest first, and writes JSON with --json.
+
+    PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 ci/gpu_tune.py [--json PATH] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+TILES = ["", "lanes=16,rows=2", "lanes=16,rows=1", "lanes=8,rows=4", "lanes=8,rows=2", "lanes=8,rows=8",
+         "lanes=4,rows=4", "lanes=16,rows=2,warp_rows=4", "lanes=16,rows=2,warp_rows=16",
+         "lanes=8,rows=4,warp_rows=4", "lanes=8,rows=4,warp_rows=16", "lanes=16,rows=2,warp_rows=32",
+         "lanes=8,rows=2,warp_rows=32", "lanes=16,rows=4,warp_rows=2", "lanes=8,rows=2,warp_rows=2"]
+CHUNKS = ["", "chunk=16", "chunk=64", "chunk=128"]
+
+WORKER = r"""
+import json, os, statistics, sys, time, torch
+import torch_tk
+from torch_tk import reference as ref
+which, repeat, compile_only = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+torch.manual_seed(0)
+dev = os.environ.get("TK_TUNE_DEVICE", "cuda")   # cpu: a dry run of this script (the CUDA tune has no effect)
+sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+r, s = ref.RWKV_SEED, ref.SEED
+cases = []
+if which == "tiles":
+    w, k = ref.rwkv_inputs(r.B, r.C, r.T, device=dev, seed=0)
+    g = torch.randn(r.B, r.C, r.T, device=dev)
+    flop = r.B * r.C * r.T * (r.T + 1)
+    if compile_only:
+        w, k, g = w[:, :40].contiguous(), k[:2, :, :40].contiguous(), g[:2, :, :40].contiguous()
+        want = {}
+    else:
+        wd, kd = w.double().requires_grad_(), k.double().requires_grad_()
+        out = ref.rwkv_conv1d(wd, kd, r.eps)
+        gw, gk = torch.autograd.grad(out, (wd, kd), g.double())
+        want = dict(fwd=out.detach(), gw=gw, gk=gk)
+    wb, kb = w.bfloat16(), k.bfloat16()
+    cases = [("rwkv_forward f32", lambda: torch.ops.tk.rwkv_forward(w, k, r.eps), "fwd", 1e-4, flop),
+             ("rwkv_forward bf16", lambda: torch.ops.tk.rwkv_forward(wb, kb, r.eps), "fwd", 3e-2, flop),
+             ("rwkv_backward_w f32", lambda: torch.ops.tk.rwkv_backward_w(k, g), "gw", 1e-4, flop),
+             ("rwkv_backward_k f32", lambda: torch.ops.tk.rwkv_backward_k(w, g), "gk", 1e-4, flop)]
+else:
+    tile = ref.seed_tile(dev)
+    if compile_only:
+        want = {}
+    else:
+        want = dict(pad=ref.torch_pad(tile, s.pw, s.ph, s.stagger).reshape(s.H, s.W).double())
+    cases = [("brick_pad f32", lambda: torch.ops.tk.brick_pad(tile, s.pw, s.ph, s.stagger), "pad", 0.0, 0)]
+rows = []
+for name, fn, key, bound, flop in cases:
+    if compile_only:
+        fn(); sync(); continue
+    out = fn()
+    shape, dtype = out.shape, out.dtype
+    del out
+    poison = torch.full(shape, float("nan"), dtype=dtype, device=dev)   # the block the next output reuses
+    del poison
+    got = fn().double()
+    ref_ = want[key]
+    err = ((got - ref_).abs().max() / ref_.abs().max()).item()
+    ok = bool(torch.isfinite(got).all()) and err <= bound
+    for _ in range(3):
+        fn()
+    if dev == "cuda":
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
+        sync()
+        for a, b in ev:
+            a.record(); fn(); b.record()
+        sync()
+        ms = statistics.median(a.elapsed_time(b) for a, b in ev)
+    else:
+        ts = []
+        for _ in range(repeat):
+            t = time.perf_counter(); fn(); ts.append((time.perf_counter() - t) * 1e3)
+        ms = statistics.median(ts)
+    rows.append(dict(kernel=name, ms=ms, rel_err=err, ok=ok, flop=flop,
+                     bytes=(s.H * s.W * 4 if which == "pads" else 0)))
+print("RESULT " + json.dumps(rows))
+"""
+
+
+def run(which: str, tune: str, repeat: int, compile_only: bool, env: dict):
+    e = dict(env, TK_CUDA_TUNE=tune)
+    p = subprocess.run([sys.executable, "-c", WORKER, which, str(repeat), "1" if compile_only else "0"],
+                       env=e, capture_output=True, text=True, timeout=240)
+    if p.returncode != 0:
+        return None, p.stderr[-1500:]
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    return (json.loads(line[0][7:]) if line else []), ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="the default shape and two others only")
+    args = ap.parse_args(argv)
+    plan = [("tiles", t) for t in (TILES[:3] if args.quick else TILES)] + \
+        [("pads", c) for c in (CHUNKS[:2] if args.quick else CHUNKS)]
+    env = dict(os.environ)
+    env.setdefault("TK_CACHE_DIR", tempfile.mkdtemp(prefix="tk-tune-"))
+    with ThreadPoolExecutor(max_workers=min(len(plan), os.cpu_count() or 4)) as ex:
+        for (which, tune), (res, err) in zip(plan, ex.map(lambda p: run(p[0], p[1], 1, True, env), plan)):
+            if res is None:
+                print(f"compile {which} [{tune or 'default'}] FAILED:\n{err}", flush=True)
+    results, failed = [], 0
+    for which, tune in plan:
+        res, err = run(which, tune, args.repeat, False, env)
+        if res is None:
+            failed += 1
+            print(f"{which} [{tune or 'default'}] FAILED:\n{err}", flush=True)
+            continue
+        for r in res:
+            r["tune"] = tune or "default"
+            results.append(r)
+            print(f"  {r['kernel']:20s} {r['tune']:30s} {r['ms']:8.3f} ms  rel err {r['rel_err']:.2g}"
+                  f"{'' if r['ok'] else '  WRONG'}", flush=True)
+    lines = []
+    for kernel in dict.fromkeys(r["kernel"] for r in results):
+        rows = sorted((r for r in results if r["kernel"] == kernel), key=lambda r: r["ms"])
+        base = next((r["ms"] for r in rows if r["tune"] == "default"), None)
+        lines.append(f"{kernel}: " + ", ".join(
+            f"{r['tune']} {r['ms']:.3f}" + ("" if r["ok"] else " WRONG") for r in rows[:5]) +
+            (f"  (default {base:.3f} ms)" if base else ""))
+    print()
+    for line in lines:
+        print("[tune] " + line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(results=results, summary=lines, repeat=args.repeat), f, indent=2)
+            f.write("\n")
+    wrong = [r for r in results if not r["ok"]]
+    return 1 if failed or wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
