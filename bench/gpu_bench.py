@@ -6,7 +6,8 @@ formulations on one GPU, kernels launched per call, NVRTC first-call latency.
 
 Cases (each checked before it is timed; times are CUDA-event medians after a warm-up):
   brick_pad     seed configuration, 48x32 float32 tile -> 4144x8224
-                tk vs torch_pad (the seed's tensor algebra); must be bit-equal
+                tk vs torch_pad (the seed's tensor algebra); must be bit-equal;
+                also tk on the tile made contiguous (the seed's is a rot90 view)
                 napkin: bytes written H*W*4 = 136 MB / time -> GB/s
   rwkv_forward  B=32, C=768, T=768 float32, eps=0.1
                 tk vs eps + F.conv1d (TF32 off, and torch's default TF32 setting)
@@ -169,11 +170,18 @@ def bench_brick_pad(repeat):
     tile = ref.seed_tile(DEVICE)
     tk = lambda: torch.ops.tk.brick_pad(tile, s.pw, s.ph, s.stagger)  # noqa: E731
     seed = lambda: ref.torch_pad(tile, s.pw, s.ph, s.stagger)  # noqa: E731
-    equal = torch.equal(tk(), seed().reshape(s.H, s.W))
+    want = seed().reshape(s.H, s.W)
+    equal = torch.equal(tk(), want)
+    # the seed's tile is a rot90 view (strided); the same tile contiguous
+    ctile = tile.contiguous()
+    tkc = lambda: torch.ops.tk.brick_pad(ctile, s.pw, s.ph, s.stagger)  # noqa: E731
+    equal_c = torch.equal(tkc(), want)
     work = dict(bytes=s.H * s.W * 4)
     check = "bit-equal to torch_pad" if equal else "DIFFERS from torch_pad"
     return [row("brick_pad", "tk", tk, repeat, work, check),
-            row("brick_pad", "torch_pad (seed)", seed, max(repeat // 4, 3), work, "reference")], equal
+            row("brick_pad", "tk, contiguous tile", tkc, repeat, work,
+                "bit-equal to torch_pad" if equal_c else "DIFFERS from torch_pad"),
+            row("brick_pad", "torch_pad (seed)", seed, max(repeat // 4, 3), work, "reference")], equal and equal_c
 
 
 def bench_copy(repeat):

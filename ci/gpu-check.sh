@@ -26,7 +26,8 @@
 #              speed of light, occupancy, launch shape, warp stalls, memory
 #   sanitizer  compute-sanitizer memcheck on ci/gpu_small_case.py, where it works
 #   tune       with GPU_TUNE=1 only (first, after the build): ci/gpu_tune.py,
-#              every CUDA tile shape of TK_CUDA_TUNE checked and timed (~2 min)
+#              every CUDA tile shape of TK_CUDA_TUNE checked and timed (~2 min);
+#              GPU_TUNE=quick: the default and two other shapes (~40 s)
 # test_nvrtc and bench/gpu_static.py need no GPU: CI and this machine run them.
 # The summary table is printed last. Files in $OUT (default out/gpu-check),
 # at most 8 (the device tool brings 8 back): gpu_check.json (steps, times,
@@ -133,9 +134,10 @@ print(c[0] if c else "")')
 fi
 export TK_LIBRARY=$BUILD/libtk.so
 
-if [ -f "$BUILD/libtk.so" ] && [ "${GPU_TUNE:-0}" = 1 ]; then
-  run_step tune 200 tune.log $PY ci/gpu_tune.py --json "$OUT/gpu_tune.json"
-fi
+case "${GPU_TUNE:-0}" in
+  1) [ -f "$BUILD/libtk.so" ] && run_step tune 200 tune.log $PY ci/gpu_tune.py --json "$OUT/gpu_tune.json" ;;
+  quick) [ -f "$BUILD/libtk.so" ] && run_step tune 90 tune.log $PY ci/gpu_tune.py --quick --json "$OUT/gpu_tune.json" ;;
+esac
 if [ -f "$BUILD/libtk.so" ]; then
   # ---- benchmarks first: the figures the lease is for -------------------------------
   run_step bench 100 bench.log $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json"

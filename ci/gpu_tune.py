@@ -26,11 +26,15 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-TILES = ["", "lanes=16,rows=2", "lanes=16,rows=1", "lanes=8,rows=4", "lanes=8,rows=2", "lanes=8,rows=8",
-         "lanes=4,rows=4", "lanes=16,rows=2,warp_rows=4", "lanes=16,rows=2,warp_rows=16",
-         "lanes=8,rows=4,warp_rows=4", "lanes=8,rows=4,warp_rows=16", "lanes=16,rows=2,warp_rows=32",
+TILES = ["", "lanes=16,rows=4,warp_rows=8", "lanes=16,rows=2,warp_rows=8", "lanes=16,rows=1", "lanes=8,rows=4",
+         "lanes=8,rows=2", "lanes=8,rows=8", "lanes=4,rows=4", "lanes=16,rows=2,warp_rows=16",
+         "lanes=8,rows=4,warp_rows=8", "lanes=8,rows=4,warp_rows=16", "lanes=16,rows=2,warp_rows=32",
          "lanes=8,rows=2,warp_rows=32", "lanes=16,rows=4,warp_rows=2", "lanes=8,rows=2,warp_rows=2"]
 CHUNKS = ["", "chunk=16", "chunk=64", "chunk=128"]
+# --quick: the default next to the shape it replaced (4 rows, 8 warp rows) and
+# the fastest rwkv_backward_w shape of the first sweep
+QUICK_TILES = ["", "lanes=16,rows=4,warp_rows=8", "lanes=16,rows=4,warp_rows=2"]
+QUICK_CHUNKS = ["", "chunk=16"]
 
 WORKER = r"""
 import json, os, statistics, sys, time, torch
@@ -113,10 +117,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--quick", action="store_true", help="the default shape and two others only")
+    ap.add_argument("--quick", action="store_true", help="the default shape and a few others only")
     args = ap.parse_args(argv)
-    plan = [("tiles", t) for t in (TILES[:3] if args.quick else TILES)] + \
-        [("pads", c) for c in (CHUNKS[:2] if args.quick else CHUNKS)]
+    plan = [("tiles", t) for t in (QUICK_TILES if args.quick else TILES)] + \
+        [("pads", c) for c in (QUICK_CHUNKS if args.quick else CHUNKS)]
     env = dict(os.environ)
     env.setdefault("TK_CACHE_DIR", tempfile.mkdtemp(prefix="tk-tune-"))
     with ThreadPoolExecutor(max_workers=min(len(plan), os.cpu_count() or 4)) as ex:

@@ -85,6 +85,7 @@ typedef struct emitter {
     int raw_read;                   /* tensor_read gives the stored element, unconverted */
     /* GPU tile shape (gpu_tune; 0: the defaults below) */
     int tune_lanes, tune_rows, tune_warp_rows, tune_chunk;
+    int outputs_only;               /* each_strided: the outputs only */
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -92,7 +93,7 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
     "tk_u8", "tk_u8", "tk_i8", "tk_i16", "tk_i32", "tk_i64", "tk_u16", "tk_u16", "float", "double"};
 
 /* GPU lane tiles: rows a warp's threads spread over (see gpu_tiles_head) */
-#define TK_ROWS 8
+#define TK_ROWS 4
 
 /* ---- GPU tuning ------------------------------------------------------------------
  * TK_CUDA_TUNE="lanes=8,rows=2,warp_rows=8,chunk=64" overrides the CUDA tile
@@ -972,21 +973,6 @@ static int vx_loop_ok(emitter *E, const tk_stmt *s);
 /* Decides the tile: V lanes, the group dim and G, the locals held per lane.
  * Returns 0 when the body does not fit (then unroll-and-jam applies). */
 
-/* The smallest element size (bytes) among the variant's tensors. */
-static size_t narrowest_tensor(const emitter *E) {
-    const tk_op *op = E->op;
-    size_t n = 8;
-    for (int i = 0; i < op->decl->nparams; i++)
-        if (param(E, i)->kind == TK_P_TENSOR) {
-            size_t sz = tk_dtype_size(tk_variant_dtype(op, E->variant, i));
-            if (sz < n) n = sz;
-        }
-    for (int i = 0; i < op->decl->noutputs; i++) {
-        size_t sz = tk_dtype_size(tk_variant_out_dtype(op, E->variant, i));
-        if (sz < n) n = sz;
-    }
-    return n;
-}
 /* R for a tile of G group rows: with explicit vectors, about 24
  * accumulator vectors of the 32 AVX-512 registers (12 of the 16 AVX2 ones),
  * each broadcast of a group row feeding R of them. */
@@ -1032,14 +1018,14 @@ static int lane_plan(emitter *E) {
     }
     /* CPU: one 512-bit vector. GPU: the lanes are registers of one thread
      * (thread coarsening), 16 outputs along the innermost dim (float64: 8)
-     * times 4 group rows: a lane-invariant load feeds 16 FMAs, a
-     * group-invariant one 4. 2 group rows when a tensor has 16-bit elements:
-     * each load's conversion takes a register and an issue slot too (4 rows
-     * put rwkv_forward bf16 at 254 of 255 registers). sm_90 SASS of the
-     * rwkv hot loop, bench/gpu_static.py: FFMA 90% of the instructions
-     * (f32), 79% (bf16); 8 lanes x 4 rows gave 77% and 66%. */
+     * times 2 group rows: a lane-invariant load feeds 16 FMAs, a
+     * group-invariant one 2. Measured on an H200 (ci/gpu_tune.py, 15 shapes,
+     * bench/results/2026-12-04-gpu-h200-tune.json): 4 rows took 255
+     * registers (f32), one block of 8 warps an SM, and rwkv_forward ran in
+     * 0.913 ms; 2 rows, 128 registers, 0.784 ms (with 4 warp rows, see
+     * gpu_tiles_head: 0.687); 1 row or 8 lanes were slower (1.1-2.0 ms). */
     int vec = E->tg->gpu ? (E->ftype == TK_V_F64 ? 8 : 16) : E->ftype == TK_V_F64 ? 8 : 16;
-    int gmax = E->tg->gpu ? (E->ftype == TK_V_F32 && narrowest_tensor(E) < 4 ? 2 : 4) : 8;
+    int gmax = E->tg->gpu ? 2 : 8;
     if (E->tg->gpu && E->tune_lanes) vec = E->tune_lanes;
     if (E->tg->gpu && E->tune_rows) gmax = E->tune_rows;
     if (E->wide == 2) {   /* one 256-bit vector; 4 group rows x 3 lane blocks */
@@ -2200,7 +2186,7 @@ static void tensor_prologue(emitter *E, const tk_param *p, int slot, tk_dtype dt
  * with at least one explicit dim; i is its slot. */
 static void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int), int arg) {
     const tk_op *op = E->op;
-    for (int i = 0; i < op->decl->nparams; i++) {
+    for (int i = 0; i < op->decl->nparams && !E->outputs_only; i++) {
         const tk_param *p = param(E, i);
         if (p->kind == TK_P_TENSOR && used(E, p->name) && tk_explicit_dims(p) > 0) fn(E, p, op->slot[i], arg);
     }
@@ -3089,7 +3075,11 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
          * do (rwkv: u < t + 1, a tile's work grows along the row), and a
          * warp runs as long as its longest thread: 32 tiles of one row kept
          * rwkv_forward's warps 57% busy, 4 tiles of 8 rows 94%
-         * (bench/gpu_warp_model.py). */
+         * (bench/gpu_warp_model.py). On an H200, 8 tiles of 4 rows ran
+         * fastest (ci/gpu_tune.py: rwkv_forward f32 0.687 ms; 8 rows 0.784,
+         * 2 rows 0.80-0.87, 16 and 32 rows 1.2-2.2): the rows are batch
+         * groups of one channel, so a warp's w loads touch 8 positions of one
+         * row and its k loads 4 rows. */
         const int R = E->tune_warp_rows ? E->tune_warp_rows : TK_ROWS;
         line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", R - 1, R, R);
     }
@@ -3295,6 +3285,14 @@ static void gpu_chunk_loop(emitter *E) {
  * copy, and only where every row of the gathered outputs starts on 16
  * bytes (tk_al<i>; then so does every chunk): the other copy stores element
  * by element. */
+/* each_strided: counts the tensors in E->nconds */
+static void count_strided(emitter *E, const tk_param *p, int slot, int arg) {
+    (void)p;
+    (void)slot;
+    (void)arg;
+    E->nconds++;
+}
+
 static void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *)) {
     char extra[512] = "";
     const tk_stmt *vst[TK_MAX_TENSORS];
@@ -3323,6 +3321,33 @@ static void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *)) {
     fn(E);
     memset(E->vst, 0, sizeof E->vst);
     E->indent--;
+    /* chunks: a third copy for unit-stride outputs and strided inputs (the
+     * seed's brick_pad tile is a rot90 view): the stores stay 16-byte
+     * vectors, only the gather's addresses take the strides */
+    E->nconds = 0;
+    each_strided(E, count_strided, 0);
+    const int nall = E->nconds;
+    E->nconds = 0;
+    E->outputs_only = 1;
+    each_strided(E, count_strided, 0);
+    E->outputs_only = 0;
+    const int nout = E->nconds;
+    if (fn == gpu_chunk_loop && nout > 0 && nall > nout) {
+        begin_line(E);
+        tk_buf_puts(E->b, "} else if (");
+        E->nconds = 0;
+        E->outputs_only = 1;
+        each_strided(E, stride_cond, 0);
+        if (extra[0]) tk_buf_printf(E->b, " && %s", extra);
+        tk_buf_puts(E->b, ") {\n");
+        E->indent++;
+        each_strided(E, unit_stride_decl, 0);
+        E->outputs_only = 0;
+        memcpy(E->vst, vst, sizeof vst);
+        fn(E);
+        memset(E->vst, 0, sizeof E->vst);
+        E->indent--;
+    }
     line(E, "} else {");
     E->indent++;
     fn(E);

@@ -578,13 +578,13 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(rwkv_call(ctx, 1, 32, 768, 768, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->module_loads == 2 && st->loads_per_device[1] == 1 && st->launches == N + 1);
-    CHECK(st->last_grid == 32 * 768 * 768 / 64 / TK_CUDA_BLOCK && st->last_block == TK_CUDA_BLOCK);  /* a tile a thread */
+    CHECK(st->last_grid == 32 * 768 * 768 / 32 / TK_CUDA_BLOCK && st->last_block == TK_CUDA_BLOCK);  /* a tile a thread */
     CHECK(st->last_stream == NULL);
     CHECK(tk_cache_list(dir, NULL, NULL) == 2);      /* sm_80 and sm_90 cubins */
-    /* a mid-sized call: one thread per tile of 16 x 4 outputs, not per output */
+    /* a mid-sized call: one thread per tile of 16 x 2 outputs, not per output */
     CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->last_grid == 8 * 64 * 256 / 64 / 64 && st->last_block == 64);  /* 2048 threads on 108 SMs: blocks of 64 */
+    CHECK(st->last_grid == 8 * 64 * 256 / 32 / 64 && st->last_block == 64);  /* 4096 threads on 108 SMs: blocks of 64 */
     /* one launch per call, no new module; the context is pushed only when not current */
     void (*set_current)(int) = NULL;
     *(void **)&set_current = dlsym(lib, "fake_cuda_set_current");
@@ -630,14 +630,14 @@ static int variant_of(const tk_op *op, const char *code) {
 }
 
 /* Elements per grid-stride iteration, as the CUDA emitter plans them: rwkv
- * tiles of 16 (float64: 8) lanes x 4 batch rows (16-bit tensors: 2 rows;
- * backward_w: no group), brick_pad chunks of 32 bytes, brick_pad_backward
- * (loops) one element. */
+ * tiles of 16 (float64: 8) lanes x 2 batch rows (backward_w: no group),
+ * brick_pad chunks of 32 bytes, brick_pad_backward (loops) one element; with
+ * TK_CUDA_TUNE, the shape it names, and 0 for a malformed one. */
 static void test_per_thread(tk_ctx *ctx) {
     static const struct {
         const char *op, *code;
         int n;
-    } cases[] = {{"rwkv_forward", "f32", 64}, {"rwkv_forward", "f64", 32}, {"rwkv_forward", "bf16", 32},
+    } cases[] = {{"rwkv_forward", "f32", 32}, {"rwkv_forward", "f64", 16}, {"rwkv_forward", "bf16", 32},
                  {"rwkv_backward_w", "bf16", 16}, {"rwkv_backward_w", "f64", 8},
                  {"brick_pad", "f32", 8},     {"brick_pad", "bf16", 16},   {"brick_pad", "f64", 4},
                  {"brick_pad", "u8", 16},     {"brick_pad_backward", "f32", 1}};
@@ -653,6 +653,24 @@ static void test_per_thread(tk_ctx *ctx) {
     }
     CHECK(tk_emit_cuda_per_thread(ctx, tk_op_find(ctx, "brick_pad"), 999) == 0);
     CHECK(tk_emit_cuda_per_thread(ctx, NULL, 0) == 0);
+    const tk_op *fwd = tk_op_find(ctx, "rwkv_forward"), *pad = tk_op_find(ctx, "brick_pad");
+    if (fwd && pad) {
+        setenv("TK_CUDA_TUNE", "lanes=8,rows=4,warp_rows=16", 1);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 32);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "bf16")) == 32);
+        setenv("TK_CUDA_TUNE", "rows=1", 1);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 16);
+        setenv("TK_CUDA_TUNE", "chunk=128", 1);
+        CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "f32")) == 32);
+        CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "u8")) == 32);   /* at most 32 elements */
+        setenv("TK_CUDA_TUNE", "lanes=5", 1);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 0);
+        char *src = NULL;
+        CHECK(tk_emit(ctx, fwd, TK_TARGET_CUDA, &src) == TK_ERR_INVALID && src == NULL);
+        CHECK(strstr(tk_ctx_error(ctx), "TK_CUDA_TUNE=\"lanes=5\"") != NULL);
+        free(src);
+        unsetenv("TK_CUDA_TUNE");
+    }
 }
 
 int main(int argc, char **argv) {

@@ -77,6 +77,62 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                 }
             }
         }
+    } else if (s_out_1 == 1 && tk_al0) {
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 15) / 16;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 16 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 16; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_u8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
+                }
+            }
+        }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -151,6 +207,62 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
         if (a.t[1].size[tk_i] != 1 && ((a.t[1].stride[tk_i] * 1) & 15) != 0) tk_al0 = 0;
     if (s_tile_1 == 1 && s_out_1 == 1 && tk_al0) {
         const tk_i64 s_tile_1 = 1;
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 15) / 16;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 16 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 16; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_u8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
+    } else if (s_out_1 == 1 && tk_al0) {
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -335,6 +447,62 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                 }
             }
         }
+    } else if (s_out_1 == 1 && tk_al0) {
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 15) / 16;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 16 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[1]; tk_i8 e[16]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 16; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_i8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -409,6 +577,63 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
         if (a.t[1].size[tk_i] != 1 && ((a.t[1].stride[tk_i] * 2) & 15) != 0) tk_al0 = 0;
     if (s_tile_1 == 1 && s_out_1 == 1 && tk_al0) {
         const tk_i64 s_tile_1 = 1;
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 15) / 16;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 16 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[2]; tk_i16 e[16]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 16; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_i16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                    __stcs((tk_v16 *)tk_p + 1, tk_o0.v[1]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
+    } else if (s_out_1 == 1 && tk_al0) {
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -595,6 +820,63 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                 }
             }
         }
+    } else if (s_out_1 == 1 && tk_al0) {
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 7) / 8;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 8 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[2]; tk_i32 e[8]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_i32 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                    __stcs((tk_v16 *)tk_p + 1, tk_o0.v[1]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
     } else {
         const tk_i64 tk_ntile = (n_col + 7) / 8;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -669,6 +951,63 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
         if (a.t[1].size[tk_i] != 1 && ((a.t[1].stride[tk_i] * 8) & 15) != 0) tk_al0 = 0;
     if (s_tile_1 == 1 && s_out_1 == 1 && tk_al0) {
         const tk_i64 s_tile_1 = 1;
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 3) / 4;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 4 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[2]; tk_i64 e[4]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_i64 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                    __stcs((tk_v16 *)tk_p + 1, tk_o0.v[1]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
+    } else if (s_out_1 == 1 && tk_al0) {
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 3) / 4;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -855,6 +1194,63 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                 }
             }
         }
+    } else if (s_out_1 == 1 && tk_al0) {
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 15) / 16;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 16 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 16; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_u16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                    __stcs((tk_v16 *)tk_p + 1, tk_o0.v[1]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -929,6 +1325,63 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
         if (a.t[1].size[tk_i] != 1 && ((a.t[1].stride[tk_i] * 2) & 15) != 0) tk_al0 = 0;
     if (s_tile_1 == 1 && s_out_1 == 1 && tk_al0) {
         const tk_i64 s_tile_1 = 1;
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 15) / 16;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 16 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 16; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    tk_u16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                    __stcs((tk_v16 *)tk_p + 1, tk_o0.v[1]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
+    } else if (s_out_1 == 1 && tk_al0) {
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -1115,6 +1568,63 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                 }
             }
         }
+    } else if (s_out_1 == 1 && tk_al0) {
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 7) / 8;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 8 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[2]; float e[8]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    float *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                    __stcs((tk_v16 *)tk_p + 1, tk_o0.v[1]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
     } else {
         const tk_i64 tk_ntile = (n_col + 7) / 8;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
@@ -1189,6 +1699,63 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
         if (a.t[1].size[tk_i] != 1 && ((a.t[1].stride[tk_i] * 8) & 15) != 0) tk_al0 = 0;
     if (s_tile_1 == 1 && s_out_1 == 1 && tk_al0) {
         const tk_i64 s_tile_1 = 1;
+        const tk_i64 s_out_1 = 1;
+        const tk_i64 tk_ntile = (n_col + 3) / 4;
+        const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
+        const tk_i64 end = tk_nrow * tk_ntile;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+            tk_i64 r = lin;
+            const tk_i64 q_col = tk_udiv(r, tk_ntile);
+            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
+            r = q_col;
+            const tk_i64 q_row = tk_udiv(r, n_row);
+            const tk_i64 v_row = r - q_row * n_row;
+            r = q_row;
+            tk_i64 o_tile = 0;
+            tk_i64 o_out = 0;
+            for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
+                const tk_i64 bq = tk_udiv(r, a.t[1].size[bd]);
+                const tk_i64 bi = r - bq * a.t[1].size[bd];
+                r = bq;
+                o_tile += bi * a.t[0].stride[bd];
+                o_out += bi * a.t[1].stride[bd];
+            }
+            tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
+            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
+            const tk_i64 tk_d0 = d_TW;
+            if (v_col + 4 <= n_col && tk_d0 > 0) {
+                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                union { tk_v16 v[2]; double e[4]; } tk_o0;
+                const tk_i64 tk_c0 = v_col;
+                #pragma unroll
+                for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                    const tk_i64 v_col = tk_c0 + tk_k;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_q0;
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                }
+                {
+                    double *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
+                    __stcs((tk_v16 *)tk_p + 0, tk_o0.v[0]);
+                    __stcs((tk_v16 *)tk_p + 1, tk_o0.v[1]);
+                }
+            } else {
+                const tk_i64 tk_t0 = v_col;
+                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
+                    const tk_i64 v_col = tk_t;
+                    tk_i64 v_x1 = (v_col - p_pw);
+                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
+                }
+            }
+        }
+    } else if (s_out_1 == 1 && tk_al0) {
         const tk_i64 s_out_1 = 1;
         const tk_i64 tk_ntile = (n_col + 3) / 4;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;

@@ -26,12 +26,12 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -190,12 +190,12 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -378,12 +378,12 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -542,12 +542,12 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -728,34 +728,30 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
                     float v_s_0[16];
                     float v_s_1[16];
-                    float v_s_2[16];
-                    float v_s_3[16];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
                         tk_i64 tk_lo0[16], tk_hi0[16];
@@ -794,8 +790,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -805,8 +799,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -828,8 +820,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
                                         if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
@@ -843,8 +833,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
@@ -863,8 +851,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -874,8 +860,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -885,13 +869,11 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
@@ -910,34 +892,30 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
                     float v_s_0[16];
                     float v_s_1[16];
-                    float v_s_2[16];
-                    float v_s_3[16];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
                         tk_i64 tk_lo0[16], tk_hi0[16];
@@ -976,8 +954,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -987,8 +963,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -1010,8 +984,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
                                         if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
@@ -1025,8 +997,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
@@ -1045,8 +1015,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -1056,8 +1024,6 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -1067,13 +1033,11 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
@@ -1116,34 +1080,30 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 s_k_2 = 1;
         const tk_i64 s_out_2 = 1;
         const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                 {
                     double v_s_0[8];
                     double v_s_1[8];
-                    double v_s_2[8];
-                    double v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
                         tk_i64 tk_lo0[8], tk_hi0[8];
@@ -1182,8 +1142,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -1193,8 +1151,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -1216,8 +1172,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
                                         if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
@@ -1231,8 +1185,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
@@ -1251,8 +1203,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -1262,8 +1212,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -1273,13 +1221,11 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
@@ -1298,34 +1244,30 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                 {
                     double v_s_0[8];
                     double v_s_1[8];
-                    double v_s_2[8];
-                    double v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = p_eps;
                         v_s_1[tk_j] = p_eps;
-                        v_s_2[tk_j] = p_eps;
-                        v_s_3[tk_j] = p_eps;
                     }
                     {
                         tk_i64 tk_lo0[8], tk_hi0[8];
@@ -1364,8 +1306,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -1375,8 +1315,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -1398,8 +1336,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                             v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_2[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_3[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         }
                                         if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_u + 1;
@@ -1413,8 +1349,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                         v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_2[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_3[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                     if (v_u + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_u + 1;
@@ -1433,8 +1367,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -1444,8 +1376,6 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -1455,13 +1385,11 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
                         t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                        t_out[(v_b + 2) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_2[tk_j];
-                        t_out[(v_b + 3) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
@@ -1506,12 +1434,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1664,12 +1592,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1845,12 +1773,12 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2003,12 +1931,12 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2184,12 +2112,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2342,12 +2270,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2523,12 +2451,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
@@ -2681,12 +2609,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
@@ -2865,12 +2793,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -3030,12 +2958,12 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -3218,12 +3146,12 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -3383,12 +3311,12 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -3569,34 +3497,30 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 15) / 16;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
                     float v_s_0[16];
                     float v_s_1[16];
-                    float v_s_2[16];
-                    float v_s_3[16];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
-                        v_s_2[tk_j] = 0.0f;
-                        v_s_3[tk_j] = 0.0f;
                     }
                     {
                         tk_i64 tk_lo0[16], tk_hi0[16];
@@ -3635,8 +3559,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -3646,8 +3568,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -3669,8 +3589,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                             v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
                                         if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
@@ -3684,8 +3602,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
@@ -3704,8 +3620,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -3715,8 +3629,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -3726,13 +3638,11 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
@@ -3752,34 +3662,30 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 16;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 16 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                 {
                     float v_s_0[16];
                     float v_s_1[16];
-                    float v_s_2[16];
-                    float v_s_3[16];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                         v_s_1[tk_j] = 0.0f;
-                        v_s_2[tk_j] = 0.0f;
-                        v_s_3[tk_j] = 0.0f;
                     }
                     {
                         tk_i64 tk_lo0[16], tk_hi0[16];
@@ -3818,8 +3724,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -3829,8 +3733,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -3852,8 +3754,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                             v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
                                         }
                                         if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
@@ -3867,8 +3767,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
@@ -3887,8 +3785,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -3898,8 +3794,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -3909,13 +3803,11 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
@@ -3958,34 +3850,30 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 s_grad_out_2 = 1;
         const tk_i64 s_grad_k_2 = 1;
         const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                 {
                     double v_s_0[8];
                     double v_s_1[8];
-                    double v_s_2[8];
-                    double v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                         v_s_1[tk_j] = 0.0;
-                        v_s_2[tk_j] = 0.0;
-                        v_s_3[tk_j] = 0.0;
                     }
                     {
                         tk_i64 tk_lo0[8], tk_hi0[8];
@@ -4024,8 +3912,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -4035,8 +3921,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -4058,8 +3942,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
                                             v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
                                         }
                                         if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
@@ -4073,8 +3955,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
@@ -4093,8 +3973,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -4104,8 +3982,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -4115,13 +3991,11 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
@@ -4141,34 +4015,30 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         }
     } else {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
-        const tk_i64 tk_ngroup = (n_b + 3) / 4;
+        const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 7) / 8 * 8 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 8 / tk_ntile * 8 + lin % 8;
+            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 8 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_t = r % tk_ntile * 8;
             r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 4;
+            const tk_i64 v_b = r % tk_ngroup * 2;
             r /= tk_ngroup;
             const tk_i64 v_c = r % n_c * 1;
             r /= n_c;
             (void)r;
-            if (v_t + 8 <= n_t && v_b + 4 <= n_b) {
+            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                 {
                     double v_s_0[8];
                     double v_s_1[8];
-                    double v_s_2[8];
-                    double v_s_3[8];
                     #pragma unroll
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                         v_s_1[tk_j] = 0.0;
-                        v_s_2[tk_j] = 0.0;
-                        v_s_3[tk_j] = 0.0;
                     }
                     {
                         tk_i64 tk_lo0[8], tk_hi0[8];
@@ -4207,8 +4077,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -4218,8 +4086,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -4241,8 +4107,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
                                             v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
                                         }
                                         if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
                                             const tk_i64 tk_nx = v_t2 + 1;
@@ -4256,8 +4120,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                         v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_2[tk_j] += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_3[tk_j] += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
                                     }
                                     if (v_t2 + 1 < tk_H) {
                                         const tk_i64 tk_nx = v_t2 + 1;
@@ -4276,8 +4138,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             } else {
@@ -4287,8 +4147,6 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                         v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
                                         v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                        v_s_2[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_2[tk_j] + ((t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_2[tk_j];
-                                        v_s_3[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_3[tk_j] + ((t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_3[tk_j];
                                     }
                                 }
                             }
@@ -4298,13 +4156,11 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
                         t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                        t_grad_k[(v_b + 2) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_2[tk_j];
-                        t_grad_k[(v_b + 3) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_3[tk_j];
                     }
                 }
             } else {
                 const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 4, n_b); ++tk_g) {
+                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
                     const tk_i64 v_b = tk_g;
                     const tk_i64 tk_t0 = v_t;
                     for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {

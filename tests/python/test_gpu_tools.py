@@ -166,3 +166,47 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
     assert rows["tk_brick_pad__f32 (plain)"]["chunk"] is None
     assert "GPU chunks" in r.stdout
     assert "tk_rwkv_forward__f32" in r.stdout
+
+
+def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
+    """TK_CUDA_TUNE (compiler/emit.c) changes the CUDA tile shape the
+    emitter writes, NVRTC compiles the result, and a malformed value is an
+    error naming the variable, from tkc and from the library."""
+    tkc = os.path.join(os.path.dirname(lib_path), "tkc")
+    if not os.path.exists(tkc):
+        pytest.fail(f"no tkc next to {lib_path}: build the project first")
+    spec = os.path.join(ROOT, "ops", "rwkv_forward.tk")
+
+    def emit(tune):
+        env = dict(os.environ)
+        env.pop("TK_CUDA_TUNE", None)
+        if tune is not None:
+            env["TK_CUDA_TUNE"] = tune
+        return subprocess.run([tkc, "emit-cuda", spec], env=env, capture_output=True, text=True, timeout=120)
+
+    plain = emit(None)
+    assert plain.returncode == 0, plain.stderr
+    # the default: 16 lanes x 2 batch rows a thread, 4 rows a warp
+    assert "tk_ntile = (n_t + 15) / 16;" in plain.stdout and "tk_ngroup = (n_b + 1) / 2;" in plain.stdout
+    assert "lin / 4 / tk_ntile * 4 + lin % 4;" in plain.stdout and "TK_CUDA_TUNE" not in plain.stdout
+    tuned = emit("lanes=8,rows=4,warp_rows=2")
+    assert tuned.returncode == 0, tuned.stderr
+    assert "TK_CUDA_TUNE: lanes=8 rows=4 warp_rows=2 chunk=0" in tuned.stdout
+    assert "tk_ntile = (n_t + 7) / 8;" in tuned.stdout and "tk_ngroup = (n_b + 3) / 4;" in tuned.stdout
+    assert "lin / 2 / tk_ntile * 2 + lin % 2;" in tuned.stdout
+    assert "(n_t + 15) / 16" not in tuned.stdout
+    assert emit("").stdout == plain.stdout   # empty: the defaults
+    for bad in ("lanes=3", "lanes=32", "rows=0", "lanes=", "lanes", "foo=1", "rows=2,", "lanes=16x",
+                "chunk=256", "warp_rows=64", "lanes=8;rows=2"):
+        r = emit(bad)
+        assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, (bad, r.stderr)
+
+    # through the library: a tuned shape compiles with NVRTC (a new cache
+    # entry: the source differs), a malformed one fails with the message
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward",
+               TK_CUDA_TUNE="lanes=8,rows=1,warp_rows=32")
+    assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward")
+    assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad", TK_CUDA_TUNE="chunk=7")
+    assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, r.stderr
