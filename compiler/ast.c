@@ -80,3 +80,18 @@ const char *tk_opc_text(tk_opc op) {
     if ((int)op < 0 || op >= TK_OPC_COUNT) return "?";
     return opc_text[op];
 }
+
+/* ---- schedule items (ast.h) ---------------------------------------------------- */
+
+const tk_sched_key tk_sched_keys[TK_SCHED_KEYS] = {
+    {"lanes", 4, 16}, {"rows", 1, 8}, {"warp_rows", 1, 32}, {"chunk", 16, 128}};
+
+int tk_sched_find(const char *key, size_t len) {
+    for (int k = 0; k < TK_SCHED_KEYS; k++)
+        if (strlen(tk_sched_keys[k].key) == len && strncmp(key, tk_sched_keys[k].key, len) == 0) return k;
+    return -1;
+}
+
+int tk_sched_valid(int k, long long v) {
+    return k >= 0 && k < TK_SCHED_KEYS && v >= tk_sched_keys[k].lo && v <= tk_sched_keys[k].hi && (v & (v - 1)) == 0;
+}

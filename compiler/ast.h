@@ -112,6 +112,17 @@ typedef struct tk_param {
     tk_expr *default_value;     /* NULL if none */
 } tk_param;
 
+/* The items of a 'schedule' line and of TK_CUDA_TUNE (compiler/emit.c): the
+ * CUDA tile shape. Each value is a power of two in [lo, hi]. */
+#define TK_SCHED_KEYS 4
+typedef struct tk_sched_key {
+    const char *key;
+    long lo, hi;
+} tk_sched_key;
+extern const tk_sched_key tk_sched_keys[TK_SCHED_KEYS];   /* lanes, rows, warp_rows, chunk */
+int tk_sched_find(const char *key, size_t len);              /* its index, -1 if none */
+int tk_sched_valid(int k, long long v);                      /* 1 if v fits key k */
+
 typedef struct tk_opdecl {
     const char *name;
     tk_loc loc;
@@ -124,6 +135,8 @@ typedef struct tk_opdecl {
     const char **backward;      /* 'backward a, b': the backward ops' names */
     tk_loc *backward_locs;      /* where each name is written */
     int nbackward;
+    int schedule[TK_SCHED_KEYS]; /* 'schedule lanes=16, ...': the CUDA tile shape, 0: not given */
+    tk_loc schedule_loc;        /* the 'schedule' line; line 0: none */
     const char **loop_vars;     /* top-level parallel loop */
     tk_loc *loop_locs;
     int nloop;

@@ -706,11 +706,44 @@ static void parse_backward(parser *p, tk_opdecl *op) {
     expect(p, TK_T_NEWLINE, "',' or NEWLINE after a backward op name");
 }
 
-/* INDENT ['backward' NAME {',' NAME} NEWLINE] parfor DEDENT */
+/* 'schedule' NAME '=' INT {',' NAME '=' INT} NEWLINE: the CUDA tile shape
+ * (lanes, rows, warp_rows, chunk; see compiler/emit.c). 'schedule' is a
+ * word only here, where nothing else but 'backward' or the loop may stand. */
+static void parse_schedule(parser *p, tk_opdecl *op) {
+    tk_loc loc = p->tok.loc;
+    next(p);
+    if (op->schedule_loc.line != 0)
+        error_at(p, loc, "duplicate 'schedule' line (give every item on one line: schedule lanes=16, rows=2)");
+    op->schedule_loc = loc;
+    do {
+        tk_loc kloc = p->tok.loc;
+        if (!check(p, TK_T_NAME)) expected(p, "a schedule item (lanes, rows, warp_rows or chunk)");
+        int k = tk_sched_find(p->tok.start, p->tok.len);
+        if (k < 0)
+            error_at(p, kloc, "unknown schedule item '%.*s' (lanes, rows, warp_rows or chunk)",
+                     (int)(p->tok.len > 40 ? 40 : p->tok.len), p->tok.start);
+        if (op->schedule[k]) error_at(p, kloc, "schedule item '%s' is given twice", tk_sched_keys[k].key);
+        next(p);
+        expect(p, TK_T_ASSIGN, "'=' after a schedule item");
+        tk_loc vloc = p->tok.loc;
+        if (!check(p, TK_T_INT)) expected(p, "an integer after 'schedule ... ='");
+        if (!tk_sched_valid(k, p->tok.ival))
+            error_at(p, vloc, "schedule %s=%lld: expected a power of two from %ld to %ld", tk_sched_keys[k].key,
+                     (long long)p->tok.ival, tk_sched_keys[k].lo, tk_sched_keys[k].hi);
+        op->schedule[k] = (int)p->tok.ival;
+        next(p);
+    } while (accept(p, TK_T_COMMA));
+    expect(p, TK_T_NEWLINE, "',' or NEWLINE after a schedule item");
+}
+
+/* INDENT {'backward' NAME {',' NAME} NEWLINE | schedule} parfor DEDENT */
 static void parse_op_body(parser *p, tk_opdecl *op) {
     if (!check(p, TK_T_INDENT)) expected(p, "an indented op body");
     next(p);
-    while (check(p, TK_T_BACKWARD)) parse_backward(p, op);
+    while (check(p, TK_T_BACKWARD) || is_word(p, "schedule")) {
+        if (check(p, TK_T_BACKWARD)) parse_backward(p, op);
+        else parse_schedule(p, op);
+    }
     if (!check(p, TK_T_FOR)) expected(p, PARFOR_EXPECTED);
     parse_parfor(p, op);
     if (!check(p, TK_T_DEDENT))

@@ -1434,12 +1434,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1592,12 +1592,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1773,12 +1773,12 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1931,12 +1931,12 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2112,12 +2112,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2270,12 +2270,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2451,12 +2451,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
@@ -2609,12 +2609,12 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
+            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;

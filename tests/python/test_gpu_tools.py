@@ -201,6 +201,25 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
         r = emit(bad)
         assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, (bad, r.stderr)
 
+    # an op's schedule line sets the shape; TK_CUDA_TUNE overrides it item by item
+    sched = tmp_path / "sched.tk"
+    sched.write_text("op f(w: float[C, T], k: w.dtype[B, C, T]) -> out: k.dtype[B, C, T]:\n"
+                     "    schedule lanes=8, warp_rows=16\n"
+                     "    for b, c, t in out:\n"
+                     "        s = 0.0\n"
+                     "        for u in range(t + 1):\n"
+                     "            s += w[c, T - 1 - t + u] * k[b, c, u]\n"
+                     "        out[b, c, t] = s\n")
+    spec = str(sched)
+    r = emit(None)
+    assert r.returncode == 0, r.stderr
+    assert "tk_ntile = (n_t + 7) / 8;" in r.stdout and "lin / 16 / tk_ntile" in r.stdout
+    assert "tk_ngroup = (n_b + 1) / 2;" in r.stdout   # rows: the default
+    r = emit("warp_rows=2,rows=4")
+    assert r.returncode == 0, r.stderr
+    assert "tk_ntile = (n_t + 7) / 8;" in r.stdout and "lin / 2 / tk_ntile" in r.stdout
+    assert "tk_ngroup = (n_b + 3) / 4;" in r.stdout
+
     # through the library: a tuned shape compiles with NVRTC (a new cache
     # entry: the source differs), a malformed one fails with the message
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward",
