@@ -26,6 +26,9 @@ def main() -> None:
     ap.add_argument("--C", type=int, default=768)
     ap.add_argument("--T", type=int, default=768)
     ap.add_argument("--V", type=int, default=16, help="lanes a tile")
+    # the defaults and SASS counts below are the 16 x 4 kernel tk generated
+    # before 2026-12-04 (now 16 x 2 lanes x rows, 4 rows a warp: measured on an
+    # H200, docs/gpu.md; pass its counts from bench/gpu_static.py to model it)
     ap.add_argument("--G", type=int, default=4, help="batch rows a tile")
     ap.add_argument("--rows", type=int, default=8, help="rows a warp spreads over (tk: TK_ROWS)")
     ap.add_argument("--round", type=int, default=1139, help="SASS instructions of a round of V steps")

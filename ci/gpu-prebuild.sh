@@ -7,7 +7,8 @@
 # in .whl/ (the side-by-side bench's Taichi rows). gpu-check.sh checks that the
 # carried libtk loads and runs there, and builds it there otherwise.
 #   bash ci/gpu-prebuild.sh [TORCH_VERSION [PYTHON_VERSION]]   (default 2.11.0 3.12)
-# then, with the device tool: carry build-dev and .whl, run `bash ci/gpu-check.sh`.
+# then, with the device tool: carry build-dev/libtk.so, build-dev/tkc,
+# build-dev/torch_version.txt and .whl; run `bash ci/gpu-check.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH=${1:-2.11.0}
@@ -21,22 +22,25 @@ get() {   # get DIR NAME==VERSION: a binary wheel for the device's Python
     "${PLAT[@]}" -d "$1" "$2"
 }
 mkdir -p "$DL/wheel" .whl
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+EXCLUDE=$(git rev-parse --git-path info/exclude)   # .git may be a file (worktrees)
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qx '/.whl/' "$EXCLUDE" 2>/dev/null || echo '/.whl/' >> "$EXCLUDE"
 get "$DL/wheel" "torch==$TORCH"
 whl=$(ls "$DL"/wheel/torch-"$TORCH"-"$CP"-*.whl | head -1)
-if [ ! -f "$DL/torch/torch/share/cmake/Torch/TorchConfig.cmake" ]; then
-  rm -rf "$DL/torch"; mkdir -p "$DL/torch"
-  (cd "$DL/torch" && unzip -q "$whl" 'torch/lib/*' 'torch/include/*' 'torch/share/*' 'torch/version.py')
+TDIR=$DL/torch-$TORCH-$CP      # one unpacked torch per version
+if [ ! -f "$TDIR/torch/share/cmake/Torch/TorchConfig.cmake" ]; then
+  rm -rf "$TDIR"; mkdir -p "$TDIR"
+  (cd "$TDIR" && unzip -q "$whl" 'torch/lib/*' 'torch/include/*' 'torch/share/*' 'torch/version.py')
 fi
 NVRTC=$(python3 -c 'import glob, site
 c = [f for p in site.getsitepackages() for f in sorted(glob.glob(p + "/nvidia/*/lib/libnvrtc.so*"))]
 print(c[0] if c else "")')
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DTK_WERROR=OFF -DTK_BUILD_TESTS=OFF \
-  -DTorch_DIR="$DL/torch/torch/share/cmake/Torch" -DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda \
-  -DCUDAToolkit_ROOT=/usr/local/cuda ${NVRTC:+-DCUDA_nvrtc_LIBRARY=$NVRTC} >/dev/null
+  -DTorch_DIR="$TDIR/torch/share/cmake/Torch" -DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda \
+  -DCUDAToolkit_ROOT=/usr/local/cuda ${NVRTC:+"-DCUDA_nvrtc_LIBRARY=$NVRTC"} >/dev/null
 cmake --build build-dev --target tk tkc
 strip --strip-unneeded build-dev/libtk.so
-sed -n "s/^__version__ = '\(.*\)'/\1/p" "$DL/torch/torch/version.py" > build-dev/torch_version.txt
+sed -n "s/^__version__ = '\(.*\)'/\1/p" "$TDIR/torch/version.py" > build-dev/torch_version.txt
 rm -f .whl/*.whl
 get .whl dill==0.3.9
 # Taichi's wheel is 56 MB and the device tool carries 64 MiB in all: it goes
@@ -48,4 +52,4 @@ rm -rf "$DL/ti" && mkdir -p "$DL/ti"
 (cd "$DL/ti" && unzip -q "$ti" && rm -rf taichi/_lib/c_api taichi-*.data taichi/assets taichi/examples &&
  zip -q -r -9 "$OLDPWD/.whl/$(basename "$ti")" .)
 du -cb build-dev/libtk.so build-dev/tkc .whl/*.whl | tail -1
-echo "carry: build-dev .whl (libtk built against torch $(cat build-dev/torch_version.txt))"
+echo "carry: build-dev/libtk.so build-dev/tkc build-dev/torch_version.txt .whl (libtk built against torch $(cat build-dev/torch_version.txt))"

@@ -44,9 +44,9 @@ def ncu_digest(text):
         if head:
             cur = kernels.setdefault(head.group(1), {})
             continue
-        m = re.match(r"^\s+(.+?)\s{2,}(\S+)\s+([\d,.]+)\s*$", line)
+        m = re.match(r"^\s+(.+?)\s{2,}(?:(\S+)\s+)?([\d,.]+)\s*$", line)   # the unit may be blank
         if cur is not None and m and m.group(1) in NCU_METRICS and m.group(1) not in cur:
-            cur[m.group(1)] = f"{m.group(3)} {m.group(2)}"
+            cur[m.group(1)] = f"{m.group(3)} {m.group(2) or ''}".strip()
     return kernels
 
 
@@ -64,7 +64,6 @@ def main(argv) -> int:
             steps.append(dict(step=name, status=status, seconds=int(secs)))
     ok = bool(steps) and all(s["status"] == "pass" or s["status"].startswith("unavailable") for s in steps)
     notes = dict(
-        ctest=last(r"^\d+% tests passed.*", read(out, "ctest.log")),
         pytest=last(r"^=* ?(\d+ (?:passed|failed).*?)(?: in [\d.]+s.*)?=*$", read(out, "pytest.log")),
         bench=last(r"^gpu_bench: .*", read(out, "bench.log")),
         build=last(r"^libtk .* runs here.*", read(out, "build.log")),

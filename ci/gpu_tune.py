@@ -13,6 +13,7 @@ runs on the CPU), into one disk cache; the timed processes then load them.
 Prints a table per kernel, fastest first, and writes JSON with --json.
 
     PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 ci/gpu_tune.py [--json PATH] [--quick]
+    TK_TUNE_DEVICE=cpu ... ci/gpu_tune.py --quick --small   (a dry run: no GPU, the shapes change nothing)
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ torch.manual_seed(0)
 dev = os.environ.get("TK_TUNE_DEVICE", "cuda")   # cpu: a dry run of this script (the CUDA tune has no effect)
 sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 r, s = ref.RWKV_SEED, ref.SEED
+if os.environ.get("TK_TUNE_SMALL") == "1":   # --small: the dry run's sizes
+    from types import SimpleNamespace
+    r = SimpleNamespace(B=3, C=8, T=40, eps=0.1)
+    s = SimpleNamespace(TW=32, TH=48, pw=100, ph=60, stagger=10)
+    s.W, s.H = s.TW + 2 * s.pw, s.TH + 2 * s.ph
 cases = []
 if which == "tiles":
     w, k = ref.rwkv_inputs(r.B, r.C, r.T, device=dev, seed=0)
@@ -64,7 +70,7 @@ if which == "tiles":
              ("rwkv_backward_w f32", lambda: torch.ops.tk.rwkv_backward_w(k, g), "gw", 1e-4, flop),
              ("rwkv_backward_k f32", lambda: torch.ops.tk.rwkv_backward_k(w, g), "gk", 1e-4, flop)]
 else:
-    tile = ref.seed_tile(dev)
+    tile = ref.seed_tile(dev) if s.TH == ref.SEED.TH and s.TW == ref.SEED.TW else torch.rand(s.TH, s.TW, device=dev)
     if compile_only:
         want = {}
     else:
@@ -118,16 +124,29 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="the default shape and a few others only")
+    ap.add_argument("--small", action="store_true",
+                    help="small sizes; with TK_TUNE_DEVICE=cpu, the dry run the test suite makes")
     args = ap.parse_args(argv)
     plan = [("tiles", t) for t in (QUICK_TILES if args.quick else TILES)] + \
         [("pads", c) for c in (QUICK_CHUNKS if args.quick else CHUNKS)]
     env = dict(os.environ)
     env.setdefault("TK_CACHE_DIR", tempfile.mkdtemp(prefix="tk-tune-"))
-    with ThreadPoolExecutor(max_workers=min(len(plan), os.cpu_count() or 4)) as ex:
-        for (which, tune), (res, err) in zip(plan, ex.map(lambda p: run(p[0], p[1], 1, True, env), plan)):
+    if args.small:
+        env["TK_TUNE_SMALL"] = "1"
+    gpu = env.get("TK_TUNE_DEVICE", "cuda") == "cuda"
+    with ThreadPoolExecutor(max_workers=min(len(plan), os.cpu_count() or 4) if gpu else 1) as ex:
+        for (which, tune), (res, err) in zip(plan, ex.map(lambda p: run(p[0], p[1], 1, True, env),
+                                                          plan if gpu else [])):
             if res is None:
                 print(f"compile {which} [{tune or 'default'}] FAILED:\n{err}", flush=True)
     results, failed = [], 0
+
+    def dump(lines, done):
+        if args.json:   # after every shape: a step stopped at its time limit keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(dict(results=results, summary=lines, repeat=args.repeat, complete=done), f, indent=2)
+                f.write("\n")
+
     for which, tune in plan:
         res, err = run(which, tune, args.repeat, False, env)
         if res is None:
@@ -139,6 +158,7 @@ def main(argv=None) -> int:
             results.append(r)
             print(f"  {r['kernel']:20s} {r['tune']:30s} {r['ms']:8.3f} ms  rel err {r['rel_err']:.2g}"
                   f"{'' if r['ok'] else '  WRONG'}", flush=True)
+        dump([], False)
     lines = []
     for kernel in dict.fromkeys(r["kernel"] for r in results):
         rows = sorted((r for r in results if r["kernel"] == kernel), key=lambda r: r["ms"])
@@ -149,10 +169,7 @@ def main(argv=None) -> int:
     print()
     for line in lines:
         print("[tune] " + line)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(results=results, summary=lines, repeat=args.repeat), f, indent=2)
-            f.write("\n")
+    dump(lines, True)
     wrong = [r for r in results if not r["ok"]]
     return 1 if failed or wrong else 0
 

@@ -105,10 +105,13 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
  * on a GPU (ci/gpu_tune.py), read at each emission; the emitted source, and so
  * the kernel cache's key, records the shape. A malformed value is an error.
  * An op's 'schedule' line (docs/spec.md) sets the same items for that op;
- * TK_CUDA_TUNE overrides them item by item. */
+ * TK_CUDA_TUNE overrides them item by item. The launcher's grid sizing
+ * (tk_emit_cuda_per_thread) reads it again: set it before the process's first
+ * CUDA call of an op and leave it. */
 typedef struct gpu_tune {
-    int lanes, rows, warp_rows, chunk;   /* in the order of tk_sched_keys */
+    int v[TK_SCHED_KEYS];   /* indexed as tk_sched_keys; 0: not given */
 } gpu_tune;
+enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK };   /* ORDER tk_sched_keys */
 
 static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
     memset(t, 0, sizeof *t);
@@ -119,14 +122,16 @@ static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
         size_t n = strcspn(p, "=,");
         int k = tk_sched_find(p, n);
         char *end = NULL;
-        long v = (k >= 0 && p[n] == '=') ? strtol(p + n + 1, &end, 10) : 0;
-        if (k < 0 || !end || end == p + n + 1 || (*end && *end != ',') || (*end == ',' && !end[1]) ||
-            !tk_sched_valid(k, v)) {
-            snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas: "
-                     "lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), each a power of two", env);
+        const char *digits = p + n + 1;
+        long v = (k >= 0 && p[n] == '=' && *digits >= '0' && *digits <= '9') ? strtol(digits, &end, 10) : 0;
+        if (k < 0 || !end || (*end && *end != ',') || (*end == ',' && !end[1]) || !tk_sched_valid(k, v) ||
+            t->v[k]) {
+            snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
+                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), each a power of two",
+                     env);
             return TK_ERR_INVALID;
         }
-        (&t->lanes)[k] = (int)v;
+        t->v[k] = (int)v;
         p = *end ? end + 1 : end;
     }
     return TK_OK;
@@ -3144,7 +3149,7 @@ static void gpu_tile_loop(emitter *E) {
 /* ---- GPU chunks -----------------------------------------------------------------
  * For loop-free bodies (element-wise maps such as brick_pad): each iteration
  * of the grid-stride loop computes a chunk of K consecutive elements of the
- * innermost dim (32 bytes of the widest output, at most 16 elements), so
+ * innermost dim (32 bytes of the widest output, 16 for 1-byte outputs; at most 32), so
  * the per-row work (index decomposition, statements that do not depend on
  * the innermost variable) runs once per chunk, and every floor division or
  * modulo whose numerator grows by one per element is divided once per chunk
@@ -3178,8 +3183,9 @@ static int chunk_plan(emitter *E) {
         size_t sz = tk_dtype_size(tk_variant_out_dtype(op, E->variant, i));
         if (sz > widest) widest = sz;
     }
-    const int cbytes = E->tune_chunk ? E->tune_chunk : 32, most = E->tune_chunk ? 32 : 16;
-    E->chunk = cbytes / (int)widest > most ? most : cbytes / (int)widest;
+    /* 32 bytes (16 for 1-byte outputs) unless tuned; at most 32 elements */
+    const int cbytes = E->tune_chunk ? E->tune_chunk : widest == 1 ? 16 : 32;
+    E->chunk = cbytes / (int)widest > 32 ? 32 : cbytes / (int)widest;
     plan_run(E);
     if (!E->segmented) E->nmemo = 0;   /* a numerator that does not grow by one: divided per element */
     E->segmented = 0;
@@ -3329,7 +3335,7 @@ static void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *)) {
     each_strided(E, count_strided, 0);
     E->outputs_only = 0;
     const int nout = E->nconds;
-    if (fn == gpu_chunk_loop && nout > 0 && nall > nout) {
+    if (fn == gpu_chunk_loop && nout > 0 && nall > nout && extra[0]) {
         begin_line(E);
         tk_buf_puts(E->b, "} else if (");
         E->nconds = 0;
@@ -3398,11 +3404,12 @@ static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk
     E->ngroup = E->nblocks = 1;
     E->plain = (flags & TK_EMIT_PLAIN) != 0;
     if (E->tg->gpu) {   /* TK_CUDA_TUNE, else the spec's schedule line, else the defaults */
-        const int *sched = op->decl->schedule;
-        E->tune_lanes = tune && tune->lanes ? tune->lanes : sched[0];
-        E->tune_rows = tune && tune->rows ? tune->rows : sched[1];
-        E->tune_warp_rows = tune && tune->warp_rows ? tune->warp_rows : sched[2];
-        E->tune_chunk = tune && tune->chunk ? tune->chunk : sched[3];
+        int v[TK_SCHED_KEYS];
+        for (int k = 0; k < TK_SCHED_KEYS; k++) v[k] = tune && tune->v[k] ? tune->v[k] : op->decl->schedule[k];
+        E->tune_lanes = v[TUNE_LANES];
+        E->tune_rows = v[TUNE_ROWS];
+        E->tune_warp_rows = v[TUNE_WARP_ROWS];
+        E->tune_chunk = v[TUNE_CHUNK];
     }
 }
 
@@ -3419,9 +3426,10 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
     tk_buf_printf(&b, "/* Generated by tkc %s from %s: op %s. Do not edit. */\n", TK_VERSION, op->decl->file,
                   op->decl->name);
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
-    if (target == TK_TARGET_CUDA && (tune.lanes || tune.rows || tune.warp_rows || tune.chunk))
-        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d (0: default) */\n", tune.lanes,
-                      tune.rows, tune.warp_rows, tune.chunk);
+    if (target == TK_TARGET_CUDA && (tune.v[TUNE_LANES] || tune.v[TUNE_ROWS] || tune.v[TUNE_WARP_ROWS] ||
+                                     tune.v[TUNE_CHUNK]))
+        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d (0: default) */\n",
+                      tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS], tune.v[TUNE_CHUNK]);
     for (int v = first; v < last; v++) {
         tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
         if (st != TK_OK) {

@@ -30,8 +30,8 @@ static tk_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 /* the read-only load and the streaming store of GPU chunks (emit.c); a
  * vector store to an address that is not a multiple of its size, which a
  * GPU faults on and x86 forgives, is counted in tk_emu_misaligned */
-extern "C" {
-long tk_emu_misaligned = 0, tk_emu_vector_stores = 0;
+extern "C" {   /* inline: one pair however many generated files include this */
+inline long tk_emu_misaligned = 0, tk_emu_vector_stores = 0;
 }
 template <class T>
 static inline T __ldg(const T *p) {

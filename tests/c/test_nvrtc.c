@@ -680,6 +680,7 @@ int main(int argc, char **argv) {
     }
     g_dirs = (const char *const *)argv + 3;
     g_ndirs = argc - 3;
+    unsetenv("TK_CUDA_TUNE");   /* the default tile shapes are checked */
     test_sha256();
     test_grid_size();
     tk_ctx *ctx = load_ops(argv[1]);

@@ -3,7 +3,9 @@
  * for the CPU (tk_builtin_* for ops/, the kernels libtk ships, and
  * tkv_opt_* for tests/specs/), plain (tkv_plain_*, no hoisting, segments,
  * unrolling or SIMD), and as CUDA run on the CPU by cuda_emu.h (tkv_cuda_*:
- * lane tiles, group rows, partial tiles, grid-stride loops), and all three
+ * lane tiles, group rows, partial tiles, grid-stride loops; tkv_cudat_*: the
+ * same in another tile shape, TK_CUDA_TUNE=lanes=4,rows=8,warp_rows=16,
+ * chunk=128 when generated, as schedule lines give), and all of them
  * run on the same random inputs: random sizes, batch dims, every dtype
  * variant, strided views, random scalars (zero and negative divisors
  * included) and random chunkings of the CPU index space. Outputs must agree
@@ -20,10 +22,10 @@ extern const tk_builtin_spec tk_builtin_specs[];
 extern const int tk_builtin_nspecs;
 extern const tk_builtin_kernel tk_builtin_kernels[];
 extern const int tk_builtin_nkernels;
-extern const tk_builtin_spec tkv_opt_specs[], tkv_plain_specs[], tkv_cuda_specs[];
-extern const int tkv_opt_nspecs, tkv_plain_nspecs, tkv_cuda_nspecs;
-extern const tk_builtin_kernel tkv_opt_kernels[], tkv_plain_kernels[], tkv_cuda_kernels[];
-extern const int tkv_opt_nkernels, tkv_plain_nkernels, tkv_cuda_nkernels;
+extern const tk_builtin_spec tkv_opt_specs[], tkv_plain_specs[], tkv_cuda_specs[], tkv_cudat_specs[];
+extern const int tkv_opt_nspecs, tkv_plain_nspecs, tkv_cuda_nspecs, tkv_cudat_nspecs;
+extern const tk_builtin_kernel tkv_opt_kernels[], tkv_plain_kernels[], tkv_cuda_kernels[], tkv_cudat_kernels[];
+extern const int tkv_opt_nkernels, tkv_plain_nkernels, tkv_cuda_nkernels, tkv_cudat_nkernels;
 extern long tk_emu_misaligned, tk_emu_vector_stores;    /* cuda_emu.h */
 
 #define GUARD 64
@@ -226,25 +228,29 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
 }
 
 int main(void) {
-    tk_ctx *opt = tk_ctx_new(), *plain = tk_ctx_new(), *cuda = tk_ctx_new();
+    tk_ctx *opt = tk_ctx_new(), *plain = tk_ctx_new(), *cuda = tk_ctx_new(), *cudat = tk_ctx_new();
     int s1 = tk_ctx_add_builtins(opt, tk_builtin_specs, tk_builtin_nspecs, tk_builtin_kernels, tk_builtin_nkernels);
     if (s1 == TK_OK) s1 = tk_ctx_add_builtins(opt, tkv_opt_specs, tkv_opt_nspecs, tkv_opt_kernels, tkv_opt_nkernels);
     int s2 = tk_ctx_add_builtins(plain, tkv_plain_specs, tkv_plain_nspecs, tkv_plain_kernels, tkv_plain_nkernels);
     int s3 = tk_ctx_add_builtins(cuda, tkv_cuda_specs, tkv_cuda_nspecs, tkv_cuda_kernels, tkv_cuda_nkernels);
-    if (s1 || s2 || s3) fprintf(stderr, "%s%s%s\n", tk_ctx_error(opt), tk_ctx_error(plain), tk_ctx_error(cuda));
-    CHECK(s1 == TK_OK && s2 == TK_OK && s3 == TK_OK);
+    int s4 = tk_ctx_add_builtins(cudat, tkv_cudat_specs, tkv_cudat_nspecs, tkv_cudat_kernels, tkv_cudat_nkernels);
+    if (s1 || s2 || s3 || s4)
+        fprintf(stderr, "%s%s%s%s\n", tk_ctx_error(opt), tk_ctx_error(plain), tk_ctx_error(cuda), tk_ctx_error(cudat));
+    CHECK(s1 == TK_OK && s2 == TK_OK && s3 == TK_OK && s4 == TK_OK);
     CHECK(tk_op_count(opt) >= 9 && tk_op_count(opt) == tk_op_count(plain));
     int total = 0;
     for (int i = 0; i < tk_op_count(opt); i++) {
         const tk_op *a = tk_op_at(opt, i), *b = tk_op_find(plain, tk_op_name(a)), *g = tk_op_find(cuda, tk_op_name(a));
-        CHECK(b != NULL && g != NULL);
-        if (!b || !g) continue;
+        const tk_op *gt = tk_op_find(cudat, tk_op_name(a));
+        CHECK(b != NULL && g != NULL && gt != NULL);
+        if (!b || !g || !gt) continue;
         for (int v = 0; v < a->nvariants; v++) {
-            int ran = 0;
+            int ran = 0, ran_t = 0;
             for (int t = 0; t < 40; t++) ran += one_trial(a, b, g, v);
-            total += ran;
+            for (int t = 0; t < 30; t++) ran_t += one_trial(a, b, gt, v);   /* the other tile shape */
+            total += ran + ran_t;
             if (ran < 10) fprintf(stderr, "%s (%s): only %d of 40 random calls bound\n", tk_op_name(a), a->variant_codes[v], ran);
-            CHECK(ran >= 10);
+            CHECK(ran >= 10 && ran_t >= 7);
         }
     }
     printf("test_variants: %d random calls compared over %d ops\n", total, tk_op_count(opt));
@@ -255,5 +261,6 @@ int main(void) {
     tk_ctx_free(opt);
     tk_ctx_free(plain);
     tk_ctx_free(cuda);
+    tk_ctx_free(cudat);
     return tk_test_report("test_variants");
 }

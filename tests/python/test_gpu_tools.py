@@ -229,3 +229,24 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad", TK_CUDA_TUNE="chunk=7")
     assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, r.stderr
+
+
+def test_gpu_tune_dry_run_on_cpu(lib_path, tmp_path):
+    """ci/gpu_tune.py on the CPU at small sizes (TK_TUNE_DEVICE=cpu, where
+    the CUDA shapes change nothing): every case is checked against float64
+    and reported, so a script error cannot waste a lent GPU."""
+    out = tmp_path / "tune.json"
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), TK_LIBRARY=lib_path,
+               TK_CACHE_DIR=str(tmp_path / "cache"), TK_TUNE_DEVICE="cpu")
+    env.pop("TK_CUDA_TUNE", None)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "ci", "gpu_tune.py"), "--quick", "--small", "--repeat", "2",
+                        "--json", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import json
+    report = json.loads(out.read_text())
+    assert report["complete"]
+    kernels = {(x["kernel"], x["tune"]) for x in report["results"] if x["ok"]}
+    for k in ("rwkv_forward f32", "rwkv_forward bf16", "rwkv_backward_w f32", "rwkv_backward_k f32"):
+        assert (k, "default") in kernels and (k, "lanes=16,rows=4,warp_rows=8") in kernels, (k, kernels)
+    assert ("brick_pad f32", "chunk=16") in kernels
+    assert "[tune] rwkv_forward f32:" in r.stdout
