@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import glob
+import heapq
 import json
 import os
 import re
@@ -136,6 +137,84 @@ def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
         if best is None or (fma, -len(ops)) > (best["fma"], -best["total"]):
             best = r
     return best
+
+
+SASS_CALL_COST = 100   # a CALL: the 64-bit division subroutine is about that long
+
+
+def sass_chunk_path(fn: List[tuple]) -> List[dict]:
+    """GPU chunks: for each block of 16-byte stores (one per copy of the
+    grid-stride loop that gathers them), the fewest SASS instructions one
+    iteration of the innermost loop around it executes on a path through
+    the stores: loop head -> stores -> back edge, a CALL counting
+    SASS_CALL_COST. With TK_STATIC_POSITIVE_DIVISORS (main() compiles with
+    it) the branches for a zero or negative divisor are gone, so the
+    cheapest path is the one a full chunk takes: the instructions a chunk
+    of K elements issues, besides the thread's set-up before the loop."""
+    ins: List[str] = []
+    labels: Dict[str, int] = {}
+    bb: List[int] = []      # basic block of each instruction
+    cur = 0
+    for kind, t in fn:
+        if kind == "label":
+            labels[t] = len(ins)
+            cur += 1
+        else:
+            ins.append(t)
+            bb.append(cur)
+            if "BRA" in t or "EXIT" in t:
+                cur += 1
+    branch = re.compile(r"BRA\s+(?:\S+,\s*)?`?\(?(\.L_x_\d+)")
+
+    def succ(i: int) -> List[int]:
+        t = ins[i]
+        op = sass_op(t)
+        cond = t.startswith("@")
+        if op == "EXIT" or op.startswith("RET"):
+            return [i + 1] if cond else []
+        m = branch.search(t)
+        if m and m.group(1) in labels:
+            return [labels[m.group(1)]] + ([i + 1] if cond else [])
+        return [i + 1]
+
+    def dist(a: int, b: int, lo: int, hi: int) -> Optional[int]:
+        best = {a: 0}
+        pq = [(0, a)]
+        while pq:
+            d, i = heapq.heappop(pq)
+            if i == b:
+                return d
+            if d > best.get(i, 1 << 60):
+                continue
+            c = 1 + (SASS_CALL_COST if sass_op(ins[i]).startswith("CALL") else 0)
+            for j in succ(i):
+                if lo <= j <= hi and d + c < best.get(j, 1 << 60):
+                    best[j] = d + c
+                    heapq.heappush(pq, (d + c, j))
+        return None
+
+    loops = []
+    for i, t in enumerate(ins):
+        m = branch.search(t)
+        if m and m.group(1) in labels and labels[m.group(1)] <= i:
+            loops.append((labels[m.group(1)], i))
+    blocks: List[List[int]] = []
+    for i, t in enumerate(ins):
+        if sass_op(t).startswith("STG") and ".128" in t:
+            if blocks and bb[i] == bb[blocks[-1][-1]]:   # one chunk's stores: one basic block
+                blocks[-1].append(i)
+            else:
+                blocks.append([i])
+    out = []
+    for blk in blocks:
+        around = [(a, b) for a, b in loops if a <= blk[0] and blk[-1] <= b]
+        if not around:
+            continue
+        a, b = min(around, key=lambda x: x[1] - x[0])
+        d1, d2 = dist(a, blk[0], a, b), dist(blk[-1], b, a, b)
+        if d1 is not None and d2 is not None:
+            out.append(dict(stores=len(blk), path=d1 + d2 + 1))
+    return out
 
 
 class Nvrtc:
@@ -311,6 +390,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         name = os.path.basename(spec) + ".cu"
         cubin, log = nv.compile(src, name, [f"--gpu-architecture={a.arch}", inc, "--ptxas-options=-v",
                                             "-std=c++17"], "cubin")
+        paths: Dict[str, List[dict]] = {}
+        if nvdisasm and re.search(r"__stcs", src):   # chunk kernels: their path with positive divisors
+            pcubin, _ = nv.compile(src, name, [f"--gpu-architecture={a.arch}", inc, "-std=c++17",
+                                               "-DTK_STATIC_POSITIVE_DIVISORS"], "cubin")
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(pcubin)
+                f.flush()
+                psass = split_sass(subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True,
+                                                  text=True).stdout)
+            paths = {k: sass_chunk_path(v) for k, v in psass.items()}
         res = ptxas_report(log)
         sass: Dict[str, List[tuple]] = {}
         if nvdisasm:
@@ -329,6 +418,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             r["hot_loop"] = hot_loop(fns[fn])
             r["sass_hot_loop"] = sass_hot_loop(sass[fn]) if fn in sass else None
             r["chunk"] = chunk_block(fns[fn], fn)
+            if r["chunk"] and paths.get(fn):
+                r["chunk"]["sass_path"] = [p["path"] for p in paths[fn]]
             rows.append(r)
     print(f"NVRTC, {a.arch}; hot loop = the innermost loop with the most FMAs, else the longest "
           "(PTX instructions; div64: 64-bit divisions and remainders)")
@@ -354,11 +445,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     chunks = [r for r in rows if r.get("chunk")]
     if chunks:
         print("\nGPU chunks: the straight-line block computing one chunk of K elements, ending in its 16-byte stores")
-        print(f"{'kernel':42} {'K':>3} {'instr':>5} {'ld.g':>4} {'st.v4':>5} {'div64':>5}  instr/element")
+        print("(PTX); SASS a chunk: the instructions one full chunk issues, loop included, in each copy of the "
+              "loop that gathers stores (unit strides; strided input)")
+        print(f"{'kernel':42} {'K':>3} {'instr':>5} {'ld.g':>4} {'st.v4':>5} {'div64':>5}  instr/element"
+              f"  SASS a chunk (/element)")
         for r in chunks:
             c = r["chunk"]
+            k = c.get("elements")
+            sp = "  ".join(f"{p} ({p / k:.1f})" if k else str(p) for p in c.get("sass_path", []))
             print(f"{r['kernel']:42} {c.get('elements', '?'):>3} {c['total']:>5} {c.get('ld.global', 0):>4} "
-                  f"{c['st.v4']:>5} {c.get('div64', 0):>5}  {c.get('per_element', '?'):>6}")
+                  f"{c['st.v4']:>5} {c.get('div64', 0):>5}  {c.get('per_element', '?'):>13}  {sp}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(arch=a.arch, nvdisasm=nvdisasm, kernels=rows), f, indent=1)

@@ -86,6 +86,7 @@ typedef struct emitter {
     /* GPU tile shape (gpu_tune; 0: the defaults below) */
     int tune_lanes, tune_rows, tune_warp_rows, tune_chunk;
     int outputs_only;               /* each_strided: the outputs only */
+    int stepped;                    /* GPU chunks: the loop variables come from counters tk_x<k> (chunk_counters) */
 } emitter;
 
 /* ORDER DTYPE: the C type that stores one element. */
@@ -356,12 +357,19 @@ static void call(emitter *E, const tk_expr *e) {
     call_f(E, f32, f, e, t);
 }
 
+static int chunk_remainder(const emitter *E, const tk_expr *e);
+
 static void binary(emitter *E, const tk_expr *e) {
     tk_vtype a = e->args[0]->vtype, b = e->args[1]->vtype;
     tk_vtype t = a > b ? a : b;     /* operand type */
     if (e->op == TK_OPC_AND || e->op == TK_OPC_OR) t = TK_V_BOOL;
     if ((e->op == TK_OPC_DIV || e->op == TK_OPC_POW) && !is_float_vt(t)) t = E->ftype;
     const char *fn = NULL;
+    int rem = chunk_remainder(E, e);
+    if (rem >= 0) {
+        tk_buf_printf(E->b, "(tk_i64)tk_r%d", rem);
+        return;
+    }
     for (int i = 0; i < E->nmemo; i++)
         if (E->memo[i] == e && E->in_segment) {
             const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
@@ -370,7 +378,7 @@ static void binary(emitter *E, const tk_expr *e) {
             else tk_buf_printf(E->b, "tk_q%d", i);
             return;
         } else if (E->memo[i] == e && E->in_chunk) {
-            tk_buf_printf(E->b, "tk_%c%d", e->op == TK_OPC_MOD ? 'r' : 'q', i);
+            tk_buf_printf(E->b, e->op == TK_OPC_MOD ? "(tk_i64)tk_r%d" : "tk_q%d", i);
             return;
         } else if (E->memo[i] == e && !E->segmented && !E->tg->gpu) {
             tk_buf_printf(E->b, "tk_divmemo_%c(&tk_dm%d, ", e->op == TK_OPC_MOD ? 'r' : 'q', i);
@@ -2240,7 +2248,14 @@ static void decompose(emitter *E, int skip_last) {
     if (E->ngroup > 1) order[k++] = E->gdim;
     for (int i = d->nloop - 2; i >= 0; i--)
         if (!(E->ngroup > 1 && i == E->gdim)) order[k++] = i;
-    for (int o = 0; o < d->nloop; o++) {
+    if (E->stepped) {   /* GPU chunks: digits kept by chunk_counters */
+        for (int o = 0; o < d->nloop; o++) {
+            if (o == 0) line(E, "const tk_i64 v_%s = tk_x0 * %d;", d->loop_vars[order[o]], E->chunk);
+            else line(E, "const tk_i64 v_%s = tk_x%d;", d->loop_vars[order[o]], o);
+        }
+        line(E, "r = tk_x%d;", d->nloop);
+    }
+    for (int o = 0; o < d->nloop && !E->stepped; o++) {
         int i = order[o];
         const char *v = d->loop_vars[i];
         if (E->tg->gpu) {   /* one (32-bit when it fits) division a dim, the remainder from it */
@@ -3055,6 +3070,62 @@ static void unit_stride_decl(emitter *E, const tk_param *p, int slot, int arg) {
  * innermost dim times G rows of the group dim (G = 1: none), ceil(n / V)
  * tiles a row, and decomposes the tile's index into its first element's
  * loop variables. */
+/* GPU chunks: the grid-stride loop's position as digits, tk_x0 the chunk
+ * in its row, tk_x<k> the k-th loop variable in decompose's order,
+ * tk_x<nloop> the rest (the '...' dims, decomposed per chunk); and the
+ * step's digits tk_s<k>. Each thread divides twice a dim once, then adds
+ * digits with carries (chunk_advance) instead of dividing every chunk: the
+ * divisions were a third of brick_pad's instructions. */
+static void chunk_dims(const emitter *E, int *order) {
+    const tk_opdecl *d = E->op->decl;
+    int k = 0;
+    if (d->nloop > 0) order[k++] = d->nloop - 1;
+    for (int i = d->nloop - 2; i >= 0; i--) order[k++] = i;
+}
+
+static void chunk_counters(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    int order[TK_MAX_DIMS + 1];
+    chunk_dims(E, order);
+    for (int k = 0; k <= d->nloop; k++) line(E, "tk_i64 tk_x%d = 0, tk_s%d = 0;", k, k);
+    line(E, "if (end > 0) {   /* every size is positive */");
+    E->indent++;
+    line(E, "tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;");
+    for (int k = 0; k < d->nloop; k++) {
+        char nb[80];
+        if (k == 0) snprintf(nb, sizeof nb, "tk_ntile");
+        else snprintf(nb, sizeof nb, "n_%s", d->loop_vars[order[k]]);
+        line(E, "tk_qa = tk_udiv(tk_a, %s), tk_qb = tk_udiv(tk_b, %s);", nb, nb);
+        line(E, "tk_x%d = tk_a - tk_qa * %s, tk_s%d = tk_b - tk_qb * %s;", k, nb, k, nb);
+        line(E, "tk_a = tk_qa, tk_b = tk_qb;");
+    }
+    line(E, "tk_x%d = tk_a, tk_s%d = tk_b;", d->nloop, d->nloop);
+    E->indent--;
+    line(E, "}");
+}
+
+/* The next grid-stride position: digit k gains tk_s<k> and the carry; a
+ * digit stays under its size, so one subtraction normalises it. */
+static void chunk_advance(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    int order[TK_MAX_DIMS + 1];
+    chunk_dims(E, order);
+    line(E, "{");
+    E->indent++;
+    line(E, "int tk_cy = 0;");
+    for (int k = 0; k < d->nloop; k++) {
+        char nb[80];
+        if (k == 0) snprintf(nb, sizeof nb, "tk_ntile");
+        else snprintf(nb, sizeof nb, "n_%s", d->loop_vars[order[k]]);
+        line(E, "tk_x%d += tk_s%d + tk_cy;", k, k);
+        line(E, "tk_cy = tk_x%d >= %s;", k, nb);
+        line(E, "if (tk_cy) tk_x%d -= %s;", k, nb);
+    }
+    line(E, "tk_x%d += tk_s%d + tk_cy;", d->nloop, d->nloop);
+    E->indent--;
+    line(E, "}");
+}
+
 static void gpu_tiles_head(emitter *E, int V, int G) {
     const tk_opdecl *d = E->op->decl;
     const char *A = E->tg->args;
@@ -3086,6 +3157,7 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
         line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", R - 1, R, R);
     }
     line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
+    if (E->stepped) chunk_counters(E);
     line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
     E->indent++;
     if (E->lanes) {
@@ -3203,6 +3275,157 @@ static int chunk_plan(emitter *E) {
     return 1;
 }
 
+/* ---- remainders spelled out (GPU chunks) -------------------------------------
+ * A spec that divides by hand writes the remainder of a memo site out:
+ * brick_pad's x2 = x1 - u*TW - v*stagger is (x1 - v*stagger) - u*TW with
+ * u = (x1 - v*stagger) // TW, i.e. tk_r0, which the chunk steps anyway.
+ * An int expression equal to N - q*D as a polynomial (N // D a memo site,
+ * q its quotient) is emitted as tk_r<i>: the identity holds in 64-bit
+ * wrapping arithmetic too, and the quotient's multiply and the subtractions
+ * go. Polynomials: up to 16 terms of up to 4 factors; a factor is a loop
+ * variable, a scalar, a dim, a hoisted local, a memo quotient, or any other
+ * int node by identity; other top-level single-assignment locals are
+ * expanded (as the memo's numerator is), and an expression reading a local
+ * assigned more than once is never matched. */
+typedef struct { int kind; const void *p; } poly_atom;   /* kind 0 name, 1 memo quotient, 2 node */
+typedef struct { int64_t c; int n; poly_atom f[4]; } poly_term;
+typedef struct { int n; poly_term t[16]; } poly;
+
+static int atom_cmp(const poly_atom *a, const poly_atom *b) {
+    if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
+    if (a->kind == 0) return strcmp((const char *)a->p, (const char *)b->p);
+    return a->p == b->p ? 0 : (uintptr_t)a->p < (uintptr_t)b->p ? -1 : 1;
+}
+
+static int term_same(const poly_term *a, const poly_term *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (atom_cmp(&a->f[i], &b->f[i]) != 0) return 0;
+    return 1;
+}
+
+/* Adds c * t to p; 0 when p is full. */
+static int poly_add_term(poly *p, const poly_term *t, int64_t c) {
+    int64_t k = (int64_t)((uint64_t)t->c * (uint64_t)c);
+    for (int i = 0; i < p->n; i++)
+        if (term_same(&p->t[i], t)) {
+            p->t[i].c = (int64_t)((uint64_t)p->t[i].c + (uint64_t)k);
+            if (p->t[i].c == 0) p->t[i] = p->t[--p->n];
+            return 1;
+        }
+    if (k == 0) return 1;
+    if (p->n == 16) return 0;
+    p->t[p->n] = *t;
+    p->t[p->n++].c = k;
+    return 1;
+}
+
+static int poly_add(poly *p, const poly *q, int64_t c) {
+    for (int i = 0; i < q->n; i++)
+        if (!poly_add_term(p, &q->t[i], c)) return 0;
+    return 1;
+}
+
+static int poly_mul(poly *out, const poly *a, const poly *b) {
+    out->n = 0;
+    for (int i = 0; i < a->n; i++)
+        for (int j = 0; j < b->n; j++) {
+            poly_term t;
+            if (a->t[i].n + b->t[j].n > 4) return 0;
+            t.c = (int64_t)((uint64_t)a->t[i].c * (uint64_t)b->t[j].c);
+            t.n = 0;
+            for (int k = 0; k < a->t[i].n; k++) t.f[t.n++] = a->t[i].f[k];
+            for (int k = 0; k < b->t[j].n; k++) {   /* insertion keeps the factors sorted */
+                int at = t.n;
+                while (at > 0 && atom_cmp(&t.f[at - 1], &b->t[j].f[k]) > 0) at--;
+                memmove(&t.f[at + 1], &t.f[at], (size_t)(t.n - at) * sizeof t.f[0]);
+                t.f[at] = b->t[j].f[k];
+                t.n++;
+            }
+            if (!poly_add_term(out, &t, 1)) return 0;
+        }
+    return 1;
+}
+
+static void poly_atom_of(poly *p, int kind, const void *ptr) {
+    p->n = 1;
+    p->t[0].c = 1;
+    p->t[0].n = 1;
+    p->t[0].f[0].kind = kind;
+    p->t[0].f[0].p = ptr;
+}
+
+/* The polynomial of int expression e; 0 when it does not fit. */
+static int poly_of(const emitter *E, const tk_expr *e, poly *p, int depth) {
+    poly a, b;
+    p->n = 0;
+    if (e->vtype != TK_V_INT || depth > 32) return 0;
+    for (int i = 0; i < E->nmemo; i++)
+        if (E->memo[i] == e) {
+            if (e->op == TK_OPC_FLOORDIV) {
+                poly_atom_of(p, 1, e);
+                return 1;
+            }
+            /* a memo'd modulo: N - q*D (its own quotient) */
+            if (!poly_of(E, e->args[0], p, depth + 1) || !poly_of(E, e->args[1], &a, depth + 1)) return 0;
+            poly_atom_of(&b, 1, e);
+            poly q;
+            return poly_mul(&q, &b, &a) && poly_add(p, &q, -1);
+        }
+    switch (e->kind) {
+    case TK_E_INT:
+        if (e->ival == 0) return 1;
+        p->n = 1;
+        p->t[0].c = e->ival;
+        p->t[0].n = 0;
+        return 1;
+    case TK_E_NAME: {
+        int idx;
+        const tk_opdecl *d = E->op->decl;
+        int is_var = 0;
+        for (int i = 0; i < d->nloop; i++) is_var |= strcmp(d->loop_vars[i], e->name) == 0;
+        if (!is_var && tk_resolve_header(E->op, e->name, &idx) == TK_SYM_NONE) {
+            /* a local: a hoisted one is one value for the chunk; another
+             * single-assignment one is its definition; one assigned more
+             * than once may differ from where a definition read it */
+            if (!E->def[e->ref] || E->op->locals[e->ref].type != TK_V_INT) return 0;
+            if (!E->hoisted_local[e->ref]) return poly_of(E, E->def[e->ref]->value, p, depth + 1);
+        }
+        poly_atom_of(p, 0, e->name);
+        return 1;
+    }
+    case TK_E_UNARY:
+        if (e->op != TK_OPC_NEG && e->op != TK_OPC_POS) break;
+        return poly_of(E, e->args[0], &a, depth + 1) && poly_add(p, &a, e->op == TK_OPC_NEG ? -1 : 1);
+    case TK_E_BINARY:
+        if (e->op != TK_OPC_ADD && e->op != TK_OPC_SUB && e->op != TK_OPC_MUL) break;
+        if (!poly_of(E, e->args[0], &a, depth + 1) || !poly_of(E, e->args[1], &b, depth + 1)) return 0;
+        if (e->op == TK_OPC_MUL) return poly_mul(p, &a, &b);
+        return poly_add(p, &a, 1) && poly_add(p, &b, e->op == TK_OPC_SUB ? -1 : 1);
+    default:
+        break;
+    }
+    poly_atom_of(p, 2, e);
+    return 1;
+}
+
+/* The memo site whose remainder e equals, or -1. */
+static int chunk_remainder(const emitter *E, const tk_expr *e) {
+    if (!E->in_chunk || e->vtype != TK_V_INT || e->kind != TK_E_BINARY ||
+        (e->op != TK_OPC_ADD && e->op != TK_OPC_SUB))
+        return -1;
+    poly x, n, dd, q, prod;
+    if (!poly_of(E, e, &x, 0)) return -1;
+    for (int i = 0; i < E->nmemo; i++) {
+        if (E->memo[i]->op != TK_OPC_FLOORDIV) continue;
+        if (!poly_of(E, E->memo[i]->args[0], &n, 0) || !poly_of(E, E->memo[i]->args[1], &dd, 0)) continue;
+        poly_atom_of(&q, 1, E->memo[i]);
+        if (!poly_mul(&prod, &q, &dd) || !poly_add(&n, &prod, -1) || !poly_add(&n, &x, -1)) continue;
+        if (n.n == 0) return i;
+    }
+    return -1;
+}
+
 /* Writes gathered output i of a full chunk (v_ is its first element) in
  * 16-byte stores: this copy of the loop runs only on aligned rows. */
 static void chunk_store(emitter *E, int i) {
@@ -3224,7 +3447,9 @@ static void gpu_chunk_loop(emitter *E) {
     const tk_opdecl *d = E->op->decl;
     const char *v = d->loop_vars[d->nloop - 1];
     int K = E->chunk;
+    E->stepped = 1;
     gpu_tiles_head(E, K, 1);
+    E->stepped = 0;
     run_block(E, 1);
     for (int i = 0; i < E->nmemo; i++) {
         begin_line(E);
@@ -3234,7 +3459,7 @@ static void gpu_chunk_loop(emitter *E) {
     }
     begin_line(E);
     tk_buf_printf(E->b, "if (v_%s + %d <= n_%s", v, K, v);
-    for (int i = 0; i < E->nmemo; i++) tk_buf_printf(E->b, " && tk_d%d > 0", i);
+    for (int i = 0; i < E->nmemo; i++) tk_buf_printf(E->b, " && tk_d%d > 0 && tk_d%d <= 0x7fffffff", i, i);
     tk_buf_puts(E->b, ") {\n");
     E->indent++;
     for (int i = 0; i < E->nmemo; i++) {
@@ -3244,8 +3469,10 @@ static void gpu_chunk_loop(emitter *E) {
         expr(E, E->memo[i]->args[0], TK_V_INT);
         tk_buf_puts(E->b, ";\n");
         E->inline_locals = 0;
-        line(E, "tk_i64 tk_q%d = tk_floordiv(tk_n%d, tk_d%d), tk_r%d = tk_n%d - tk_q%d * tk_d%d;", i, i, i, i, i, i,
-             i);
+        /* the remainder steps in 32 bits (the divisor fits) */
+        line(E, "tk_i64 tk_q%d = tk_floordiv(tk_n%d, tk_d%d);", i, i, i);
+        line(E, "tk_u32 tk_r%d = (tk_u32)(tk_n%d - tk_q%d * tk_d%d);", i, i, i, i);
+        line(E, "const tk_u32 tk_e%d = (tk_u32)tk_d%d;", i, i);
     }
     for (int i = 0; i < d->noutputs; i++) {
         if (!E->vst[i]) continue;
@@ -3261,7 +3488,7 @@ static void gpu_chunk_loop(emitter *E) {
     E->in_chunk = 1;
     run_block(E, 0);
     E->in_chunk = 0;
-    for (int i = 0; i < E->nmemo; i++) line(E, "if (++tk_r%d == tk_d%d) tk_r%d = 0, ++tk_q%d;", i, i, i, i);
+    for (int i = 0; i < E->nmemo; i++) line(E, "if (++tk_r%d == tk_e%d) tk_r%d = 0, ++tk_q%d;", i, i, i, i);
     E->indent--;
     line(E, "}");
     for (int i = 0; i < d->noutputs; i++)
@@ -3279,6 +3506,7 @@ static void gpu_chunk_loop(emitter *E) {
     line(E, "}");
     E->indent--;
     line(E, "}");
+    chunk_advance(E);
     E->indent--;
     line(E, "}");
 }

@@ -153,6 +153,10 @@ TK_FN tk_i64 tk_udiv(tk_i64 a, tk_i64 b) {
 /* Python floor division and modulo; x // 0 and x % 0 give 0, and
  * INT64_MIN // -1 wraps instead of trapping. */
 TK_FN tk_i64 tk_floordiv(tk_i64 a, tk_i64 b) {
+#ifdef TK_STATIC_POSITIVE_DIVISORS
+    /* bench/gpu_static.py's chunk path: the branches a positive divisor takes */
+    if (b <= 0) __builtin_unreachable();
+#endif
     if (b == 0) return 0;
     if (b == -1) return (tk_i64)(0 - (tk_u64)a);
     tk_i64 q = tk_tdiv(a, b);

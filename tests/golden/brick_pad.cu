@@ -27,14 +27,24 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -48,9 +58,11 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -58,9 +70,9 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -75,6 +87,16 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -83,14 +105,24 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -104,9 +136,11 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -114,9 +148,9 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -132,20 +166,40 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -159,18 +213,20 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 16; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -181,6 +237,16 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -212,14 +278,24 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -233,9 +309,11 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -243,9 +321,9 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -260,6 +338,16 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -268,14 +356,24 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -289,9 +387,11 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -299,9 +399,9 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -317,20 +417,40 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -344,18 +464,20 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 16; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -366,6 +488,16 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -397,14 +529,24 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -418,9 +560,11 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_i8 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -428,9 +572,9 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -445,6 +589,16 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -453,14 +607,24 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -474,9 +638,11 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_i8 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -484,9 +650,9 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i8 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -502,20 +668,40 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -529,18 +715,20 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 16; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -551,6 +739,16 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -582,14 +780,24 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -603,9 +811,11 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i16 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -613,9 +823,9 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -631,6 +841,16 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -639,14 +859,24 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -660,9 +890,11 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i16 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -670,9 +902,9 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -689,20 +921,40 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -716,18 +968,20 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 16; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -738,6 +992,16 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -769,14 +1033,24 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 8;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -790,9 +1064,11 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0) {
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i32 e[8]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -800,9 +1076,9 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i32 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -818,6 +1094,16 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -826,14 +1112,24 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 8;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -847,9 +1143,11 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0) {
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i32 e[8]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -857,9 +1155,9 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i32 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -876,20 +1174,40 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 7) / 8;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 8;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -903,18 +1221,20 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0) {
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 8; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -925,6 +1245,16 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -956,14 +1286,24 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 4;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -977,9 +1317,11 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0) {
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i64 e[4]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -987,9 +1329,9 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i64 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1005,6 +1347,16 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -1013,14 +1365,24 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 4;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1034,9 +1396,11 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0) {
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i64 e[4]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1044,9 +1408,9 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_i64 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1063,20 +1427,40 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 3) / 4;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 4;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1090,18 +1474,20 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0) {
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 4; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -1112,6 +1498,16 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -1143,14 +1539,24 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1164,9 +1570,11 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1174,9 +1582,9 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1192,6 +1600,16 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -1200,14 +1618,24 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1221,9 +1649,11 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1231,9 +1661,9 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1250,20 +1680,40 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1277,18 +1727,20 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 16; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -1299,6 +1751,16 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -1330,14 +1792,24 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1351,9 +1823,11 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1361,9 +1835,9 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1379,6 +1853,16 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -1387,14 +1871,24 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1408,9 +1902,11 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1418,9 +1914,9 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     tk_u16 *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1437,20 +1933,40 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 15) / 16;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 16;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 16;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1464,18 +1980,20 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0) {
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 16; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -1486,6 +2004,16 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -1517,14 +2045,24 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 8;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1538,9 +2076,11 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0) {
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; float e[8]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1548,9 +2088,9 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     float *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1566,6 +2106,16 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -1574,14 +2124,24 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 8;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1595,9 +2155,11 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0) {
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; float e[8]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1605,9 +2167,9 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     float *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1624,20 +2186,40 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 7) / 8;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 8;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 8;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1651,18 +2233,20 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0) {
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 8; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -1673,6 +2257,16 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }
@@ -1704,14 +2298,24 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 4;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1725,9 +2329,11 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0) {
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; double e[4]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1735,9 +2341,9 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     double *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1753,6 +2359,16 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     } else if (s_out_1 == 1 && tk_al0) {
@@ -1761,14 +2377,24 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 4;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1782,9 +2408,11 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0) {
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; double e[4]; } tk_o0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
@@ -1792,9 +2420,9 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     tk_o0.e[tk_k] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
                 {
                     double *tk_p = &t_out[o_out + v_row * s_out_0 + v_col * s_out_1];
@@ -1811,20 +2439,40 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
             }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
+            }
         }
     } else {
         const tk_i64 tk_ntile = (n_col + 3) / 4;
         const tk_i64 tk_nrow = n_col == 0 ? 0 : a.numel / n_col;
         const tk_i64 end = tk_nrow * tk_ntile;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        tk_i64 tk_x0 = 0, tk_s0 = 0;
+        tk_i64 tk_x1 = 0, tk_s1 = 0;
+        tk_i64 tk_x2 = 0, tk_s2 = 0;
+        if (end > 0) {   /* every size is positive */
+            tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;
+            tk_qa = tk_udiv(tk_a, tk_ntile), tk_qb = tk_udiv(tk_b, tk_ntile);
+            tk_x0 = tk_a - tk_qa * tk_ntile, tk_s0 = tk_b - tk_qb * tk_ntile;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_qa = tk_udiv(tk_a, n_row), tk_qb = tk_udiv(tk_b, n_row);
+            tk_x1 = tk_a - tk_qa * n_row, tk_s1 = tk_b - tk_qb * n_row;
+            tk_a = tk_qa, tk_b = tk_qb;
+            tk_x2 = tk_a, tk_s2 = tk_b;
+        }
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
             tk_i64 r = lin;
-            const tk_i64 q_col = tk_udiv(r, tk_ntile);
-            const tk_i64 v_col = (r - q_col * tk_ntile) * 4;
-            r = q_col;
-            const tk_i64 q_row = tk_udiv(r, n_row);
-            const tk_i64 v_row = r - q_row * n_row;
-            r = q_row;
+            const tk_i64 v_col = tk_x0 * 4;
+            const tk_i64 v_row = tk_x1;
+            r = tk_x2;
             tk_i64 o_tile = 0;
             tk_i64 o_out = 0;
             for (tk_i64 bd = a.nbatch - 1; bd >= 0; --bd) {
@@ -1838,18 +2486,20 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv(v_y1, d_TH);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0) {
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_n0 - tk_q0 * tk_d0;
+                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
+                const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
                 #pragma unroll
                 for (int tk_k = 0; tk_k < 4; ++tk_k) {
                     const tk_i64 v_col = tk_c0 + tk_k;
                     tk_i64 v_x1 = (v_col - p_pw);
                     tk_i64 v_u = tk_q0;
-                    tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
+                    tk_i64 v_x2 = (tk_i64)tk_r0;
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
-                    if (++tk_r0 == tk_d0) tk_r0 = 0, ++tk_q0;
+                    if (++tk_r0 == tk_e0) tk_r0 = 0, ++tk_q0;
                 }
             } else {
                 const tk_i64 tk_t0 = v_col;
@@ -1860,6 +2510,16 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
+            }
+            {
+                int tk_cy = 0;
+                tk_x0 += tk_s0 + tk_cy;
+                tk_cy = tk_x0 >= tk_ntile;
+                if (tk_cy) tk_x0 -= tk_ntile;
+                tk_x1 += tk_s1 + tk_cy;
+                tk_cy = tk_x1 >= n_row;
+                if (tk_cy) tk_x1 -= n_row;
+                tk_x2 += tk_s2 + tk_cy;
             }
         }
     }

@@ -164,6 +164,13 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
     assert c and c["elements"] == 8 and c["st.v4"] == 2 and c["ld.global"] == 8, c
     assert c.get("div64", 0) == 0 and c["per_element"] <= 16, c
     assert rows["tk_brick_pad__f32 (plain)"]["chunk"] is None
+    # the whole iteration in SASS, loop and index work included, in both
+    # copies that gather stores (unit strides; the seed's strided tile):
+    # 351 instructions a chunk (44 an element) before the chunk's
+    # positions were stepped instead of divided and the spelled-out
+    # remainder x2 became the stepped one; 231 (29) after
+    paths = c.get("sass_path")
+    assert paths and len(paths) == 2 and all(p <= 8 * 32 for p in paths), c
     assert "GPU chunks" in r.stdout
     assert "tk_rwkv_forward__f32" in r.stdout
 
