@@ -457,8 +457,10 @@ tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call)
     binder b;
     memset(&b, 0, sizeof b);
     tk_status st = bind_args(op, args, nargs, call, &b);
-    if (st == TK_OK && !((st = bind_defaults(&b)) || (st = bind_outputs(&b)) || (st = check_empty_inputs(&b))))
+    if (st == TK_OK && !((st = bind_defaults(&b)) || (st = bind_outputs(&b)) || (st = check_empty_inputs(&b)))) {
+        tk_kargs_divisors(&call->kargs);
         return TK_OK;
+    }
     return st;
 }
 

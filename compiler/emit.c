@@ -359,6 +359,19 @@ static void call(emitter *E, const tk_expr *e) {
 
 static int chunk_remainder(const emitter *E, const tk_expr *e);
 
+/* GPU: the tk_kargs.i slot of divisor e when it is an int scalar or a dim
+ * by name (its multiplier is in tk_kargs.idiv, see tk_kdiv), else -1. */
+static int kdiv_slot(const emitter *E, const tk_expr *e) {
+    int idx;
+    if (E->plain || e->kind != TK_E_NAME || e->vtype != TK_V_INT) return -1;   /* plain: the reference */
+    for (int i = 0; i < E->op->decl->nloop; i++)
+        if (strcmp(E->op->decl->loop_vars[i], e->name) == 0) return -1;
+    tk_sym_kind k = tk_resolve_header(E->op, e->name, &idx);
+    if (k == TK_SYM_DIM) return E->op->dims[idx].slot;
+    if (k == TK_SYM_INT && param(E, idx)->kind == TK_P_INT) return E->op->slot[idx];
+    return -1;
+}
+
 static void binary(emitter *E, const tk_expr *e) {
     tk_vtype a = e->args[0]->vtype, b = e->args[1]->vtype;
     tk_vtype t = a > b ? a : b;     /* operand type */
@@ -388,6 +401,15 @@ static void binary(emitter *E, const tk_expr *e) {
             tk_buf_puts(E->b, ")");
             return;
         }
+    int ks = t == TK_V_INT && E->tg->gpu ? kdiv_slot(E, e->args[1]) : -1;
+    if (ks >= 0 && (e->op == TK_OPC_FLOORDIV || e->op == TK_OPC_MOD)) {   /* by a launch-wide divisor */
+        tk_buf_printf(E->b, "%s(", e->op == TK_OPC_MOD ? "tk_mod_k" : "tk_floordiv_k");
+        expr(E, e->args[0], t);
+        tk_buf_puts(E->b, ", ");
+        expr(E, e->args[1], t);
+        tk_buf_printf(E->b, ", %sidiv[%d])", E->tg->args, ks);
+        return;
+    }
     if (e->op == TK_OPC_FLOORDIV) fn = t == TK_V_INT ? "tk_floordiv" : NULL;
     if (e->op == TK_OPC_MOD) fn = t == TK_V_INT ? "tk_mod" : t == TK_V_F32 ? "tk_fmodf_py" : "tk_fmod_py";
     if (e->op == TK_OPC_POW) fn = t == TK_V_F32 ? "powf" : "pow";
@@ -3470,7 +3492,9 @@ static void gpu_chunk_loop(emitter *E) {
         tk_buf_puts(E->b, ";\n");
         E->inline_locals = 0;
         /* the remainder steps in 32 bits (the divisor fits) */
-        line(E, "tk_i64 tk_q%d = tk_floordiv(tk_n%d, tk_d%d);", i, i, i);
+        int ks = kdiv_slot(E, E->memo[i]->args[1]);
+        if (ks >= 0) line(E, "tk_i64 tk_q%d = tk_floordiv_k(tk_n%d, tk_d%d, %sidiv[%d]);", i, i, i, E->tg->args, ks);
+        else line(E, "tk_i64 tk_q%d = tk_floordiv(tk_n%d, tk_d%d);", i, i, i);
         line(E, "tk_u32 tk_r%d = (tk_u32)(tk_n%d - tk_q%d * tk_d%d);", i, i, i, i);
         line(E, "const tk_u32 tk_e%d = (tk_u32)tk_d%d;", i, i);
     }

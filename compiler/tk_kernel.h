@@ -49,6 +49,15 @@ typedef struct tk_ktensor {
     tk_i64 ndim;
 } tk_ktensor;
 
+/* Division by a value fixed for the whole launch, as a multiply (the
+ * method of Granlund and Montgomery, 1994): for a divisor 1 <= d <= 2^31 - 1,
+ * s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1, every
+ * 0 <= t < 2^31 has t / d = (umulhi(t, m) + t) >> s. m == 0: d is out of
+ * that range and the kernel divides. */
+typedef struct tk_kdiv {
+    tk_u32 m, s;
+} tk_kdiv;
+
 /* Everything one launch needs. Slot order is fixed by the op's parameter
  * order: t[] holds tensor parameters then outputs; i[] int and bool scalars
  * then symbolic dims (in order of first binding); f[] float scalars. */
@@ -58,7 +67,10 @@ typedef struct tk_kargs {
     double f[TK_MAX_FLOATS];
     tk_i64 numel;       /* size of the index space */
     tk_i64 nbatch;      /* number of '...' dims of the loop output */
+    tk_kdiv idiv[TK_MAX_INTS];  /* i[k] as a divisor (tk_kargs_divisors; GPU kernels) */
 } tk_kargs;
+/* a CUDA kernel's parameters: at most 4 kB (tk_kargs is the only one) */
+typedef char tk_kargs_fits_a_launch[sizeof(tk_kargs) <= 4096 ? 1 : -1];
 
 typedef void (*tk_cpu_fn)(const tk_kargs *a, tk_i64 begin, tk_i64 end);
 
@@ -168,6 +180,41 @@ TK_FN tk_i64 tk_mod(tk_i64 a, tk_i64 b) {
     tk_i64 r = a - tk_tdiv(a, b) * b;
     if (r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
+}
+/* The multiplier of divisor d (tk_kdiv); tk_bind fills tk_kargs.idiv. */
+TK_FN tk_kdiv tk_kdiv_make(tk_i64 d) {
+    tk_kdiv r;
+    r.m = 0;
+    r.s = 0;
+    if (d < 1 || d > 0x7fffffffLL) return r;
+    while (((tk_i64)1 << r.s) < d) r.s++;
+    r.m = (tk_u32)((((tk_u64)1 << 32) * (((tk_u64)1 << r.s) - (tk_u64)d)) / (tk_u64)d + 1);
+    return r;
+}
+TK_FN void tk_kargs_divisors(tk_kargs *a) {
+    for (int k = 0; k < TK_MAX_INTS; k++) a->idiv[k] = tk_kdiv_make(a->i[k]);
+}
+TK_FN tk_u32 tk_umulhi(tk_u32 a, tk_u32 b) {
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+    return __umulhi(a, b);
+#else
+    return (tk_u32)(((tk_u64)a * b) >> 32);
+#endif
+}
+/* a // b and a % b (Python's) where dv is b's multiplier: a multiply and a
+ * shift when |a| < 2^31 (a < 0 divides -a - 1, then -q - 1 is the floor) */
+TK_FN tk_i64 tk_floordiv_k(tk_i64 a, tk_i64 b, tk_kdiv dv) {
+    if (dv.m != 0 && a >= -0x7fffffffLL && a <= 0x7fffffffLL) {
+        const tk_u32 neg = (tk_u32)0 - (tk_u32)(a < 0);
+        const tk_u32 t = (tk_u32)a ^ neg;
+        const tk_u32 q = (tk_umulhi(t, dv.m) + t) >> dv.s;
+        return (tk_i64)(tk_i32)(q ^ neg);
+    }
+    return tk_floordiv(a, b);
+}
+TK_FN tk_i64 tk_mod_k(tk_i64 a, tk_i64 b, tk_kdiv dv) {
+    if (dv.m != 0 && a >= -0x7fffffffLL && a <= 0x7fffffffLL) return a - tk_floordiv_k(a, b, dv) * b;
+    return tk_mod(a, b);
 }
 TK_FN float tk_fmodf_py(float a, float b) {
     float r = fmodf(a, b);

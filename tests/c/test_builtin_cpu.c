@@ -4,6 +4,7 @@
  * unwritten elements show. Usage: test_builtin_cpu OPS_DIR TESTS_DIR */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tk.h"
 #include "tk_test.h"
@@ -293,6 +294,52 @@ static void test_python_division(void) {
     CHECK(tk_f2i(NAN) == 0 && tk_f2i(1e300) == INT64_MAX && tk_f2i(-2.7) == -2);
 }
 
+/* GPU kernels divide by a launch-wide int scalar or dim with tk_kargs.idiv
+ * (a multiply and a shift; tk_kdiv): the same floor and modulo as
+ * tk_floordiv and tk_mod for every numerator, in and out of the multiply's
+ * range (|a| < 2^31), for divisors in it and out of it (no multiplier). */
+static void test_launch_divisors(void) {
+    uint64_t x = 0x243F6A8885A308D3ull;
+    long bad = 0, n = 0;
+    const int64_t edges[] = {0, 1, 2, 3, 7, 641, 65535, 65536, 65537, 0x3fffffff, 0x40000000, 0x40000001,
+                             0x7ffffffe, 0x7fffffff, 0x80000000LL, -1, -2, -3, -0x7fffffffLL, -0x80000000LL,
+                             (int64_t)1 << 40, -((int64_t)1 << 40)};
+    const int ne = (int)(sizeof edges / sizeof edges[0]);
+    for (int64_t d = -3; d < 2600 + 3 * ne; d++) {   /* small and edge divisors; numerators near 0 and the edges */
+        int64_t dv = d < 2600 ? d : edges[(d - 2600) / 3] + (d - 2600) % 3 - 1;
+        tk_kdiv k = tk_kdiv_make(dv);
+        if ((k.m != 0) != (dv >= 1 && dv <= 0x7fffffff)) bad++;
+        for (int64_t a = -700; a <= 700; a++) {
+            n++;
+            bad += tk_floordiv_k(a, dv, k) != tk_floordiv(a, dv) || tk_mod_k(a, dv, k) != tk_mod(a, dv);
+        }
+        for (int e = 0; e < ne; e++)
+            for (int64_t off = -2; off <= 2; off++) {
+                int64_t a = edges[e] + off;
+                n++;
+                bad += tk_floordiv_k(a, dv, k) != tk_floordiv(a, dv) || tk_mod_k(a, dv, k) != tk_mod(a, dv);
+            }
+    }
+    for (int i = 0; i < 2000000; i++) {   /* random 31-bit and wider divisors and numerators */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int64_t dv = (int64_t)(x % 0x7fffffffull) + 1;
+        if (i % 3 == 0) dv = (int64_t)(x >> 40) + 1;
+        if (i % 101 == 0) dv = -dv;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int64_t a = (int64_t)(x >> (i % 5 == 0 ? 0 : 32)) - (i % 2 ? (int64_t)1 << 31 : 0);
+        tk_kdiv k = tk_kdiv_make(dv);
+        n++;
+        bad += tk_floordiv_k(a, dv, k) != tk_floordiv(a, dv) || tk_mod_k(a, dv, k) != tk_mod(a, dv);
+    }
+    CHECK(bad == 0);
+    CHECK(n > 5000000);
+    tk_kargs ka;
+    memset(&ka, 0, sizeof ka);
+    ka.i[0] = 48, ka.i[1] = 0, ka.i[2] = -5;
+    tk_kargs_divisors(&ka);
+    CHECK(ka.idiv[0].m != 0 && ka.idiv[0].s == 6 && ka.idiv[1].m == 0 && ka.idiv[2].m == 0);
+}
+
 int main(void) {
     tk_ctx *ctx = tk_ctx_new();
     CHECK(ctx != NULL);
@@ -314,6 +361,7 @@ int main(void) {
     }
     test_half_conversions();
     test_python_division();
+    test_launch_divisors();
     tk_ctx_free(ctx);
     return tk_test_report("test_builtin_cpu");
 }

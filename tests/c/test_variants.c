@@ -14,6 +14,7 @@
  * stay untouched. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core.h"
 #include "tk_test.h"
@@ -126,6 +127,19 @@ static int count_diffs(const unsigned char *a, const unsigned char *b, size_t n,
     return bad;
 }
 
+/* An int scalar: small, or for the wide_* specs (indices reduced by %)
+ * one in four each near +-2^31, any 32-bit value, up to 2^40 */
+static int64_t rand_int(const tk_op *op) {
+    if (strncmp(tk_op_name(op), "wide_", 5) != 0) return rand_in(-6, 12);
+    int64_t sign = rand_in(0, 1) ? 1 : -1;
+    switch (rand_in(0, 3)) {
+    case 0: return rand_in(-6, 12);
+    case 1: return sign * (((int64_t)1 << 31) + rand_in(-3, 3));
+    case 2: return rand_in(INT32_MIN, INT32_MAX);
+    default: return sign * rand_in(0, (int64_t)1 << 40);
+    }
+}
+
 static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, int v) {
     const tk_opdecl *d = opt->decl;
     int64_t dimsize[TK_MAX_INTS];
@@ -149,7 +163,7 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
     int nin = 0;
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
-        if (p->kind == TK_P_INT) args[i] = p->optional && rand_in(0, 1) ? tk_arg_none() : tk_arg_int(rand_in(-6, 12));
+        if (p->kind == TK_P_INT) args[i] = p->optional && rand_in(0, 1) ? tk_arg_none() : tk_arg_int(rand_int(opt));
         else if (p->kind == TK_P_FLOAT) args[i] = tk_arg_float((double)rand_in(-100, 100) / 10.0);
         else if (p->kind == TK_P_BOOL) args[i] = tk_arg_bool((int)rand_in(0, 1));
         if (p->kind != TK_P_TENSOR) continue;

@@ -55,12 +55,12 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
@@ -83,7 +83,7 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
                 }
@@ -133,12 +133,12 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
@@ -161,7 +161,7 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
                 }
@@ -210,12 +210,12 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -233,7 +233,7 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]) != 0);
                 }
@@ -306,12 +306,12 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
@@ -334,7 +334,7 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -384,12 +384,12 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_u8 e[16]; } tk_o0;
@@ -412,7 +412,7 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -461,12 +461,12 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -484,7 +484,7 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_u8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -557,12 +557,12 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_i8 e[16]; } tk_o0;
@@ -585,7 +585,7 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -635,12 +635,12 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[1]; tk_i8 e[16]; } tk_o0;
@@ -663,7 +663,7 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -712,12 +712,12 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -735,7 +735,7 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i8)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -808,12 +808,12 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i16 e[16]; } tk_o0;
@@ -837,7 +837,7 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -887,12 +887,12 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i16 e[16]; } tk_o0;
@@ -916,7 +916,7 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -965,12 +965,12 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -988,7 +988,7 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i16)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1061,12 +1061,12 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i32 e[8]; } tk_o0;
@@ -1090,7 +1090,7 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1140,12 +1140,12 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i32 e[8]; } tk_o0;
@@ -1169,7 +1169,7 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1218,12 +1218,12 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -1241,7 +1241,7 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i32)(tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1314,12 +1314,12 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i64 e[4]; } tk_o0;
@@ -1343,7 +1343,7 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1393,12 +1393,12 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_i64 e[4]; } tk_o0;
@@ -1422,7 +1422,7 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1471,12 +1471,12 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -1494,7 +1494,7 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = (tk_i64)__ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1567,12 +1567,12 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
@@ -1596,7 +1596,7 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1646,12 +1646,12 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
@@ -1675,7 +1675,7 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1724,12 +1724,12 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -1747,7 +1747,7 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1820,12 +1820,12 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
@@ -1849,7 +1849,7 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1899,12 +1899,12 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; tk_u16 e[16]; } tk_o0;
@@ -1928,7 +1928,7 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -1977,12 +1977,12 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -2000,7 +2000,7 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -2073,12 +2073,12 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; float e[8]; } tk_o0;
@@ -2102,7 +2102,7 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -2152,12 +2152,12 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; float e[8]; } tk_o0;
@@ -2181,7 +2181,7 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -2230,12 +2230,12 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -2253,7 +2253,7 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -2326,12 +2326,12 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; double e[4]; } tk_o0;
@@ -2355,7 +2355,7 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -2405,12 +2405,12 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 union { tk_v16 v[2]; double e[4]; } tk_o0;
@@ -2434,7 +2434,7 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -2483,12 +2483,12 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                 o_out += bi * a.t[1].stride[bd];
             }
             tk_i64 v_y1 = (((p_height - 1LL) - v_row) + p_ph);
-            tk_i64 v_v = tk_floordiv(v_y1, d_TH);
+            tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
             if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
                 const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
-                tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0);
+                tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
                 const tk_i64 tk_c0 = v_col;
@@ -2506,7 +2506,7 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
                 for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 4, n_col); ++tk_t) {
                     const tk_i64 v_col = tk_t;
                     tk_i64 v_x1 = (v_col - p_pw);
-                    tk_i64 v_u = tk_floordiv((v_x1 - (v_v * p_stagger)), d_TW);
+                    tk_i64 v_u = tk_floordiv_k((v_x1 - (v_v * p_stagger)), d_TW, a.idiv[6]);
                     tk_i64 v_x2 = ((v_x1 - (v_u * d_TW)) - (v_v * p_stagger));
                     t_out[o_out + v_row * s_out_0 + v_col * s_out_1] = __ldg(&t_tile[o_tile + ((d_TH - 1LL) - v_y2) * s_tile_0 + v_x2 * s_tile_1]);
                 }
@@ -2566,14 +2566,14 @@ extern "C" __global__ void tk_brick_pad_backward__f16(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         float v_s = 0.0f;
         {
-            const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
             for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
                     for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
                         v_s += tk_f16_to_f32(t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1]);
                     }
@@ -2623,14 +2623,14 @@ extern "C" __global__ void tk_brick_pad_backward__bf16(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         float v_s = 0.0f;
         {
-            const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
             for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
                     for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
                         v_s += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1]);
                     }
@@ -2680,14 +2680,14 @@ extern "C" __global__ void tk_brick_pad_backward__f32(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         float v_s = 0.0f;
         {
-            const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
             for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
                     for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
                         v_s += t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1];
                     }
@@ -2737,14 +2737,14 @@ extern "C" __global__ void tk_brick_pad_backward__f64(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         double v_s = 0.0;
         {
-            const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
             for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
                     for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
                         v_s += t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1];
                     }
