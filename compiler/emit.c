@@ -3088,35 +3088,29 @@ static void unit_stride_decl(emitter *E, const tk_param *p, int slot, int arg) {
     line(E, "const tk_i64 s_%s_%d = 1;", p->name, tk_explicit_dims(p) - 1);
 }
 
-/* Opens a grid-stride loop over tiles of V consecutive elements of the
- * innermost dim times G rows of the group dim (G = 1: none), ceil(n / V)
- * tiles a row, and decomposes the tile's index into its first element's
- * loop variables. */
+/* The size of digit k (< nloop): chunks in a row, then the loop variables
+ * from the second innermost out. */
+static void chunk_digit_size(const emitter *E, int k, char *nb, size_t n) {
+    const tk_opdecl *d = E->op->decl;
+    if (k == 0) snprintf(nb, n, "tk_ntile");
+    else snprintf(nb, n, "n_%s", d->loop_vars[d->nloop - 1 - k]);
+}
+
 /* GPU chunks: the grid-stride loop's position as digits, tk_x0 the chunk
  * in its row, tk_x<k> the k-th loop variable in decompose's order,
  * tk_x<nloop> the rest (the '...' dims, decomposed per chunk); and the
  * step's digits tk_s<k>. Each thread divides twice a dim once, then adds
  * digits with carries (chunk_advance) instead of dividing every chunk: the
  * divisions were a third of brick_pad's instructions. */
-static void chunk_dims(const emitter *E, int *order) {
-    const tk_opdecl *d = E->op->decl;
-    int k = 0;
-    if (d->nloop > 0) order[k++] = d->nloop - 1;
-    for (int i = d->nloop - 2; i >= 0; i--) order[k++] = i;
-}
-
 static void chunk_counters(emitter *E) {
     const tk_opdecl *d = E->op->decl;
-    int order[TK_MAX_DIMS + 1];
-    chunk_dims(E, order);
     for (int k = 0; k <= d->nloop; k++) line(E, "tk_i64 tk_x%d = 0, tk_s%d = 0;", k, k);
     line(E, "if (end > 0) {   /* every size is positive */");
     E->indent++;
     line(E, "tk_i64 tk_a = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x, tk_b = step, tk_qa, tk_qb;");
     for (int k = 0; k < d->nloop; k++) {
         char nb[80];
-        if (k == 0) snprintf(nb, sizeof nb, "tk_ntile");
-        else snprintf(nb, sizeof nb, "n_%s", d->loop_vars[order[k]]);
+        chunk_digit_size(E, k, nb, sizeof nb);
         line(E, "tk_qa = tk_udiv(tk_a, %s), tk_qb = tk_udiv(tk_b, %s);", nb, nb);
         line(E, "tk_x%d = tk_a - tk_qa * %s, tk_s%d = tk_b - tk_qb * %s;", k, nb, k, nb);
         line(E, "tk_a = tk_qa, tk_b = tk_qb;");
@@ -3130,15 +3124,12 @@ static void chunk_counters(emitter *E) {
  * digit stays under its size, so one subtraction normalises it. */
 static void chunk_advance(emitter *E) {
     const tk_opdecl *d = E->op->decl;
-    int order[TK_MAX_DIMS + 1];
-    chunk_dims(E, order);
     line(E, "{");
     E->indent++;
     line(E, "int tk_cy = 0;");
     for (int k = 0; k < d->nloop; k++) {
         char nb[80];
-        if (k == 0) snprintf(nb, sizeof nb, "tk_ntile");
-        else snprintf(nb, sizeof nb, "n_%s", d->loop_vars[order[k]]);
+        chunk_digit_size(E, k, nb, sizeof nb);
         line(E, "tk_x%d += tk_s%d + tk_cy;", k, k);
         line(E, "tk_cy = tk_x%d >= %s;", k, nb);
         line(E, "if (tk_cy) tk_x%d -= %s;", k, nb);
@@ -3148,6 +3139,10 @@ static void chunk_advance(emitter *E) {
     line(E, "}");
 }
 
+/* Opens a grid-stride loop over tiles of V consecutive elements of the
+ * innermost dim times G rows of the group dim (G = 1: none), ceil(n / V)
+ * tiles a row, and decomposes the tile's index into its first element's
+ * loop variables. */
 static void gpu_tiles_head(emitter *E, int V, int G) {
     const tk_opdecl *d = E->op->decl;
     const char *A = E->tg->args;
