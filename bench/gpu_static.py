@@ -109,10 +109,8 @@ def sass_op(ins: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0]
 
 
-def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
-    """The innermost SASS loop (a backward BRA with no other loop inside)
-    with the most FFMA/DFMA: its instruction count, FMAs, global loads
-    (LDG) and the FMA share of the loop."""
+def sass_listing(fn: List[tuple]) -> tuple:
+    """A function's instructions, and the index each label points at."""
     ins: List[str] = []
     labels: Dict[str, int] = {}
     for kind, t in fn:
@@ -120,12 +118,25 @@ def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
             labels[t] = len(ins)
         else:
             ins.append(t)
+    return ins, labels
+
+
+def sass_loops(ins: List[str], labels: Dict[str, int], branch: "re.Pattern") -> List[tuple]:
+    """(head, back edge) of every backward branch that branch matches."""
     loops = []
     for i, t in enumerate(ins):
-        m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", t)
+        m = branch.search(t)
         if m and m.group(1) in labels and labels[m.group(1)] <= i:
             loops.append((labels[m.group(1)], i))
-    inner = innermost(loops)
+    return loops
+
+
+def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
+    """The innermost SASS loop (a backward BRA with no other loop inside)
+    with the most FFMA/DFMA: its instruction count, FMAs, global loads
+    (LDG) and the FMA share of the loop."""
+    ins, labels = sass_listing(fn)
+    inner = innermost(sass_loops(ins, labels, re.compile(r"BRA\s+`?\(?(\.L_x_\d+)")))
     best = None
     for a, b in inner:
         ops = [sass_op(t) for t in ins[a:b + 1]]
@@ -193,11 +204,7 @@ def sass_chunk_path(fn: List[tuple]) -> List[dict]:
                     heapq.heappush(pq, (d + c, j))
         return None
 
-    loops = []
-    for i, t in enumerate(ins):
-        m = branch.search(t)
-        if m and m.group(1) in labels and labels[m.group(1)] <= i:
-            loops.append((labels[m.group(1)], i))
+    loops = sass_loops(ins, labels, branch)
     blocks: List[List[int]] = []
     for i, t in enumerate(ins):
         if sass_op(t).startswith("STG") and ".128" in t:
