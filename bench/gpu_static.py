@@ -424,6 +424,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             r = dict(kernel=fn + (" (plain)" if plain else ""), **res.get(fn, {}))
             r["hot_loop"] = hot_loop(fns[fn])
             r["sass_hot_loop"] = sass_hot_loop(sass[fn]) if fn in sass else None
+            # warp shuffles anywhere in the kernel (split reductions' butterflies)
+            r["sass_shfl"] = sum(1 for k, t in sass[fn] if k == "ins" and sass_op(t).startswith("SHFL")) \
+                if fn in sass else None
             r["chunk"] = chunk_block(fns[fn], fn)
             if r["chunk"] and paths.get(fn):
                 r["chunk"]["sass_path"] = [p["path"] for p in paths[fn]]
@@ -442,11 +445,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if nvdisasm:
         print(f"\nSASS ({nvdisasm}): the hot loop as the GPU runs it; fma% = FFMA/DFMA share of its instructions, "
               "the most of the FMA peak it can issue")
-        print(f"{'kernel':42} {'instr':>5} {'fma':>4} {'ldg':>4}  fma%")
+        print(f"{'kernel':42} {'instr':>5} {'fma':>4} {'ldg':>4}  fma%  shfl (whole kernel: split reductions)")
         for r in rows:
             h = r.get("sass_hot_loop")
             if h:
-                print(f"{r['kernel']:42} {h['total']:>5} {h['fma']:>4} {h['ldg']:>4}  {100 * h['fma_share']:>4.0f}")
+                print(f"{r['kernel']:42} {h['total']:>5} {h['fma']:>4} {h['ldg']:>4}  {100 * h['fma_share']:>4.0f}"
+                      f"  {r.get('sass_shfl') or '-':>4}")
     else:
         print("\n(no nvdisasm: pip install nvidia-cuda-nvdisasm for the SASS hot loops)")
     chunks = [r for r in rows if r.get("chunk")]

@@ -84,7 +84,11 @@ typedef struct emitter {
     const tk_stmt *vst[TK_MAX_TENSORS];  /* output i's store, gathered in registers tk_o<i> (NULL: stored directly) */
     int raw_read;                   /* tensor_read gives the stored element, unconverted */
     /* GPU tile shape (gpu_tune; 0: the defaults below) */
-    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk;
+    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk, tune_split;
+    /* GPU split reductions (see split_plan): S threads share a tile, dealing
+     * out the iterations of the body's top-level loop split_loop */
+    int split;                      /* S; 0 or 1: one thread a tile */
+    const tk_stmt *split_loop;
     int outputs_only;               /* each_strided: the outputs only */
     int stepped;                    /* GPU chunks: the loop variables come from counters tk_x<k> (chunk_counters) */
 } emitter;
@@ -100,9 +104,10 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
  * TK_CUDA_TUNE="lanes=8,rows=2,warp_rows=8,chunk=64" overrides the CUDA tile
  * shape the emitter picks: lanes (outputs along the innermost dim a thread
  * computes: 4, 8, 16), rows (group rows a thread computes at most: 1, 2, 4,
- * 8), warp_rows (rows a warp's threads spread over: 1 to 32, a power of two)
- * and chunk (bytes of the widest output a loop-free kernel's thread writes:
- * 16 to 128). Any key may be left out. It is the knob for measuring shapes
+ * 8), warp_rows (rows a warp's threads spread over: 1 to 32, a power of two),
+ * chunk (bytes of the widest output a loop-free kernel's thread writes:
+ * 16 to 128) and split (threads that share a tile's top-level reduction
+ * loop: 1 to 32, see split_plan). Any key may be left out. It is the knob for measuring shapes
  * on a GPU (ci/gpu_tune.py), read at each emission; the emitted source, and so
  * the kernel cache's key, records the shape. A malformed value is an error.
  * An op's 'schedule' line (docs/spec.md) sets the same items for that op;
@@ -112,7 +117,7 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
 typedef struct gpu_tune {
     int v[TK_SCHED_KEYS];   /* indexed as tk_sched_keys; 0: not given */
 } gpu_tune;
-enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK };   /* ORDER tk_sched_keys */
+enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT };   /* ORDER tk_sched_keys */
 
 static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
     memset(t, 0, sizeof *t);
@@ -128,7 +133,7 @@ static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
         if (k < 0 || !end || (*end && *end != ',') || (*end == ',' && !end[1]) || !tk_sched_valid(k, v) ||
             t->v[k]) {
             snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
-                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), each a power of two",
+                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, each a power of two",
                      env);
             return TK_ERR_INVALID;
         }
@@ -2120,7 +2125,11 @@ static void tile_shared_for(emitter *E, const tk_stmt *s) {
     tk_buf_printf(E->b, ", v_%s_end = ", s->name);
     expr(E, s->hi, TK_V_INT);
     tk_buf_puts(E->b, ";\n");
-    line(E, "for (tk_i64 v_%s = v_%s_lo; v_%s < v_%s_end; ++v_%s) {", s->name, s->name, s->name, s->name, s->name);
+    if (s == E->split_loop)   /* thread tk_sub of the tile's S (split_plan) */
+        line(E, "for (tk_i64 v_%s = v_%s_lo + tk_sub; v_%s < v_%s_end; v_%s += %d) {", s->name, s->name, s->name,
+             s->name, s->name, E->split);
+    else
+        line(E, "for (tk_i64 v_%s = v_%s_lo; v_%s < v_%s_end; ++v_%s) {", s->name, s->name, s->name, s->name, s->name);
     E->indent++;
     E->shared[E->nshared++] = s->name;
     tile_block(E, s->body, s->nbody);
@@ -2149,6 +2158,150 @@ static void tile_block(emitter *E, tk_stmt **body, int n) {
     }
 }
 
+/* ---- GPU split reductions -------------------------------------------------------
+ * 'schedule split=S' (or TK_CUDA_TUNE): S consecutive threads, lanes of one
+ * warp, share each tile. The body's first top-level loop, when its bounds
+ * are the same in every lane and copy and its iterations meet only in
+ * accumulators (float locals it only adds into, `s += e`, and never reads)
+ * and in temporaries (assigned once, at the top of its body, and read
+ * nowhere after it), is dealt out: thread r of the S runs iterations
+ * lo + r, lo + r + S, ..., its accumulators starting at 0 (thread 0's
+ * carry what the body set before the loop); after the loop a butterfly of
+ * warp shuffles (__shfl_xor_sync) adds the S partial sums, every thread
+ * getting the same bits (each step adds the same two values, in either
+ * order), and thread 0 alone runs the rest of the body. A tile that crosses
+ * the end of its row deals out its elements instead. The sum is
+ * reassociated: S partial sums, each in the spec's order, added pairwise.
+ * It is for ops whose outputs are too few to fill the GPU: rwkv_backward_w's
+ * C x T outputs each sum the whole batch. The S threads of a tile are
+ * consecutive lanes of one warp because the launcher's blocks are multiples
+ * of 32 threads (tk_cuda_block_size). */
+typedef struct split_scan {
+    int writes[TK_MAX_LOCALS], adds[TK_MAX_LOCALS], reads[TK_MAX_LOCALS];
+    unsigned char top_set[TK_MAX_LOCALS];   /* first touched by a plain assignment at the top level */
+    int stores;
+} split_scan;
+
+static void split_reads(const emitter *E, const tk_expr *e, split_scan *sc) {
+    if (!e) return;
+    if (e->kind == TK_E_NAME)
+        for (int r = 0; r < E->op->nlocals; r++)
+            if (strcmp(E->op->locals[r].name, e->name) == 0) sc->reads[r]++;
+    for (int i = 0; i < e->nargs; i++) split_reads(E, e->args[i], sc);
+}
+
+static void split_walk(const emitter *E, tk_stmt **body, int n, int top, split_scan *sc) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        split_reads(E, s->value, sc);
+        split_reads(E, s->lo, sc);
+        split_reads(E, s->hi, sc);
+        for (int j = 0; j < s->nindex; j++) split_reads(E, s->index[j], sc);
+        if (s->kind == TK_S_STORE) sc->stores++;
+        if (s->kind == TK_S_ASSIGN) {
+            int r = s->ref;
+            if (s->op == TK_OPC_NONE && top && !sc->writes[r] && !sc->reads[r]) sc->top_set[r] = 1;
+            sc->writes[r]++;
+            sc->adds[r] += s->op == TK_OPC_ADD && !s->declares;
+        }
+        split_walk(E, s->body, s->nbody, 0, sc);
+        split_walk(E, s->orelse, s->norelse, 0, sc);
+    }
+}
+
+/* Sets E->split and E->split_loop when the tile's top-level loop can be
+ * dealt out (see above); after lane_plan. */
+static int split_plan(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    E->split = 0;
+    E->split_loop = NULL;
+    if (!E->tg->gpu || !E->lanes || E->tune_split < 2) return 0;
+    const tk_stmt *loop = NULL;
+    for (int i = 0; i < d->nbody && !loop; i++)
+        if (d->body[i]->kind == TK_S_FOR) loop = d->body[i];
+    if (!loop || !lane_invariant(E, loop->lo) || !lane_invariant(E, loop->hi)) return 0;
+    split_scan in, all;
+    memset(&in, 0, sizeof in);
+    memset(&all, 0, sizeof all);
+    split_walk(E, loop->body, loop->nbody, 1, &in);
+    split_walk(E, d->body, d->nbody, 0, &all);
+    if (in.stores) return 0;
+    int nacc = 0;
+    for (int r = 0; r < E->op->nlocals; r++) {
+        const tk_local *l = &E->op->locals[r];
+        if (!in.writes[r] || l->is_loop) continue;
+        int acc = in.adds[r] == in.writes[r] && in.reads[r] == 0 && E->arr[r] &&
+                  (l->type == TK_V_F32 || l->type == TK_V_F64);
+        int tmp = in.writes[r] == 1 && in.top_set[r] && all.reads[r] + all.writes[r] == in.reads[r] + in.writes[r];
+        if (!acc && !tmp) return 0;
+        nacc += acc;
+    }
+    if (nacc == 0) return 0;
+    E->split = E->tune_split;
+    E->split_loop = loop;
+    return 1;
+}
+
+/* The accumulators of the split loop, each copy and lane: `<name> <op> <fmt>`. */
+static void split_accs(emitter *E, const char *fmt) {
+    split_scan in;
+    memset(&in, 0, sizeof in);
+    split_walk(E, E->split_loop->body, E->split_loop->nbody, 1, &in);
+    lane_open(E, 0);
+    for (int r = 0; r < E->op->nlocals; r++) {
+        if (!in.writes[r] || E->op->locals[r].is_loop || in.adds[r] != in.writes[r]) continue;
+        for (int c = 0; c < E->ngroup * E->nblocks; c++) {
+            set_copy(E, c);
+            begin_line(E);
+            local_name(E, E->op->locals[r].name, r);
+            tk_buf_puts(E->b, " ");
+            if (strstr(fmt, "%s")) {
+                size_t at = (size_t)(strstr(fmt, "%s") - fmt);
+                tk_buf_printf(E->b, "%.*s", (int)at, fmt);
+                local_name(E, E->op->locals[r].name, r);
+                tk_buf_puts(E->b, fmt + at + 2);
+            } else {
+                tk_buf_puts(E->b, fmt);
+            }
+            tk_buf_puts(E->b, ";\n");
+        }
+    }
+    lane_close(E);
+}
+
+/* The body with its top-level loop dealt out over the tile's S threads. */
+static void split_body(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    int k = 0;
+    while (d->body[k] != E->split_loop) k++;
+    tile_block(E, d->body, k);
+    line(E, "if (tk_sub != 0) {   /* thread 0 carries the sums so far */");
+    E->indent++;
+    split_accs(E, "= 0");
+    E->indent--;
+    line(E, "}");
+    tile_block(E, d->body + k, 1);
+    line(E, "{   /* the S partial sums, added pairwise by warp shuffles */");
+    E->indent++;
+    if (E->split == 32) line(E, "const unsigned tk_smask = 0xffffffffu;");
+    else line(E, "const unsigned tk_smask = 0x%xu << (threadIdx.x & %d);", (1u << E->split) - 1, 32 - E->split);
+    line(E, "#pragma unroll");
+    line(E, "for (int tk_o = 1; tk_o < %d; tk_o *= 2) {", E->split);
+    E->indent++;
+    split_accs(E, "+= __shfl_xor_sync(tk_smask, %s, tk_o)");
+    E->indent--;
+    line(E, "}");
+    E->indent--;
+    line(E, "}");
+    if (k + 1 < d->nbody) {
+        line(E, "if (tk_sub == 0) {");
+        E->indent++;
+        tile_block(E, d->body + k + 1, d->nbody - k - 1);
+        E->indent--;
+        line(E, "}");
+    }
+}
+
 /* One tile: the per-lane locals of every copy, then the body. */
 static void tile(emitter *E) {
     line(E, "{");
@@ -2158,7 +2311,8 @@ static void tile(emitter *E) {
         for (int c = 0; c < E->ngroup * E->nblocks; c++)
             line(E, "%s v_%s_%d[%d];", k_vctype[E->op->locals[r].type], E->op->locals[r].name, c, E->lanes);
     }
-    tile_block(E, E->op->decl->body, E->op->decl->nbody);
+    if (E->split_loop) split_body(E);
+    else tile_block(E, E->op->decl->body, E->op->decl->nbody);
     set_copy(E, 0);
     E->copy = -1;
     E->indent--;
@@ -3171,7 +3325,10 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
          * groups of one channel, so a warp's w loads touch 8 positions of one
          * row and its k loads 4 rows. */
         const int R = E->tune_warp_rows ? E->tune_warp_rows : TK_ROWS;
-        line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", R - 1, R, R);
+        if (E->split > 1)   /* S threads a tile (split_plan) */
+            line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile * %d;", R - 1, R, R, E->split);
+        else
+            line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", R - 1, R, R);
     }
     line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
     if (E->stepped) chunk_counters(E);
@@ -3179,9 +3336,15 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
     E->indent++;
     if (E->lanes) {
         const int R = E->tune_warp_rows ? E->tune_warp_rows : TK_ROWS;
-        line(E, "const tk_i64 tk_row = lin / %d / tk_ntile * %d + lin %% %d;", R, R, R);
+        const char *L = "lin";
+        if (E->split > 1) {   /* the tile's threads are S consecutive ones */
+            line(E, "const tk_i64 tk_l = lin / %d;", E->split);
+            line(E, "const int tk_sub = (int)(lin %% %d);", E->split);
+            L = "tk_l";
+        }
+        line(E, "const tk_i64 tk_row = %s / %d / tk_ntile * %d + %s %% %d;", L, R, R, L, R);
         line(E, "if (tk_row >= tk_nrow) continue;");
-        line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + lin / %d %% tk_ntile;", R);
+        line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + %s / %d %% tk_ntile;", L, R);
     }
     E->gpu_tiles = 1;
     decompose(E, 0);
@@ -3216,7 +3379,10 @@ static void gpu_tile_loop(emitter *E) {
         line(E, "const tk_i64 v_%s = tk_g;", g);
     }
     line(E, "const tk_i64 tk_t0 = v_%s;", v);
-    line(E, "for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + %d, n_%s); ++tk_t) {", V, v);
+    if (E->split > 1)   /* the tile's S threads deal out its elements */
+        line(E, "for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + %d, n_%s); tk_t += %d) {", V, v, E->split);
+    else
+        line(E, "for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + %d, n_%s); ++tk_t) {", V, v);
     E->indent++;
     line(E, "const tk_i64 v_%s = tk_t;", v);
     int lanes = E->lanes;
@@ -3619,6 +3785,7 @@ static void kernel(emitter *E) {
     /* (no __launch_bounds__(256, 2): capping a tile kernel at 128 registers
      * spilled rwkv_backward_k, 168 bytes on sm_90 - bench/gpu_static.py) */
     int tiles = lane_plan(E);
+    if (tiles) split_plan(E);
     tk_buf_printf(E->b, "%s%s%s {\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
@@ -3657,6 +3824,7 @@ static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk
         E->tune_rows = v[TUNE_ROWS];
         E->tune_warp_rows = v[TUNE_WARP_ROWS];
         E->tune_chunk = v[TUNE_CHUNK];
+        E->tune_split = v[TUNE_SPLIT];
     }
 }
 
@@ -3674,9 +3842,10 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
                   op->decl->name);
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
     if (target == TK_TARGET_CUDA && (tune.v[TUNE_LANES] || tune.v[TUNE_ROWS] || tune.v[TUNE_WARP_ROWS] ||
-                                     tune.v[TUNE_CHUNK]))
-        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d (0: default) */\n",
-                      tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS], tune.v[TUNE_CHUNK]);
+                                     tune.v[TUNE_CHUNK] || tune.v[TUNE_SPLIT]))
+        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d (0: default) */\n",
+                      tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS], tune.v[TUNE_CHUNK],
+                      tune.v[TUNE_SPLIT]);
     for (int v = first; v < last; v++) {
         tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
         if (st != TK_OK) {
@@ -3721,6 +3890,7 @@ int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *cop, int variant) {
     int n = 1;      /* as kernel() decides */
     if (lane_plan(&E)) {
         n = E.lanes * E.ngroup;
+        if (split_plan(&E)) n = n / E.split > 1 ? n / E.split : 1;   /* S threads a tile */
     } else {
         E.lanes = 0;
         E.ngroup = 1;

@@ -637,7 +637,8 @@ static int variant_of(const tk_op *op, const char *code) {
 }
 
 /* Elements per grid-stride iteration, as the CUDA emitter plans them: rwkv
- * tiles of 16 (float64: 8) lanes x 2 batch rows (backward_w: no group),
+ * tiles of 16 (float64: 8) lanes x 2 batch rows (backward_w: no group, and
+ * 8 threads a tile by its schedule line's split=8, so 2 and 1),
  * brick_pad chunks of 32 bytes, brick_pad_backward (loops) one element; with
  * TK_CUDA_TUNE, the shape it names, and 0 for a malformed one. */
 static void test_per_thread(tk_ctx *ctx) {
@@ -645,7 +646,7 @@ static void test_per_thread(tk_ctx *ctx) {
         const char *op, *code;
         int n;
     } cases[] = {{"rwkv_forward", "f32", 32}, {"rwkv_forward", "f64", 16}, {"rwkv_forward", "bf16", 32},
-                 {"rwkv_backward_w", "bf16", 16}, {"rwkv_backward_w", "f64", 8},
+                 {"rwkv_backward_w", "bf16", 2}, {"rwkv_backward_w", "f64", 1},
                  {"brick_pad", "f32", 8},     {"brick_pad", "bf16", 16},   {"brick_pad", "f64", 4},
                  {"brick_pad", "u8", 16},     {"brick_pad_backward", "f32", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -667,6 +668,17 @@ static void test_per_thread(tk_ctx *ctx) {
         CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "bf16")) == 32);
         setenv("TK_CUDA_TUNE", "rows=1", 1);
         CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 16);
+        const tk_op *bw = tk_op_find(ctx, "rwkv_backward_w");
+        CHECK(bw != NULL);
+        if (bw) {   /* split: threads a tile; rwkv_forward's loop (u < t + 1) cannot be split */
+            setenv("TK_CUDA_TUNE", "split=1", 1);
+            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 16);
+            setenv("TK_CUDA_TUNE", "split=4", 1);
+            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 4);
+            CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 32);
+            setenv("TK_CUDA_TUNE", "split=32", 1);
+            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 1);
+        }
         setenv("TK_CUDA_TUNE", "chunk=128", 1);
         CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "f32")) == 32);
         CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "u8")) == 32);   /* at most 32 elements */

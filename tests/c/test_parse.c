@@ -232,10 +232,10 @@ static void test_rwkv(const char *dir) {
     tk_stmt *f, *acc;
     if (m == NULL) return;
     CHECK(m->nops == 3);    /* rwkv_forward, rwkv_backward_w, rwkv_backward_k */
-    if (m->nops == 3) {     /* rwkv_backward_w's 'schedule warp_rows=2'; the others have none */
-        CHECK(m->ops[1]->schedule_loc.line == 19 && m->ops[1]->schedule_loc.col == 5);
+    if (m->nops == 3) {     /* rwkv_backward_w's 'schedule warp_rows=2, split=8'; the others have none */
+        CHECK(m->ops[1]->schedule_loc.line == 23 && m->ops[1]->schedule_loc.col == 5);
         CHECK(m->ops[1]->schedule[0] == 0 && m->ops[1]->schedule[1] == 0 && m->ops[1]->schedule[2] == 2 &&
-              m->ops[1]->schedule[3] == 0);
+              m->ops[1]->schedule[3] == 0 && m->ops[1]->schedule[4] == 8);
         CHECK(m->ops[0]->schedule_loc.line == 0 && m->ops[0]->schedule[2] == 0);
         CHECK(m->ops[2]->schedule_loc.line == 0);
     }
@@ -527,14 +527,15 @@ static const bad_case bad_cases[] = {
     {H "    schedule lanes=3\n" L "        pass\n", "t.tk:2:20: error: schedule lanes=3: expected a power of two from 4 to 16"},
     {H "    schedule chunk=256\n" L "        pass\n",
      "t.tk:2:20: error: schedule chunk=256: expected a power of two from 16 to 128"},
+    {H "    schedule split=64\n" L "        pass\n", "t.tk:2:20: error: schedule split=64: expected a power of two from 1 to 32"},
     {H "    schedule foo=2\n" L "        pass\n",
-     "t.tk:2:14: error: unknown schedule item 'foo' (lanes, rows, warp_rows or chunk)"},
+     "t.tk:2:14: error: unknown schedule item 'foo' (lanes, rows, warp_rows, chunk or split)"},
     {H "    schedule rows=2, rows=4\n" L "        pass\n", "t.tk:2:22: error: schedule item 'rows' is given twice"},
     {H "    schedule rows 2\n" L "        pass\n", "t.tk:2:19: error: expected '=' after a schedule item, found '2'"},
     {H "    schedule\n" L "        pass\n",
-     "t.tk:2:13: error: expected a schedule item (lanes, rows, warp_rows or chunk), found NEWLINE"},
+     "t.tk:2:13: error: expected a schedule item (lanes, rows, warp_rows, chunk or split), found NEWLINE"},
     {H "    schedule rows=2,\n" L "        pass\n",
-     "t.tk:2:21: error: expected a schedule item (lanes, rows, warp_rows or chunk), found NEWLINE"},
+     "t.tk:2:21: error: expected a schedule item (lanes, rows, warp_rows, chunk or split), found NEWLINE"},
     {H "    schedule rows=x\n" L "        pass\n", "t.tk:2:19: error: expected an integer after 'schedule ... =', found 'x'"},
     {H "    schedule rows=2 lanes=8\n" L "        pass\n",
      "t.tk:2:21: error: expected ',' or NEWLINE after a schedule item, found 'lanes'"},

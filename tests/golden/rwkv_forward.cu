@@ -1434,12 +1434,14 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1453,9 +1455,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
@@ -1564,14 +1572,26 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1592,12 +1612,14 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1611,9 +1633,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
@@ -1722,14 +1750,26 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1773,12 +1813,14 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1792,9 +1834,15 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
@@ -1903,14 +1951,26 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -1931,12 +1991,14 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -1950,9 +2012,15 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
@@ -2061,14 +2129,26 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -2112,12 +2192,14 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2131,9 +2213,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
@@ -2242,14 +2330,26 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -2270,12 +2370,14 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 16;
             r /= tk_ntile;
@@ -2289,9 +2391,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
                         v_s_0[tk_j] = 0.0f;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[16], tk_hi0[16];
                                 #pragma unroll
@@ -2400,14 +2508,26 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     float v_s = 0.0f;
                     {
@@ -2451,12 +2571,14 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
@@ -2470,9 +2592,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[8], tk_hi0[8];
                                 #pragma unroll
@@ -2581,14 +2709,26 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 8, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     double v_s = 0.0;
                     {
@@ -2609,12 +2749,14 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
     } else {
         const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
         for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 2 / tk_ntile * 2 + lin % 2;
+            const tk_i64 tk_l = lin / 8;
+            const int tk_sub = (int)(lin % 8);
+            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
             if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 2 % tk_ntile;
+            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
             tk_i64 r = tk_lin;
             const tk_i64 v_j = r % tk_ntile * 8;
             r /= tk_ntile;
@@ -2628,9 +2770,15 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
                         v_s_0[tk_j] = 0.0;
                     }
+                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            v_s_0[tk_j] = 0;
+                        }
+                    }
                     {
                         const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
                             {
                                 tk_i64 tk_lo0[8], tk_hi0[8];
                                 #pragma unroll
@@ -2739,14 +2887,26 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                             }
                         }
                     }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                    {   /* the S partial sums, added pairwise by warp shuffles */
+                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                        #pragma unroll
+                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                            }
+                        }
+                    }
+                    if (tk_sub == 0) {
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                        }
                     }
                 }
             } else {
                 const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_j); ++tk_t) {
+                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 8, n_j); tk_t += 8) {
                     const tk_i64 v_j = tk_t;
                     double v_s = 0.0;
                     {

@@ -156,6 +156,12 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
         s, sp = tiled["sass_hot_loop"], plain["sass_hot_loop"]
         assert s and s["fma_share"] >= 0.70 and s["fma"] >= 128, (op, s)
         assert sp and sp["fma_share"] < 0.3, (op, sp)
+    # rwkv_backward_w's schedule line splits its batch sum over 8 threads a
+    # tile: a butterfly of warp shuffles (3 steps x 16 lanes, in each copy of
+    # the loop); the other kernels have none
+    assert rows["tk_rwkv_backward_w__f32"]["sass_shfl"] >= 2 * 3 * 16, rows["tk_rwkv_backward_w__f32"]
+    assert not rows["tk_rwkv_forward__f32"]["sass_shfl"] and not rows["tk_rwkv_backward_k__f32"]["sass_shfl"]
+    assert not rows["tk_rwkv_backward_w__f32 (plain)"]["sass_shfl"]
     assert rows["tk_brick_pad__f32"]["regs"] > 0 and rows["tk_brick_pad__f32"].get("spill_st", 0) == 0
     # brick_pad runs as chunks of 8 float32: one block of straight-line code
     # per chunk, 8 loads, two 16-byte stores, no 64-bit division, and few
