@@ -54,13 +54,14 @@ typedef struct driver_api {
                        unsigned bz, unsigned shared, CUstream s, void **params, void **extra);
     CUresult (*error_string)(CUresult r, const char **s);
     CUresult (*error_name)(CUresult r, const char **s);
+    CUresult (*occupancy)(int *blocks, CUfunction f, int block, size_t dynamic_shared);
 } driver_api;
 
 static const char *const k_driver_names[] = {   /* ORDER DRIVER_FN */
     "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute",
     "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2",
     "cuCtxPopCurrent_v2", "cuCtxGetCurrent", "cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload", "cuLaunchKernel",
-    "cuGetErrorString", "cuGetErrorName",
+    "cuGetErrorString", "cuGetErrorName", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
 };
 #define DRIVER_NFN (sizeof k_driver_names / sizeof k_driver_names[0])
 _Static_assert(sizeof(driver_api) == DRIVER_NFN * sizeof(void *), "k_driver_names and driver_api disagree");
@@ -85,6 +86,7 @@ typedef struct kernel {
     CUmodule mod;
     CUfunction fn;
     int per_thread;         /* elements a grid-stride iteration computes (tk_emit_cuda_per_thread) */
+    int resident[TK_CUDA_NBLOCKS];  /* blocks of TK_CUDA_BLOCK >> i threads an SM holds (0: unknown) */
     char error[4096];       /* K_FAILED: why */
 } kernel;
 
@@ -176,6 +178,17 @@ unsigned tk_cuda_block_size(int64_t n, int nsm) {
     unsigned block = TK_CUDA_BLOCK;
     while (block > TK_CUDA_BLOCK_MIN && n > 0 && (n + block - 1) / block < want) block /= 2;
     return block;
+}
+
+unsigned tk_cuda_block_size_occ(int64_t n, int nsm, const int *resident) {
+    unsigned base = tk_cuda_block_size(n, nsm), best = base;
+    long most = 0;
+    for (int i = 0; resident && i < TK_CUDA_NBLOCKS; i++) {
+        unsigned b = TK_CUDA_BLOCK >> i;
+        long threads = resident[i] > 0 ? (long)resident[i] * b : 0;
+        if (b <= base && threads > most) most = threads, best = b;
+    }
+    return best;
 }
 
 unsigned tk_cuda_grid_size(int64_t n, unsigned block, int nsm) {
@@ -402,9 +415,17 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     if (r == 0) {
         r = cu->cu.module_load(&k->mod, bin.data);
         if (r == 0) r = cu->cu.module_function(&k->fn, k->mod, tk_op_kernel_name(k->op, k->variant));
+        /* how many blocks of each size fit an SM with this kernel's registers
+         * (tk_cuda_block_size_occ); a failed query leaves the size unknown */
+        for (int i = 0; r == 0 && i < TK_CUDA_NBLOCKS; i++)
+            if (cu->cu.occupancy(&k->resident[i], k->fn, (int)(TK_CUDA_BLOCK >> i), 0) != 0) k->resident[i] = 0;
         leave(cu, pushed);
     }
     tk_binary_free(&bin);
+    if (r == 0 && cu->debug)
+        fprintf(stderr, "tk: %s on cuda:%d: %d elements a thread; an SM holds %d/%d/%d blocks of 256/128/64\n",
+                tk_op_kernel_name(k->op, k->variant), k->device, k->per_thread, k->resident[0], k->resident[1],
+                k->resident[2]);
     if (r != 0) {
         tk_put(why, n, "loading %s for sm_%d failed: %s", tk_op_kernel_name(k->op, k->variant), d->sm,
             cu_error(cu, r, err, sizeof err));
@@ -493,7 +514,7 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
     if (r == 0) {
         /* one thread per chunk or tile (fewer when rows are shorter than one) */
         int64_t items = kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
-        unsigned block = tk_cuda_block_size(items, d->nsm);
+        unsigned block = tk_cuda_block_size_occ(items, d->nsm, k->resident);
         r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, block, d->nsm), 1, 1, block, 1, 1, 0,
                           (CUstream)stream, params, NULL);
         leave(cu, pushed);

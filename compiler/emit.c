@@ -77,6 +77,12 @@ typedef struct emitter {
     int win_shift[8];               /* -1: lane j takes lane j - 1's value, +1: lane j + 1's */
     int nwin, win_on;
     int win_rot;                    /* in an unrolled round of V steps: window slots renamed by tk_p, not shifted */
+    /* GPU streams (see stream_find): lane-invariant reads advancing one
+     * element a step, loaded 16 bytes at a time in the rounds */
+    const tk_expr *strm[8];
+    int strm_copy[8];               /* the group copy it is read in, -1: every copy (group-invariant) */
+    int nstrm, strm_on, strm_w;     /* strm_w: elements in 16 bytes */
+    int unit_copy;                  /* emitting the unit-stride copy of the GPU tile loop */
     /* GPU chunks (see gpu_chunk_loop): K consecutive elements of the
      * innermost dim per iteration, divisions stepped, stores gathered */
     int chunk;                      /* K; 0: one element per iteration */
@@ -84,7 +90,7 @@ typedef struct emitter {
     const tk_stmt *vst[TK_MAX_TENSORS];  /* output i's store, gathered in registers tk_o<i> (NULL: stored directly) */
     int raw_read;                   /* tensor_read gives the stored element, unconverted */
     /* GPU tile shape (gpu_tune; 0: the defaults below) */
-    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk, tune_split;
+    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk, tune_split, tune_ldg;
     /* GPU split reductions (see split_plan): S threads share a tile, dealing
      * out the iterations of the body's top-level loop split_loop */
     int split;                      /* S; 0 or 1: one thread a tile */
@@ -106,8 +112,9 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
  * computes: 4, 8, 16), rows (group rows a thread computes at most: 1, 2, 4,
  * 8), warp_rows (rows a warp's threads spread over: 1 to 32, a power of two),
  * chunk (bytes of the widest output a loop-free kernel's thread writes:
- * 16 to 128) and split (threads that share a tile's top-level reduction
- * loop: 1 to 32, see split_plan). Any key may be left out. It is the knob for measuring shapes
+ * 16 to 128), split (threads that share a tile's top-level reduction
+ * loop: 1 to 32, see split_plan) and ldg (bytes of one load of a stream:
+ * 4, 8, 16, see stream_find; default 16). Any key may be left out. It is the knob for measuring shapes
  * on a GPU (ci/gpu_tune.py), read at each emission; the emitted source, and so
  * the kernel cache's key, records the shape. A malformed value is an error.
  * An op's 'schedule' line (docs/spec.md) sets the same items for that op;
@@ -117,7 +124,7 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
 typedef struct gpu_tune {
     int v[TK_SCHED_KEYS];   /* indexed as tk_sched_keys; 0: not given */
 } gpu_tune;
-enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT };   /* ORDER tk_sched_keys */
+enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT, TUNE_LDG };   /* ORDER tk_sched_keys */
 
 static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
     memset(t, 0, sizeof *t);
@@ -133,7 +140,7 @@ static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
         if (k < 0 || !end || (*end && *end != ',') || (*end == ',' && !end[1]) || !tk_sched_valid(k, v) ||
             t->v[k]) {
             snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
-                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, each a power of two",
+                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), each a power of two",
                      env);
             return TK_ERR_INVALID;
         }
@@ -287,6 +294,11 @@ static void tensor_read(emitter *E, const tk_expr *e) {
             if (!E->win_rot) tk_buf_printf(E->b, "tk_w%d[tk_j]", i);
             else if (E->win_shift[i] < 0) tk_buf_printf(E->b, "tk_w%d[(tk_j + %d - tk_p) %% %d]", i, E->lanes, E->lanes);
             else tk_buf_printf(E->b, "tk_w%d[(tk_j + tk_p) %% %d]", i, E->lanes);
+            return;
+        }
+    for (int i = 0; E->strm_on && E->in_lane && i < E->nstrm; i++)
+        if (E->strm[i] == e && (E->strm_copy[i] < 0 || E->strm_copy[i] == E->gcopy)) {
+            tk_buf_printf(E->b, "tk_sv%d[tk_p]", i);
             return;
         }
     int r = row_match(E, e);
@@ -3143,6 +3155,8 @@ static void win_find(emitter *E, const tk_expr *e, const char *u) {
 
 /* Loads every window's element of lane `lane` (-1: of every lane, tk_j). */
 static void win_load(emitter *E, int lane) {
+    int strm_on = E->strm_on;
+    E->strm_on = 0;   /* (the element of the next step: not this step's stream registers) */
     for (int i = 0; i < E->nwin; i++) {
         int l = lane < 0 ? -1 : E->win_shift[i] < 0 ? 0 : E->lanes - 1;   /* the lane with no predecessor */
         E->lane_fix = l;
@@ -3155,6 +3169,7 @@ static void win_load(emitter *E, int lane) {
         tk_buf_puts(E->b, ";\n");
     }
     E->lane_fix = -1;
+    E->strm_on = strm_on;
 }
 
 /* The unmasked range [lo, hi) of lane loop s with sliding windows; returns
@@ -3189,12 +3204,133 @@ static void win_step(emitter *E, const tk_stmt *s, const char *hi, int rot) {
     line(E, "}");
 }
 
+/* ---- GPU streams ------------------------------------------------------------------
+ * In a round of V steps (gpu_window_range) a read that is the same in every
+ * lane and whose last index grows by one a step (rwkv_forward: k[b, c, u],
+ * one per group row; rwkv_backward_k: grad_out[b, c, t2]) reads V
+ * consecutive elements of one row: in the unit-stride copy they are loaded
+ * 16 bytes at a time (__ldg of a tk_v16: ld.global.nc.v4, 4 float32 or 8
+ * bfloat16 a load instead of one) into registers tk_sv<i>[V], from which
+ * step tk_p takes its element. The rounds need every such read's first
+ * address 16-byte aligned: a tile first runs single steps (shifted, as the
+ * last ones) until they all are, at most 16 / element bytes - 1 of them;
+ * when no start aligns them all (rows of odd lengths), the rounds load
+ * element by element as before. A warp's load then asks L1 for its rows
+ * once every 4 steps instead of every step (the H200's L1 was 65-92 %
+ * busy with these kernels' loads, docs/gpu.md). Only reads that every step
+ * of the spec evaluates (top-level assignments of the loop body, outside
+ * conditional expressions) qualify, so no load leaves the spec's own reads. */
+
+/* Names a stream's index may use: lane-invariant ones, the group variable,
+ * and (allow_u) the loop variable u. */
+static int stream_names_ok(const emitter *E, const tk_expr *e, const char *u, int allow_u) {
+    if (!e) return 1;
+    if (e->kind == TK_E_NAME) {
+        const tk_opdecl *d = E->op->decl;
+        if (!strcmp(e->name, u)) return allow_u;
+        if (E->ngroup > 1 && !strcmp(e->name, d->loop_vars[E->gdim])) return 1;
+        return lane_invariant(E, e);
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (!stream_names_ok(E, e->args[i], u, allow_u)) return 0;
+    return 1;
+}
+
+static void stream_find(emitter *E, const tk_expr *e, const char *u) {
+    if (!e || e->kind == TK_E_COND) return;
+    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_AND || e->op == TK_OPC_OR)) {
+        stream_find(E, e->args[0], u);
+        return;
+    }
+    if (e->kind == TK_E_INDEX && e->nargs > 0) {
+        const tk_opdecl *d = E->op->decl;
+        const char *t = d->loop_vars[d->nloop - 1];
+        tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
+        int size = (int)tk_dtype_size(dt), ok = dt == TK_F16 || dt == TK_BF16 || dt == TK_F32 || dt == TK_F64;
+        int bytes = E->tune_ldg ? E->tune_ldg : 16, W = bytes / size;
+        ok = ok && W >= 2;
+        int64_t b;
+        const tk_expr *last = e->args[e->nargs - 1];
+        for (int i = 0; ok && i < e->nargs - 1; i++) ok = !expr_uses(e->args[i], u) && stream_names_ok(E, e->args[i], u, 0);
+        ok = ok && !expr_uses(last, t) && stream_names_ok(E, last, u, 1) && lane_coef(last, u, &b) && b == 1;
+        ok = ok && E->lanes % W == 0 && (E->strm_w == 0 || E->strm_w == W);
+        for (int i = 0; ok && i < E->nwin; i++) ok = E->win[i] != e && !expr_equal(E->win[i], e);
+        if (ok) {
+            int gi = group_invariant(E, e);
+            for (int c = 0; c < (gi ? 1 : E->ngroup); c++) {
+                int dup = 0;
+                for (int i = 0; i < E->nstrm; i++) dup |= expr_equal(E->strm[i], e) && E->strm_copy[i] == (gi ? -1 : c);
+                if (dup || E->nstrm == 8) continue;
+                E->strm_copy[E->nstrm] = gi ? -1 : c;
+                E->strm[E->nstrm++] = e;
+                E->strm_w = W;
+            }
+            return;
+        }
+    }
+    for (int i = 0; i < e->nargs; i++) stream_find(E, e->args[i], u);
+}
+
+/* The address of stream i's element at v_<u>, as text (int: as a tk_u64). */
+static void stream_addr(emitter *E, int i, int as_int) {
+    const tk_expr *e = E->strm[i];
+    set_copy(E, E->strm_copy[i] < 0 ? 0 : E->strm_copy[i]);
+    tk_buf_printf(E->b, "%s&t_%s[", as_int ? "(tk_u64)" : "", param(E, e->ref)->name);
+    tensor_offset(E, e);
+    tk_buf_puts(E->b, "]");
+}
+
+/* At a round's step tk_p divisible by W: the next 16 bytes of every stream. */
+static const char *stream_vtype(const emitter *E) {
+    int bytes = E->tune_ldg ? E->tune_ldg : 16;
+    return bytes == 16 ? "tk_v16" : bytes == 8 ? "tk_v8" : "tk_u32";
+}
+
+static void stream_load(emitter *E) {
+    int W = E->strm_w;
+    const char *vt = stream_vtype(E);
+    line(E, "if (tk_p %% %d == 0) {", W);
+    E->indent++;
+    for (int i = 0; i < E->nstrm; i++) {
+        const tk_expr *e = E->strm[i];
+        tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
+        line(E, "union { %s v; %s e[%d]; } tk_q%d;", vt, k_ctype[dt], W, i);
+        begin_line(E);
+        tk_buf_printf(E->b, "tk_q%d.v = __ldg((const %s *)", i, vt);
+        stream_addr(E, i, 0);
+        tk_buf_puts(E->b, ");\n");
+        line(E, "#pragma unroll");
+        line(E, "for (int tk_m = 0; tk_m < %d; ++tk_m) tk_sv%d[tk_p + tk_m] = %stk_q%d.e[tk_m]%s;", W, i,
+             dt == TK_F16 ? "tk_f16_to_f32(" : dt == TK_BF16 ? "tk_bf16_to_f32(" : "", i,
+             dt == TK_F16 || dt == TK_BF16 ? ")" : "");
+    }
+    E->indent--;
+    line(E, "}");
+    set_copy(E, 0);
+}
+
+/* One round of V steps, unrolled (with the streams' loads when strm_on). */
+static void win_round(emitter *E, const tk_stmt *s, const char *hi) {
+    int V = E->lanes;
+    line(E, "#pragma unroll");
+    line(E, "for (int tk_p = 0; tk_p < %d; ++tk_p) {", V);
+    E->indent++;
+    line(E, "const tk_i64 v_%s = tk_u0 + tk_p;", s->name);
+    if (E->strm_on) stream_load(E);
+    win_step(E, s, hi, 1);
+    E->indent--;
+    line(E, "}");
+}
+
 static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi) {
     int V = E->lanes;
     E->nwin = 0;
     for (int i = 0; i < s->nbody; i++)
         if (s->body[i]->kind == TK_S_ASSIGN) win_find(E, s->body[i]->value, s->name);
     if (E->nwin == 0) return 0;
+    E->nstrm = E->strm_w = 0;
+    for (int i = 0; E->unit_copy && i < s->nbody; i++)
+        if (s->body[i]->kind == TK_S_ASSIGN) stream_find(E, s->body[i]->value, s->name);
     const char *ct = k_vctype[E->ftype];
     line(E, "if (%s < %s) {", lo, hi);
     E->indent++;
@@ -3212,15 +3348,46 @@ static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const 
      * by the step (slot (j -/+ tk_p) mod V), so no step moves them, and the
      * loads of a round take constant offsets from one address. */
     line(E, "tk_i64 tk_u0 = %s;", lo);
+    if (E->nstrm) {   /* streams: single steps until their addresses are 16-byte aligned, then 16-byte loads */
+        line(E, "int tk_pk = -1;   /* single steps before the streams align */");
+        line(E, "#pragma unroll");
+        line(E, "for (int tk_k = 0; tk_k < %d; ++tk_k) {", E->strm_w);
+        E->indent++;
+        line(E, "const tk_i64 v_%s = tk_u0 + tk_k;", s->name);
+        begin_line(E);
+        tk_buf_puts(E->b, "if (tk_pk < 0 && ((");
+        for (int i = 0; i < E->nstrm; i++) {
+            if (i) tk_buf_puts(E->b, " | ");
+            stream_addr(E, i, 1);
+        }
+        set_copy(E, 0);
+        tk_buf_printf(E->b, ") & %d) == 0) tk_pk = tk_k;\n", (E->tune_ldg ? E->tune_ldg : 16) - 1);
+        E->indent--;
+        line(E, "}");
+        line(E, "if (tk_pk >= 0 && tk_u0 + tk_pk + %d <= %s) {", V, hi);
+        E->indent++;
+        line(E, "for (tk_i64 v_%s = tk_u0; v_%s < tk_u0 + tk_pk; ++v_%s) {", s->name, s->name, s->name);
+        E->indent++;
+        win_step(E, s, hi, 0);
+        E->indent--;
+        line(E, "}");
+        line(E, "tk_u0 += tk_pk;");
+        line(E, "for (; tk_u0 + %d <= %s; tk_u0 += %d) {", V, hi, V);
+        E->indent++;
+        for (int i = 0; i < E->nstrm; i++)
+            line(E, "%s tk_sv%d[%d];", tk_variant_dtype(E->op, E->variant, E->strm[i]->ref) == TK_F64 ? "double" : "float",
+                 i, V);
+        E->strm_on = 1;
+        win_round(E, s, hi);
+        E->strm_on = 0;
+        E->indent--;
+        line(E, "}");
+        E->indent--;
+        line(E, "}");
+    }
     line(E, "for (; tk_u0 + %d <= %s; tk_u0 += %d) {", V, hi, V);
     E->indent++;
-    line(E, "#pragma unroll");
-    line(E, "for (int tk_p = 0; tk_p < %d; ++tk_p) {", V);
-    E->indent++;
-    line(E, "const tk_i64 v_%s = tk_u0 + tk_p;", s->name);
-    win_step(E, s, hi, 1);
-    E->indent--;
-    line(E, "}");
+    win_round(E, s, hi);
     E->indent--;
     line(E, "}");
     /* the last steps (fewer than V), from slot = lane again: shifted */
@@ -3232,6 +3399,7 @@ static int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const 
     E->indent--;
     line(E, "}");
     E->nwin = 0;
+    E->nstrm = E->strm_w = 0;
     return 1;
 }
 
@@ -3734,7 +3902,9 @@ static void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *)) {
     E->indent++;
     each_strided(E, unit_stride_decl, 0);
     memcpy(E->vst, vst, sizeof vst);
+    E->unit_copy = 1;
     fn(E);
+    E->unit_copy = 0;
     memset(E->vst, 0, sizeof E->vst);
     E->indent--;
     /* chunks: a third copy for unit-stride outputs and strided inputs (the
@@ -3825,6 +3995,7 @@ static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk
         E->tune_warp_rows = v[TUNE_WARP_ROWS];
         E->tune_chunk = v[TUNE_CHUNK];
         E->tune_split = v[TUNE_SPLIT];
+        E->tune_ldg = v[TUNE_LDG];
     }
 }
 
@@ -3842,10 +4013,10 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
                   op->decl->name);
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
     if (target == TK_TARGET_CUDA && (tune.v[TUNE_LANES] || tune.v[TUNE_ROWS] || tune.v[TUNE_WARP_ROWS] ||
-                                     tune.v[TUNE_CHUNK] || tune.v[TUNE_SPLIT]))
-        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d (0: default) */\n",
+                                     tune.v[TUNE_CHUNK] || tune.v[TUNE_SPLIT] || tune.v[TUNE_LDG]))
+        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d (0: default) */\n",
                       tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS], tune.v[TUNE_CHUNK],
-                      tune.v[TUNE_SPLIT]);
+                      tune.v[TUNE_SPLIT], tune.v[TUNE_LDG]);
     for (int v = first; v < last; v++) {
         tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
         if (st != TK_OK) {

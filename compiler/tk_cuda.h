@@ -178,6 +178,17 @@ const char *tk_cuda_cache_dir(const tk_cuda *cu);
 #define TK_CUDA_BLOCK 256
 #define TK_CUDA_BLOCK_MIN 64
 unsigned tk_cuda_block_size(int64_t n, int nsm);
+/* The block size a launch uses, given the kernel's occupancy: resident[i]
+ * = blocks of TK_CUDA_BLOCK >> i threads (256, 128, 64) that one SM holds
+ * at once (the driver's cuOccupancyMaxActiveBlocksPerMultiprocessor, which
+ * counts the kernel's registers), 0 when unknown. Of the sizes no larger
+ * than tk_cuda_block_size(n, nsm), the one that keeps the most threads
+ * resident, the largest on ties; none known: tk_cuda_block_size(n, nsm).
+ * Registers are allocated per warp, and a block is resident whole or not
+ * at all: at 168 registers a thread (rwkv_backward_w, sm_90) an SM holds one
+ * block of 256 (8 warps) but three of 128 (12). */
+#define TK_CUDA_NBLOCKS 3
+unsigned tk_cuda_block_size_occ(int64_t n, int nsm, const int *resident);
 /* blocks = min(ceil(n / block), 32 * nsm); 0 when n <= 0. The kernels'
  * grid-stride loop covers the rest. */
 unsigned tk_cuda_grid_size(int64_t n, unsigned block, int nsm);

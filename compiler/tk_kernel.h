@@ -264,9 +264,13 @@ TK_FN tk_i64 tk_f2i(double x) {
  * __stcs (st.global.cs.v4; a plain assignment may become 4 scalar stores). */
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 typedef uint4 tk_v16;
+typedef uint2 tk_v8;   /* GPU streams' 8-byte loads (emit.c's stream_load; 16: tk_v16, 4: tk_u32) */
 #else
 struct alignas(16) tk_v16 {
     tk_u32 w[4];
+};
+struct alignas(8) tk_v8 {
+    tk_u32 w[2];
 };
 #endif
 #endif

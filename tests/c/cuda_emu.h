@@ -1,12 +1,14 @@
 /* cuda_emu.h - runs tk's generated CUDA kernels on the CPU, for tests on
  * machines without a GPU (test_variants compares them with the plain CPU
  * kernels). `tkc gen-builtin --cuda-emu` writes the CUDA source of every op
- * after this header; it is compiled as C++ by the host compiler. Each thread
- * of a block runs as a fiber (ucontext), one after the other, until it ends
- * or reaches a warp shuffle (split reductions, emit.c's split_plan): a
- * shuffle is two rounds in which every live thread of the block runs to its
- * next shuffle or its end, the first publishing its value, the second reading
- * its partner's. A shuffle whose partner is outside its mask, or that has
+ * after this header; it is compiled as C++ by the host compiler. A launch
+ * runs the threads of each block one after the other. In kernels with warp
+ * shuffles (split reductions, emit.c's split_plan; tkc passes fibers = 1)
+ * each thread is a fiber (ucontext) that runs until it ends or reaches a
+ * shuffle: a shuffle is two rounds in which every live thread of the block
+ * runs to its next shuffle or its end, the first publishing its value, the
+ * second reading its partner's. (ASan warns once that it does not fully
+ * support swapcontext; the switches are annotated for it.) A shuffle whose partner is outside its mask, or that has
  * not reached the same shuffle (not converged), is counted in
  * tk_emu_bad_shuffles. The grid is small on purpose (1 to 3 blocks of 32 or
  * 64 threads, chosen from numel), so that the grid-stride loops wrap.
@@ -37,15 +39,28 @@ static tk_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __launch_bounds__(threads, blocks)
 
 /* the read-only load and the streaming store of GPU chunks (emit.c); a
- * vector store to an address that is not a multiple of its size, which a
- * GPU faults on and x86 forgives, is counted in tk_emu_misaligned */
+ * vector load or store at an address that is not a multiple of its size,
+ * which a GPU faults on and x86 forgives, is counted in tk_emu_misaligned */
 extern "C" {   /* inline: one pair however many generated files include this */
-inline long tk_emu_misaligned = 0, tk_emu_vector_stores = 0;
+inline long tk_emu_misaligned = 0, tk_emu_vector_stores = 0, tk_emu_vector_loads = 0;
 }
 template <class T>
 static inline T __ldg(const T *p) {
     return *p;
 }
+/* the 16-, 8- and 4-byte loads of GPU streams (emit.c's stream_load):
+ * counted, and any from an address that is not a multiple of its size */
+template <class V>
+static inline V tk_emu_vector_load(const V *p) {
+    if ((size_t)p % sizeof(V) != 0) tk_emu_misaligned++;
+    tk_emu_vector_loads++;
+    V v;
+    memcpy(&v, (const void *)p, sizeof v);
+    return v;
+}
+static inline tk_v16 __ldg(const tk_v16 *p) { return tk_emu_vector_load(p); }
+static inline tk_v8 __ldg(const tk_v8 *p) { return tk_emu_vector_load(p); }
+static inline tk_u32 __ldg(const tk_u32 *p) { return tk_emu_vector_load(p); }
 template <class T>
 static inline void __stcs(T *p, T v) {
     if ((size_t)p % sizeof(T) != 0) tk_emu_misaligned++;
@@ -65,7 +80,7 @@ static inline void __stcs(T *p, T v) {
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-enum { TK_EMU_MAX_BLOCK = 64, TK_EMU_STACK = 512 * 1024 };
+enum { TK_EMU_MAX_BLOCK = 64, TK_EMU_STACK = 128 * 1024 };
 struct tk_emu_fiber {
     ucontext_t ctx;
     int done;
@@ -75,7 +90,7 @@ struct tk_emu_fiber {
 static ucontext_t tk_emu_main;
 static tk_emu_fiber tk_emu_fibers[TK_EMU_MAX_BLOCK];
 static char *tk_emu_stacks;
-static int tk_emu_cur;
+static int tk_emu_cur = -1;   /* the fiber running, -1: none (no shuffles) */
 static void (*tk_emu_entry_fn)(const tk_kargs *);
 static const tk_kargs *tk_emu_entry_args;
 #ifdef TK_EMU_ASAN
@@ -126,6 +141,7 @@ static void tk_emu_resume(int t) {
 template <class T>
 static T __shfl_xor_sync(unsigned mask, T v, int laneMask) {
     static_assert(sizeof(T) <= 16, "shuffled value too large");
+    if (tk_emu_cur < 0) abort();   /* a shuffle in a kernel tkc said has none */
     int me = tk_emu_cur, other = me ^ laneMask;
     tk_emu_fiber *f = &tk_emu_fibers[me];
     memcpy(f->slot, &v, sizeof v);
@@ -141,12 +157,22 @@ static T __shfl_xor_sync(unsigned mask, T v, int laneMask) {
 }
 
 template <class Kernel>
-static void tk_emu_launch(Kernel kernel, const tk_kargs *a, tk_i64 begin, tk_i64 end) {
+static void tk_emu_launch(Kernel kernel, const tk_kargs *a, tk_i64 begin, tk_i64 end, int fibers) {
     (void)begin;
     (void)end;   /* a launch covers [0, numel): callers pass the whole range */
     unsigned grid = 1 + (unsigned)(a->numel % 3), block = a->numel % 2 ? 64 : 32;
     gridDim = {grid, 1, 1};
     blockDim = {block, 1, 1};
+    if (!fibers) {   /* no shuffles: any order of threads is a valid schedule */
+        tk_emu_cur = -1;
+        for (unsigned b = 0; b < grid; b++)
+            for (unsigned t = 0; t < block; t++) {
+                blockIdx = {b, 0, 0};
+                threadIdx = {t, 0, 0};
+                kernel(*a);
+            }
+        return;
+    }
     if (!tk_emu_stacks) tk_emu_stacks = (char *)malloc((size_t)TK_EMU_MAX_BLOCK * TK_EMU_STACK);
     if (!tk_emu_stacks) abort();
     static Kernel the_kernel;

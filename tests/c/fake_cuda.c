@@ -3,6 +3,8 @@
  * (op, variant, device) under concurrent first calls, launch shape, kernel
  * arguments) on a machine without a GPU. Two devices: cuda:0 is sm_90 with
  * 132 SMs, cuda:1 sm_80 with 108. Modules must be ELF cubins; nothing runs.
+ * Occupancy: kernels named *backward_w* take 168 registers a thread, the
+ * others 128, on SMs of 65,536 registers, 64 warps and 32 blocks.
  * fake_cuda_stats() returns the counters the test checks. */
 #include <pthread.h>
 #include <stdint.h>
@@ -51,6 +53,7 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
                                unsigned bz, unsigned shared, void *stream, void **params, void **extra);
 EXPORT CUresult cuGetErrorString(CUresult r, const char **s);
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s);
+EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int block, size_t shared);
 
 static char g_contexts[2];          /* their addresses are the two contexts */
 static char g_names[64][128];       /* function handles: the names, by slot */
@@ -157,5 +160,14 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
 }
 CUresult cuGetErrorName(CUresult r, const char **s) {
     *s = r == OK ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
+    return OK;
+}
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int block, size_t shared) {
+    if (g_current < 0 || !blocks || block <= 0 || block % 32 || shared) return INVALID_VALUE;
+    int regs = strstr((const char *)f, "backward_w") ? 168 : 128;
+    int warp_regs = (regs * 32 + 255) / 256 * 256;      /* allocated a warp at a time */
+    int warps = 65536 / warp_regs < 64 ? 65536 / warp_regs : 64;
+    int n = warps / (block / 32);
+    *blocks = n < 32 ? n : 32;
     return OK;
 }

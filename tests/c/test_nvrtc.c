@@ -126,6 +126,16 @@ static void test_grid_size(void) {
     CHECK(tk_cuda_block_size(36864, 132) == 64);              /* rwkv_backward_w C=768 T=768, 16 lanes */
     CHECK(tk_cuda_block_size(1, 132) == 64 && tk_cuda_block_size(1, 0) == 64);
     CHECK(tk_cuda_block_size(0, 132) == 256);                 /* (no launch) */
+    /* with the kernel's occupancy (blocks of 256, 128, 64 an SM holds): the
+     * size no larger than that which keeps the most threads resident */
+    const int bw[3] = {1, 3, 6}, fwd[3] = {2, 4, 8}, big[3] = {0, 3, 6}, none[3] = {0, 0, 0}, odd[3] = {1, 3, 7};
+    CHECK(tk_cuda_block_size_occ(294912, 132, bw) == 128);    /* 168 registers: 384 threads, not 256 */
+    CHECK(tk_cuda_block_size_occ(294912, 132, fwd) == 256);   /* 128 registers: 512 threads at any size */
+    CHECK(tk_cuda_block_size_occ(294912, 132, big) == 128);   /* 256 does not fit */
+    CHECK(tk_cuda_block_size_occ(294912, 132, odd) == 64);
+    CHECK(tk_cuda_block_size_occ(294912, 132, none) == 256 && tk_cuda_block_size_occ(294912, 132, NULL) == 256);
+    CHECK(tk_cuda_block_size_occ(36864, 132, fwd) == 64);     /* few blocks: never larger than without */
+    CHECK(tk_cuda_block_size_occ(73728, 132, bw) == 128 && tk_cuda_block_size_occ(73728, 132, odd) == 64);
 }
 
 /* ---- NVRTC --------------------------------------------------------------------- */
@@ -526,6 +536,18 @@ static int rwkv_call(tk_ctx *ctx, int dev, int64_t B, int64_t C, int64_t T, tk_c
     return tk_set_output(call, 0, out) == TK_OK;
 }
 
+/* rwkv_backward_w on (fake) device memory of cuda:dev: k, grad_out (B, C, T). */
+static int backward_w_call(tk_ctx *ctx, int dev, int64_t B, int64_t C, int64_t T, tk_call *call) {
+    static float fake[1];
+    int64_t ksz[3] = {B, C, T}, kst[3] = {C * T, T, 1}, wsz[2] = {C, T}, wst[2] = {T, 1};
+    tk_tensor_view k = tk_view(fake, TK_F32, 3, ksz, kst), w = tk_view(fake, TK_F32, 2, wsz, wst);
+    k.device = w.device = TK_CUDA;
+    k.device_index = w.device_index = dev;
+    tk_arg args[2] = {tk_arg_tensor(k), tk_arg_tensor(k)};
+    if (tk_bind(tk_op_find(ctx, "rwkv_backward_w"), args, 2, call) != TK_OK) return 0;
+    return tk_set_output(call, 0, w) == TK_OK;
+}
+
 typedef struct launcher {
     tk_cuda *cu;
     tk_ctx *ctx;
@@ -592,6 +614,14 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->last_grid == 8 * 64 * 256 / 32 / 64 && st->last_block == 64);  /* 4096 threads on 108 SMs: blocks of 64 */
+    /* blocks sized by occupancy: rwkv_backward_w (168 registers in the fake
+     * driver, 8 threads a tile of 16 by its schedule line: C x T / 2 threads)
+     * keeps 384 threads an SM in blocks of 128, 256 in blocks of 256 */
+    CHECK(backward_w_call(ctx, 0, 32, 768, 768, &call));
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+    CHECK(strcmp(st->last_function, "tk_rwkv_backward_w__f32") == 0);
+    CHECK(st->last_block == 128 && st->last_grid == 768 * 768 / 2 / 128);
+    CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
     /* one launch per call, no new module; the context is pushed only when not current */
     void (*set_current)(int) = NULL;
     *(void **)&set_current = dlsym(lib, "fake_cuda_set_current");
@@ -599,11 +629,11 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     if (set_current) set_current(1);
     int pushes = st->pushes;
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->module_loads == 2 && st->launches == N + 3 && st->pushes == pushes);
+    CHECK(st->module_loads == 3 && st->launches == N + 4 && st->pushes == pushes);
     if (set_current) set_current(-1);
     /* an empty index space launches nothing */
     CHECK(rwkv_call(ctx, 0, 0, 3, 5, &call));
-    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->launches == N + 3);
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->launches == N + 4);
     /* a device the driver does not have */
     CHECK(rwkv_call(ctx, 2, 1, 1, 1, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
@@ -618,7 +648,7 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     cu = tk_cuda_new(&opt);
     CHECK(rwkv_call(ctx, 0, 2, 3, 5, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->module_loads == 3 && tk_cache_list(dir, NULL, NULL) == 2);
+    CHECK(st->module_loads == 4 && tk_cache_list(dir, NULL, NULL) == 3);
     printf("fake driver: %d launches, %d modules loaded, %d context pushes\n", st->launches, st->module_loads,
            st->pushes);
     tk_cuda_free(cu);

@@ -5,7 +5,7 @@
  * unrolling or SIMD), and as CUDA run on the CPU by cuda_emu.h (tkv_cuda_*:
  * lane tiles, group rows, partial tiles, grid-stride loops; tkv_cudat_*: the
  * same in another tile shape, TK_CUDA_TUNE=lanes=4,rows=8,warp_rows=16,
- * chunk=128,split=4 when generated, as schedule lines give), and all of them
+ * chunk=128,split=4,ldg=8 when generated, as schedule lines give), and all of them
  * run on the same random inputs: random sizes, batch dims, every dtype
  * variant, strided views, random scalars (zero and negative divisors
  * included) and random chunkings of the CPU index space. Outputs must agree
@@ -36,7 +36,8 @@ extern const int tkv_cudat_nkernels;
 #else
 #define TK_TUNED_TRIALS 0
 #endif
-extern long tk_emu_misaligned, tk_emu_vector_stores, tk_emu_shuffles, tk_emu_bad_shuffles;    /* cuda_emu.h */
+extern long tk_emu_misaligned, tk_emu_vector_stores, tk_emu_vector_loads, tk_emu_shuffles,
+    tk_emu_bad_shuffles;    /* cuda_emu.h */
 
 #define GUARD 64
 
@@ -283,8 +284,9 @@ int main(void) {
     printf("test_variants: %d random calls compared over %d ops\n", total, tk_op_count(opt));
     /* the CUDA chunks' 16-byte stores ran (aligned rows occur) and never
      * to an address a GPU would fault on */
-    printf("test_variants: %ld emulated vector stores, %ld misaligned\n", tk_emu_vector_stores, tk_emu_misaligned);
-    CHECK(tk_emu_vector_stores > 0 && tk_emu_misaligned == 0);
+    printf("test_variants: %ld emulated vector stores, %ld vector loads, %ld misaligned\n", tk_emu_vector_stores,
+           tk_emu_vector_loads, tk_emu_misaligned);
+    CHECK(tk_emu_vector_stores > 0 && tk_emu_vector_loads > 0 && tk_emu_misaligned == 0);
     /* split reductions (rwkv_backward_w's schedule line; all eligible loops in the other shape) */
     printf("test_variants: %ld emulated warp shuffles, %ld not converged or outside their mask\n", tk_emu_shuffles,
            tk_emu_bad_shuffles);

@@ -108,6 +108,57 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                    const tk_i64 v_u = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        float tk_sv0[16];
+                                        float tk_sv1[16];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            if (tk_p % 8 == 0) {
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_f16_to_f32(tk_q1.e[tk_m]);
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -460,6 +511,57 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                    const tk_i64 v_u = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        float tk_sv0[16];
+                                        float tk_sv1[16];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            if (tk_p % 8 == 0) {
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_bf16_to_f32(tk_q1.e[tk_m]);
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -812,6 +914,57 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                                    const tk_i64 v_u = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        float tk_sv0[16];
+                                        float tk_sv1[16];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            if (tk_p % 4 == 0) {
+                                                union { tk_v16 v; float e[4]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                union { tk_v16 v; float e[4]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -1164,6 +1317,57 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 2; ++tk_k) {
+                                    const tk_i64 v_u = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                        double tk_sv0[8];
+                                        double tk_sv1[8];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            if (tk_p % 2 == 0) {
+                                                union { tk_v16 v; double e[2]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                union { tk_v16 v; double e[2]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv0[tk_p]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv1[tk_p]);
+                                            }
+                                            if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 8; ++tk_p) {
@@ -1521,6 +1725,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                             }
                                         }
                                         tk_i64 tk_u0 = tk_L;
+                                        int tk_pk = -1;   /* single steps before the streams align */
+                                        #pragma unroll
+                                        for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                            const tk_i64 v_u = tk_u0 + tk_k;
+                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                        }
+                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                }
+                                                if (v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                            tk_u0 += tk_pk;
+                                            for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                float tk_sv0[16];
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    if (tk_p % 8 == 0) {
+                                                        union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                        #pragma unroll
+                                                        for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
+                                                    }
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                    }
+                                                    if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[15 - tk_p] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                            }
+                                        }
                                         for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
                                             for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -1900,6 +2148,50 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                             }
                                         }
                                         tk_i64 tk_u0 = tk_L;
+                                        int tk_pk = -1;   /* single steps before the streams align */
+                                        #pragma unroll
+                                        for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                            const tk_i64 v_u = tk_u0 + tk_k;
+                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                        }
+                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                }
+                                                if (v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                            tk_u0 += tk_pk;
+                                            for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                float tk_sv0[16];
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    if (tk_p % 8 == 0) {
+                                                        union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                        #pragma unroll
+                                                        for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
+                                                    }
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                    }
+                                                    if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[15 - tk_p] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                            }
+                                        }
                                         for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
                                             for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -2279,6 +2571,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                             }
                                         }
                                         tk_i64 tk_u0 = tk_L;
+                                        int tk_pk = -1;   /* single steps before the streams align */
+                                        #pragma unroll
+                                        for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                                            const tk_i64 v_u = tk_u0 + tk_k;
+                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                        }
+                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                }
+                                                if (v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                            tk_u0 += tk_pk;
+                                            for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                float tk_sv0[16];
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    if (tk_p % 4 == 0) {
+                                                        union { tk_v16 v; float e[4]; } tk_q0;
+                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                        #pragma unroll
+                                                        for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                    }
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                    }
+                                                    if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[15 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                            }
+                                        }
                                         for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                             #pragma unroll
                                             for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -2658,6 +2994,50 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                             }
                                         }
                                         tk_i64 tk_u0 = tk_L;
+                                        int tk_pk = -1;   /* single steps before the streams align */
+                                        #pragma unroll
+                                        for (int tk_k = 0; tk_k < 2; ++tk_k) {
+                                            const tk_i64 v_u = tk_u0 + tk_k;
+                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                        }
+                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                }
+                                                if (v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                            tk_u0 += tk_pk;
+                                            for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                                double tk_sv0[8];
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    if (tk_p % 2 == 0) {
+                                                        union { tk_v16 v; double e[2]; } tk_q0;
+                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                        #pragma unroll
+                                                        for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                    }
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv0[tk_p]);
+                                                    }
+                                                    if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[7 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                            }
+                                        }
                                         for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                             #pragma unroll
                                             for (int tk_p = 0; tk_p < 8; ++tk_p) {
@@ -3035,6 +3415,57 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                    const tk_i64 v_t2 = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        float tk_sv0[16];
+                                        float tk_sv1[16];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            if (tk_p % 8 == 0) {
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_f16_to_f32(tk_q1.e[tk_m]);
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -3388,6 +3819,57 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                    const tk_i64 v_t2 = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        float tk_sv0[16];
+                                        float tk_sv1[16];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            if (tk_p % 8 == 0) {
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
+                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_bf16_to_f32(tk_q1.e[tk_m]);
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -3741,6 +4223,57 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                                    const tk_i64 v_t2 = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        float tk_sv0[16];
+                                        float tk_sv1[16];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            if (tk_p % 4 == 0) {
+                                                union { tk_v16 v; float e[4]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                union { tk_v16 v; float e[4]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 16; ++tk_p) {
@@ -4094,6 +4627,57 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                     }
                                 }
                                 tk_i64 tk_u0 = tk_L;
+                                int tk_pk = -1;   /* single steps before the streams align */
+                                #pragma unroll
+                                for (int tk_k = 0; tk_k < 2; ++tk_k) {
+                                    const tk_i64 v_t2 = tk_u0 + tk_k;
+                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                }
+                                if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
+                                    }
+                                    tk_u0 += tk_pk;
+                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                        double tk_sv0[8];
+                                        double tk_sv1[8];
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            if (tk_p % 2 == 0) {
+                                                union { tk_v16 v; double e[2]; } tk_q0;
+                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                union { tk_v16 v; double e[2]; } tk_q1;
+                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                #pragma unroll
+                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                            }
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            }
+                                            if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                }
                                 for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
                                     #pragma unroll
                                     for (int tk_p = 0; tk_p < 8; ++tk_p) {

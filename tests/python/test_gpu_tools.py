@@ -209,8 +209,14 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     assert "lin / 2 / tk_ntile * 2 + lin % 2;" in tuned.stdout
     assert "(n_t + 15) / 16" not in tuned.stdout
     assert emit("").stdout == plain.stdout   # empty: the defaults
+    # streams (k[b, c, u] in rounds): 16-byte loads by default, 8 or 4 with ldg
+    assert "__ldg((const tk_v16 *)&t_k[" in plain.stdout and "tk_pk" in plain.stdout
+    ldg8, ldg4 = emit("ldg=8"), emit("ldg=4")
+    assert "__ldg((const tk_v8 *)&t_k[" in ldg8.stdout and "tk_v16 *)&t_k" not in ldg8.stdout
+    f32 = ldg4.stdout[ldg4.stdout.index("tk_rwkv_forward__f32("):ldg4.stdout.index("tk_rwkv_forward__f64(")]
+    assert "tk_pk" not in f32 and "__ldg((const tk_u32 *)&t_k[" in ldg4.stdout   # f32 one by one; bf16 in pairs
     for bad in ("lanes=3", "lanes=32", "rows=0", "lanes=", "lanes", "foo=1", "rows=2,", "lanes=16x",
-                "chunk=256", "warp_rows=64", "lanes=8;rows=2"):
+                "chunk=256", "warp_rows=64", "lanes=8;rows=2", "split=64", "ldg=2", "ldg=32"):
         r = emit(bad)
         assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, (bad, r.stderr)
 
@@ -240,6 +246,9 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward")
     assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
+    for tune in ("ldg=4,split=2", "ldg=8,split=32"):   # streams' 4- and 8-byte loads, other splits
+        r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_80", "--op", "rwkv_backward_w", TK_CUDA_TUNE=tune)
+        assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, (tune, r.stderr)
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad", TK_CUDA_TUNE="chunk=7")
     assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, r.stderr
 
