@@ -144,7 +144,7 @@ def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
         if not fma:
             continue
         r = dict(total=len(ops), fma=fma, ldg=sum(1 for o in ops if o.startswith("LDG")),
-                 fma_share=round(fma / len(ops), 3))
+                 ldg128=sum(1 for o in ops if o.startswith("LDG.E.128")), fma_share=round(fma / len(ops), 3))
         if best is None or (fma, -len(ops)) > (best["fma"], -best["total"]):
             best = r
     return best

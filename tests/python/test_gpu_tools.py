@@ -156,6 +156,12 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
         s, sp = tiled["sass_hot_loop"], plain["sass_hot_loop"]
         assert s and s["fma_share"] >= 0.70 and s["fma"] >= 128, (op, s)
         assert sp and sp["fma_share"] < 0.3, (op, sp)
+    # the rounds load their streams (k[b, c, u], grad_out[b, c, t2]) 16 bytes
+    # at a time: 8 of the forward's and backward_k's 24 loads a round of 16
+    # steps (48, all of 4 bytes, before)
+    for op in ("rwkv_forward", "rwkv_backward_k", "rwkv_backward_w"):
+        s = rows[f"tk_{op}__f32"]["sass_hot_loop"]
+        assert s["ldg128"] >= 4 and s["ldg"] <= 32, (op, s)
     # rwkv_backward_w's schedule line splits its batch sum over 8 threads a
     # tile: a butterfly of warp shuffles (3 steps x 16 lanes, in each copy of
     # the loop); the other kernels have none
