@@ -3280,12 +3280,14 @@ static void stream_addr(emitter *E, int i, int as_int) {
     tk_buf_puts(E->b, "]");
 }
 
-/* At a round's step tk_p divisible by W: the next 16 bytes of every stream. */
+/* The type of one load of a stream: ldg bytes (tk_kernel.h; uint4, uint2, unsigned on the GPU). */
 static const char *stream_vtype(const emitter *E) {
     int bytes = E->tune_ldg ? E->tune_ldg : 16;
     return bytes == 16 ? "tk_v16" : bytes == 8 ? "tk_v8" : "tk_u32";
 }
 
+/* At a round's step tk_p divisible by W: the next W elements of every
+ * stream, in one load each. */
 static void stream_load(emitter *E) {
     int W = E->strm_w;
     const char *vt = stream_vtype(E);
