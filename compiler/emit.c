@@ -95,6 +95,7 @@ typedef struct emitter {
      * out the iterations of the body's top-level loop split_loop */
     int split;                      /* S; 0 or 1: one thread a tile */
     const tk_stmt *split_loop;
+    unsigned char split_acc[TK_MAX_LOCALS];   /* its accumulators */
     int outputs_only;               /* each_strided: the outputs only */
     int stepped;                    /* GPU chunks: the loop variables come from counters tk_x<k> (chunk_counters) */
 } emitter;
@@ -281,14 +282,15 @@ static void tensor_offset(emitter *E, const tk_expr *e) { tensor_offset_n(E, e, 
 
 static int row_match(const emitter *E, const tk_expr *e);
 
+/* A stored element of each dtype as the value the body computes with: text before and after it. */
+static const char *const k_to_value[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
+    "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
+static const char *const k_to_value_end[TK_DTYPE_COUNT] = {" != 0)", "", "", "", "", "", ")", ")", "", ""};
+
 static void tensor_read(emitter *E, const tk_expr *e) {
     const tk_param *p = param(E, e->ref);
     tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
-    static const char *const to_value[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
-        "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
-    static const char *const to_value_end[TK_DTYPE_COUNT] = {
-        " != 0)", "", "", "", "", "", ")", ")", "", ""};
-    const char *pre = E->raw_read ? "" : to_value[dt], *post = E->raw_read ? "" : to_value_end[dt];
+    const char *pre = E->raw_read ? "" : k_to_value[dt], *post = E->raw_read ? "" : k_to_value_end[dt];
     for (int i = 0; E->win_on && E->in_lane && i < E->nwin; i++)
         if (E->win[i] == e) {
             if (!E->win_rot) tk_buf_printf(E->b, "tk_w%d[tk_j]", i);
@@ -2239,6 +2241,7 @@ static int split_plan(emitter *E) {
     split_walk(E, d->body, d->nbody, 0, &all);
     if (in.stores) return 0;
     int nacc = 0;
+    memset(E->split_acc, 0, sizeof E->split_acc);
     for (int r = 0; r < E->op->nlocals; r++) {
         const tk_local *l = &E->op->locals[r];
         if (!in.writes[r] || l->is_loop) continue;
@@ -2246,6 +2249,7 @@ static int split_plan(emitter *E) {
                   (l->type == TK_V_F32 || l->type == TK_V_F64);
         int tmp = in.writes[r] == 1 && in.top_set[r] && all.reads[r] + all.writes[r] == in.reads[r] + in.writes[r];
         if (!acc && !tmp) return 0;
+        E->split_acc[r] = (unsigned char)acc;
         nacc += acc;
     }
     if (nacc == 0) return 0;
@@ -2254,28 +2258,23 @@ static int split_plan(emitter *E) {
     return 1;
 }
 
-/* The accumulators of the split loop, each copy and lane: `<name> <op> <fmt>`. */
-static void split_accs(emitter *E, const char *fmt) {
-    split_scan in;
-    memset(&in, 0, sizeof in);
-    split_walk(E, E->split_loop->body, E->split_loop->nbody, 1, &in);
+/* Every accumulator of the split loop, each copy and lane: set to 0, or
+ * (shuffle) added its partner's value at lane distance tk_o. */
+static void split_accs(emitter *E, int shuffle) {
     lane_open(E, 0);
     for (int r = 0; r < E->op->nlocals; r++) {
-        if (!in.writes[r] || E->op->locals[r].is_loop || in.adds[r] != in.writes[r]) continue;
+        if (!E->split_acc[r]) continue;
         for (int c = 0; c < E->ngroup * E->nblocks; c++) {
             set_copy(E, c);
             begin_line(E);
             local_name(E, E->op->locals[r].name, r);
-            tk_buf_puts(E->b, " ");
-            if (strstr(fmt, "%s")) {
-                size_t at = (size_t)(strstr(fmt, "%s") - fmt);
-                tk_buf_printf(E->b, "%.*s", (int)at, fmt);
+            if (shuffle) {
+                tk_buf_puts(E->b, " += __shfl_xor_sync(tk_smask, ");
                 local_name(E, E->op->locals[r].name, r);
-                tk_buf_puts(E->b, fmt + at + 2);
+                tk_buf_puts(E->b, ", tk_o);\n");
             } else {
-                tk_buf_puts(E->b, fmt);
+                tk_buf_puts(E->b, " = 0;\n");
             }
-            tk_buf_puts(E->b, ";\n");
         }
     }
     lane_close(E);
@@ -2289,7 +2288,7 @@ static void split_body(emitter *E) {
     tile_block(E, d->body, k);
     line(E, "if (tk_sub != 0) {   /* thread 0 carries the sums so far */");
     E->indent++;
-    split_accs(E, "= 0");
+    split_accs(E, 0);
     E->indent--;
     line(E, "}");
     tile_block(E, d->body + k, 1);
@@ -2300,7 +2299,7 @@ static void split_body(emitter *E) {
     line(E, "#pragma unroll");
     line(E, "for (int tk_o = 1; tk_o < %d; tk_o *= 2) {", E->split);
     E->indent++;
-    split_accs(E, "+= __shfl_xor_sync(tk_smask, %s, tk_o)");
+    split_accs(E, 1);
     E->indent--;
     line(E, "}");
     E->indent--;
@@ -3303,8 +3302,7 @@ static void stream_load(emitter *E) {
         tk_buf_puts(E->b, ");\n");
         line(E, "#pragma unroll");
         line(E, "for (int tk_m = 0; tk_m < %d; ++tk_m) tk_sv%d[tk_p + tk_m] = %stk_q%d.e[tk_m]%s;", W, i,
-             dt == TK_F16 ? "tk_f16_to_f32(" : dt == TK_BF16 ? "tk_bf16_to_f32(" : "", i,
-             dt == TK_F16 || dt == TK_BF16 ? ")" : "");
+             k_to_value[dt], i, k_to_value_end[dt]);
     }
     E->indent--;
     line(E, "}");
