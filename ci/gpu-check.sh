@@ -27,8 +27,8 @@
 #   sanitizer  compute-sanitizer memcheck on ci/gpu_small_case.py, where it works
 #   tune       with GPU_TUNE=1 only (first, after the build): ci/gpu_tune.py,
 #              every CUDA tile shape of TK_CUDA_TUNE checked and timed (~2 min);
-#              GPU_TUNE=quick: the default and six others, split and ldg
-#              among them (~90 s)
+#              GPU_TUNE=quick: the default and eight others, split, ldg
+#              and tiles=1 among them (~2 min, at most 180 s)
 # test_nvrtc and bench/gpu_static.py need no GPU: CI and this machine run them.
 # The summary table is printed last. Files in $OUT (default out/gpu-check),
 # at most 8 (the device tool brings 8 back): gpu_check.json (steps, times,
@@ -140,7 +140,7 @@ export TK_LIBRARY=$BUILD/libtk.so
 
 case "${GPU_TUNE:-0}" in
   1) [ -f "$BUILD/libtk.so" ] && run_step tune 200 tune.log $PY ci/gpu_tune.py --json "$OUT/gpu_tune.json" ;;
-  quick) [ -f "$BUILD/libtk.so" ] && run_step tune 150 tune.log $PY ci/gpu_tune.py --quick --json "$OUT/gpu_tune.json" ;;
+  quick) [ -f "$BUILD/libtk.so" ] && run_step tune 180 tune.log $PY ci/gpu_tune.py --quick --json "$OUT/gpu_tune.json" ;;
 esac
 if [ -f "$BUILD/libtk.so" ]; then
   # ---- benchmarks first: the figures the lease is for -------------------------------

@@ -84,7 +84,7 @@ const char *tk_opc_text(tk_opc op) {
 /* ---- schedule items (ast.h) ---------------------------------------------------- */
 
 const tk_sched_key tk_sched_keys[TK_SCHED_KEYS] = {
-    {"lanes", 4, 16}, {"rows", 1, 8}, {"warp_rows", 1, 32}, {"chunk", 16, 128}, {"split", 1, 32}, {"ldg", 4, 16}};
+    {"lanes", 4, 16}, {"rows", 1, 8}, {"warp_rows", 1, 32}, {"chunk", 16, 128}, {"split", 1, 32}, {"ldg", 4, 16}, {"tiles", 1, 2}};
 
 int tk_sched_find(const char *key, size_t len) {
     for (int k = 0; k < TK_SCHED_KEYS; k++)

@@ -90,7 +90,8 @@ typedef struct emitter {
     const tk_stmt *vst[TK_MAX_TENSORS];  /* output i's store, gathered in registers tk_o<i> (NULL: stored directly) */
     int raw_read;                   /* tensor_read gives the stored element, unconverted */
     /* GPU tile shape (gpu_tune; 0: the defaults below) */
-    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk, tune_split, tune_ldg;
+    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk, tune_split, tune_ldg, tune_tiles;
+    int mirror;                     /* GPU tiles: a thread takes tile positions p and n - 1 - p (mirror_plan) */
     /* GPU split reductions (see split_plan): S threads share a tile, dealing
      * out the iterations of the body's top-level loop split_loop */
     int split;                      /* S; 0 or 1: one thread a tile */
@@ -115,7 +116,8 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
  * chunk (bytes of the widest output a loop-free kernel's thread writes:
  * 16 to 128), split (threads that share a tile's top-level reduction
  * loop: 1 to 32, see split_plan) and ldg (bytes of one load of a stream:
- * 4, 8, 16, see stream_find; default 16). Any key may be left out. It is the knob for measuring shapes
+ * 4, 8, 16, see stream_find; default 16) and tiles (tiles a thread takes: 1, or 2, a
+ * tile and its mirror image along the row, see mirror_plan). Any key may be left out. It is the knob for measuring shapes
  * on a GPU (ci/gpu_tune.py), read at each emission; the emitted source, and so
  * the kernel cache's key, records the shape. A malformed value is an error.
  * An op's 'schedule' line (docs/spec.md) sets the same items for that op;
@@ -125,7 +127,7 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
 typedef struct gpu_tune {
     int v[TK_SCHED_KEYS];   /* indexed as tk_sched_keys; 0: not given */
 } gpu_tune;
-enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT, TUNE_LDG };   /* ORDER tk_sched_keys */
+enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT, TUNE_LDG, TUNE_TILES };   /* ORDER tk_sched_keys */
 
 static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
     memset(t, 0, sizeof *t);
@@ -141,7 +143,7 @@ static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
         if (k < 0 || !end || (*end && *end != ',') || (*end == ',' && !end[1]) || !tk_sched_valid(k, v) ||
             t->v[k]) {
             snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
-                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), each a power of two",
+                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, each a power of two",
                      env);
             return TK_ERR_INVALID;
         }
@@ -2258,6 +2260,53 @@ static int split_plan(emitter *E) {
     return 1;
 }
 
+/* ---- GPU mirrored tiles -------------------------------------------------------
+ * When a loop's bounds move with the innermost variable (rwkv: range(t + 1),
+ * range(t, T)), a tile's work grows (or shrinks) along its row: at C = T =
+ * 768, rwkv_forward's tile 47 of a row sums 48 times the terms of tile 0.
+ * With one tile a thread, a block's 8 warps held tiles 0-7, 8-15, ... 40-47
+ * of a row: the block, whose registers stay allocated until its last warp
+ * ends, ran as long as its heaviest warp, its warps busy 51 % of that time
+ * on average (bench/gpu_warp_model.py). With 'tiles=2' a thread takes tile
+ * position p and n - 1 - p of the same row, whose work sums to about the
+ * same for every p: every warp of a block does about the same work. The
+ * grid-stride loop runs twice (gpu_tiles_head), over the positions p < n/2,
+ * then over their mirror images; the middle tile of an odd row is taken
+ * once. A warp's threads keep their layout (positions p..p+7 of 4 rows,
+ * then their mirror images). Default: 2 when some loop's bounds read the
+ * innermost variable (or a local set from it), else 1. */
+static int names_uses(tk_stmt **body, int n, const char *v, const tk_expr *e, int depth) {
+    if (!e || depth > 4) return 0;
+    if (expr_uses(e, v)) return 1;
+    for (int i = 0; i < n; i++) {   /* a local set from v, directly or through another */
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_ASSIGN && expr_uses(e, s->name) && names_uses(body, n, v, s->value, depth + 1))
+            return 1;
+    }
+    return 0;
+}
+
+static int bounds_move(const emitter *E, tk_stmt **body, int n, const char *v) {
+    const tk_opdecl *d = E->op->decl;
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_FOR && (names_uses(d->body, d->nbody, v, s->lo, 0) ||
+                                    names_uses(d->body, d->nbody, v, s->hi, 0)))
+            return 1;
+        if (bounds_move(E, s->body, s->nbody, v) || bounds_move(E, s->orelse, s->norelse, v)) return 1;
+    }
+    return 0;
+}
+
+static int mirror_plan(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    E->mirror = 0;
+    if (!E->tg->gpu || !E->lanes) return 0;
+    if (E->tune_tiles) E->mirror = E->tune_tiles == 2;
+    else E->mirror = bounds_move(E, d->body, d->nbody, d->loop_vars[d->nloop - 1]);
+    return E->mirror;
+}
+
 /* Every accumulator of the split loop, each copy and lane: set to 0, or
  * (shuffle) added its partner's value at lane distance tk_o. */
 static void split_accs(emitter *E, int shuffle) {
@@ -3493,13 +3542,24 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
          * groups of one channel, so a warp's w loads touch 8 positions of one
          * row and its k loads 4 rows. */
         const int R = E->tune_warp_rows ? E->tune_warp_rows : TK_ROWS;
+        const char *npos = "tk_ntile";
+        if (E->mirror) {   /* positions p and n - 1 - p a thread (mirror_plan) */
+            line(E, "const tk_i64 tk_npair = (tk_ntile + 1) / 2;");
+            npos = "tk_npair";
+        }
         if (E->split > 1)   /* S threads a tile (split_plan) */
-            line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile * %d;", R - 1, R, R, E->split);
+            line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * %s * %d;", R - 1, R, R, npos, E->split);
         else
-            line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * tk_ntile;", R - 1, R, R);
+            line(E, "const tk_i64 end = (tk_nrow + %d) / %d * %d * %s;", R - 1, R, R, npos);
     }
     line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
     if (E->stepped) chunk_counters(E);
+    if (E->lanes && E->mirror) {   /* the tiles at p, then their mirror images (a loop around the
+                                    * grid-stride loop: one inside it took 40 more registers) */
+        line(E, "#pragma unroll 1");
+        line(E, "for (int tk_h = 0; tk_h < 2; ++tk_h) {");
+        E->indent++;
+    }
     line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");
     E->indent++;
     if (E->lanes) {
@@ -3510,9 +3570,18 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
             line(E, "const int tk_sub = (int)(lin %% %d);", E->split);
             L = "tk_l";
         }
-        line(E, "const tk_i64 tk_row = %s / %d / tk_ntile * %d + %s %% %d;", L, R, R, L, R);
-        line(E, "if (tk_row >= tk_nrow) continue;");
-        line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + %s / %d %% tk_ntile;", L, R);
+        if (E->mirror) {
+            line(E, "const tk_i64 tk_row = %s / %d / tk_npair * %d + %s %% %d;", L, R, R, L, R);
+            line(E, "if (tk_row >= tk_nrow) continue;");
+            line(E, "const tk_i64 tk_pp = %s / %d %% tk_npair;", L, R);
+            line(E, "const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;");
+            line(E, "if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */");
+            line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;");
+        } else {
+            line(E, "const tk_i64 tk_row = %s / %d / tk_ntile * %d + %s %% %d;", L, R, R, L, R);
+            line(E, "if (tk_row >= tk_nrow) continue;");
+            line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + %s / %d %% tk_ntile;", L, R);
+        }
     }
     E->gpu_tiles = 1;
     decompose(E, 0);
@@ -3567,6 +3636,10 @@ static void gpu_tile_loop(emitter *E) {
     line(E, "}");
     E->indent--;
     line(E, "}");
+    if (E->mirror) {   /* the loop over the tiles and their mirror images */
+        E->indent--;
+        line(E, "}");
+    }
 }
 
 /* ---- GPU chunks -----------------------------------------------------------------
@@ -3955,7 +4028,7 @@ static void kernel(emitter *E) {
     /* (no __launch_bounds__(256, 2): capping a tile kernel at 128 registers
      * spilled rwkv_backward_k, 168 bytes on sm_90 - bench/gpu_static.py) */
     int tiles = lane_plan(E);
-    if (tiles) split_plan(E);
+    if (tiles) split_plan(E), mirror_plan(E);
     tk_buf_printf(E->b, "%s%s%s {\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
@@ -3996,6 +4069,7 @@ static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk
         E->tune_chunk = v[TUNE_CHUNK];
         E->tune_split = v[TUNE_SPLIT];
         E->tune_ldg = v[TUNE_LDG];
+        E->tune_tiles = v[TUNE_TILES];
     }
 }
 
@@ -4013,10 +4087,11 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
                   op->decl->name);
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
     if (target == TK_TARGET_CUDA && (tune.v[TUNE_LANES] || tune.v[TUNE_ROWS] || tune.v[TUNE_WARP_ROWS] ||
-                                     tune.v[TUNE_CHUNK] || tune.v[TUNE_SPLIT] || tune.v[TUNE_LDG]))
-        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d (0: default) */\n",
-                      tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS], tune.v[TUNE_CHUNK],
-                      tune.v[TUNE_SPLIT], tune.v[TUNE_LDG]);
+                                     tune.v[TUNE_CHUNK] || tune.v[TUNE_SPLIT] || tune.v[TUNE_LDG] ||
+                                     tune.v[TUNE_TILES]))
+        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d tiles=%d "
+                      "(0: default) */\n", tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS],
+                      tune.v[TUNE_CHUNK], tune.v[TUNE_SPLIT], tune.v[TUNE_LDG], tune.v[TUNE_TILES]);
     for (int v = first; v < last; v++) {
         tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
         if (st != TK_OK) {
@@ -4061,6 +4136,7 @@ int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *cop, int variant) {
     int n = 1;      /* as kernel() decides */
     if (lane_plan(&E)) {
         n = E.lanes * E.ngroup;
+        if (mirror_plan(&E)) n *= 2;                                  /* a tile and its mirror image */
         if (split_plan(&E)) n = n / E.split > 1 ? n / E.split : 1;   /* S threads a tile */
     } else {
         E.lanes = 0;

@@ -607,20 +607,20 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(rwkv_call(ctx, 1, 32, 768, 768, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->module_loads == 2 && st->loads_per_device[1] == 1 && st->launches == N + 1);
-    CHECK(st->last_grid == 32 * 768 * 768 / 32 / TK_CUDA_BLOCK && st->last_block == TK_CUDA_BLOCK);  /* a tile a thread */
+    CHECK(st->last_grid == 32 * 768 * 768 / 64 / TK_CUDA_BLOCK && st->last_block == TK_CUDA_BLOCK);  /* two tiles a thread */
     CHECK(st->last_stream == NULL);
     CHECK(tk_cache_list(dir, NULL, NULL) == 2);      /* sm_80 and sm_90 cubins */
-    /* a mid-sized call: one thread per tile of 16 x 2 outputs, not per output */
+    /* a mid-sized call: one thread per two tiles of 16 x 2 outputs, not per output */
     CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-    CHECK(st->last_grid == 8 * 64 * 256 / 32 / 64 && st->last_block == 64);  /* 4096 threads on 108 SMs: blocks of 64 */
+    CHECK(st->last_grid == 8 * 64 * 256 / 64 / 64 && st->last_block == 64);  /* 2048 threads on 108 SMs: blocks of 64 */
     /* blocks sized by occupancy: rwkv_backward_w (168 registers in the fake
-     * driver, 8 threads a tile of 16 by its schedule line: C x T / 2 threads)
+     * driver, 8 threads a tile of 16 by its schedule line, two tiles: C x T / 4 threads)
      * keeps 384 threads an SM in blocks of 128, 256 in blocks of 256 */
     CHECK(backward_w_call(ctx, 0, 32, 768, 768, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(strcmp(st->last_function, "tk_rwkv_backward_w__f32") == 0);
-    CHECK(st->last_block == 128 && st->last_grid == 768 * 768 / 2 / 128);
+    CHECK(st->last_block == 128 && st->last_grid == 768 * 768 / 4 / 128);
     CHECK(rwkv_call(ctx, 1, 8, 64, 256, &call));
     /* one launch per call, no new module; the context is pushed only when not current */
     void (*set_current)(int) = NULL;
@@ -666,17 +666,18 @@ static int variant_of(const tk_op *op, const char *code) {
     return -1;
 }
 
-/* Elements per grid-stride iteration, as the CUDA emitter plans them: rwkv
- * tiles of 16 (float64: 8) lanes x 2 batch rows (backward_w: no group, and
- * 8 threads a tile by its schedule line's split=8, so 2 and 1),
+/* Elements a thread, as the CUDA emitter plans them: rwkv tiles of 16
+ * (float64: 8) lanes x 2 batch rows, two tiles a thread (a tile and its
+ * mirror image: the loops' bounds move with t; backward_w: no group, and 8
+ * threads a tile by its schedule line's split=8, so 4 and 2),
  * brick_pad chunks of 32 bytes, brick_pad_backward (loops) one element; with
  * TK_CUDA_TUNE, the shape it names, and 0 for a malformed one. */
 static void test_per_thread(tk_ctx *ctx) {
     static const struct {
         const char *op, *code;
         int n;
-    } cases[] = {{"rwkv_forward", "f32", 32}, {"rwkv_forward", "f64", 16}, {"rwkv_forward", "bf16", 32},
-                 {"rwkv_backward_w", "bf16", 2}, {"rwkv_backward_w", "f64", 1},
+    } cases[] = {{"rwkv_forward", "f32", 64}, {"rwkv_forward", "f64", 32}, {"rwkv_forward", "bf16", 64},
+                 {"rwkv_backward_w", "bf16", 4}, {"rwkv_backward_w", "f64", 2}, {"rwkv_backward_k", "f32", 64},
                  {"brick_pad", "f32", 8},     {"brick_pad", "bf16", 16},   {"brick_pad", "f64", 4},
                  {"brick_pad", "u8", 16},     {"brick_pad_backward", "f32", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -694,20 +695,30 @@ static void test_per_thread(tk_ctx *ctx) {
     const tk_op *fwd = tk_op_find(ctx, "rwkv_forward"), *pad = tk_op_find(ctx, "brick_pad");
     if (fwd && pad) {
         setenv("TK_CUDA_TUNE", "lanes=8,rows=4,warp_rows=16", 1);
-        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 32);
-        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "bf16")) == 32);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 64);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "bf16")) == 64);
         setenv("TK_CUDA_TUNE", "rows=1", 1);
-        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 16);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 32);
+        setenv("TK_CUDA_TUNE", "tiles=1", 1);   /* one tile a thread */
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 32);
+        setenv("TK_CUDA_TUNE", "tiles=2", 1);   /* brick_pad has no tiles to mirror */
+        CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "f32")) == 8);
+        setenv("TK_CUDA_TUNE", "tiles=4", 1);
+        CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 0);
         const tk_op *bw = tk_op_find(ctx, "rwkv_backward_w");
         CHECK(bw != NULL);
         if (bw) {   /* split: threads a tile; rwkv_forward's loop (u < t + 1) cannot be split */
             setenv("TK_CUDA_TUNE", "split=1", 1);
-            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 16);
+            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 32);
             setenv("TK_CUDA_TUNE", "split=4", 1);
-            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 4);
-            CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 32);
+            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 8);
+            CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 64);
             setenv("TK_CUDA_TUNE", "split=32", 1);
             CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 1);
+            setenv("TK_CUDA_TUNE", "split=32,tiles=1", 1);
+            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 1);
+            setenv("TK_CUDA_TUNE", "split=4,tiles=1", 1);
+            CHECK(tk_emit_cuda_per_thread(ctx, bw, variant_of(bw, "f32")) == 4);
         }
         setenv("TK_CUDA_TUNE", "chunk=128", 1);
         CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "f32")) == 32);

@@ -26,96 +26,162 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
-                                    const tk_i64 v_u = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                        const tk_i64 v_u = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                            float tk_sv0[16];
+                                            float tk_sv1[16];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                if (tk_p % 8 == 0) {
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_f16_to_f32(tk_q1.e[tk_m]);
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                    v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -129,110 +195,51 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                                             tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                        float tk_sv0[16];
-                                        float tk_sv1[16];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                            const tk_i64 v_u = tk_u0 + tk_p;
-                                            if (tk_p % 8 == 0) {
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_f16_to_f32(tk_q1.e[tk_m]);
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
-                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
-                                            }
-                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
+                        }
                     }
                 }
             }
@@ -241,162 +248,169 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_f16(v_s_1[tk_j]);
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_f16(v_s);
+                        }
                     }
                 }
             }
@@ -429,96 +443,162 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
-                                    const tk_i64 v_u = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                        const tk_i64 v_u = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                            float tk_sv0[16];
+                                            float tk_sv1[16];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                if (tk_p % 8 == 0) {
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_bf16_to_f32(tk_q1.e[tk_m]);
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                    v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -532,110 +612,51 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                                             tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                        float tk_sv0[16];
-                                        float tk_sv1[16];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                            const tk_i64 v_u = tk_u0 + tk_p;
-                                            if (tk_p % 8 == 0) {
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_bf16_to_f32(tk_q1.e[tk_m]);
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
-                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
-                                            }
-                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+                        }
                     }
                 }
             }
@@ -644,162 +665,169 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        }
-                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1]);
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = tk_f32_to_bf16(v_s_1[tk_j]);
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = tk_f32_to_bf16(v_s);
+                        }
                     }
                 }
             }
@@ -832,96 +860,162 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 4; ++tk_k) {
-                                    const tk_i64 v_u = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                                        const tk_i64 v_u = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                            float tk_sv0[16];
+                                            float tk_sv1[16];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                if (tk_p % 4 == 0) {
+                                                    union { tk_v16 v; float e[4]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                    union { tk_v16 v; float e[4]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                    v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -935,110 +1029,51 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                                             tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                        float tk_sv0[16];
-                                        float tk_sv1[16];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                            const tk_i64 v_u = tk_u0 + tk_p;
-                                            if (tk_p % 4 == 0) {
-                                                union { tk_v16 v; float e[4]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
-                                                union { tk_v16 v; float e[4]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
-                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv1[tk_p]);
-                                            }
-                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                        }
                     }
                 }
             }
@@ -1047,162 +1082,169 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const int tk_ur = (int)(v_u - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const int tk_ur = (int)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                        }
                     }
                 }
             }
@@ -1235,96 +1277,162 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
-                {
-                    double v_s_0[8];
-                    double v_s_1[8];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 8;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        double v_s_0[8];
+                        double v_s_1[8];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                        {
+                            tk_i64 tk_lo0[8], tk_hi0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                double tk_w0[8];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[8], tk_hr0[8];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 2; ++tk_k) {
-                                    const tk_i64 v_u = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
-                                    for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                if (tk_L < tk_H) {
+                                    double tk_w0[8];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 2; ++tk_k) {
+                                        const tk_i64 v_u = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2] | (tk_u64)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
+                                        for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                            double tk_sv0[8];
+                                            double tk_sv1[8];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                                if (tk_p % 2 == 0) {
+                                                    union { tk_v16 v; double e[2]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                    union { tk_v16 v; double e[2]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv0[tk_p]);
+                                                    v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv1[tk_p]);
+                                                }
+                                                if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_u + 1;
+                                                    const tk_i64 v_u = tk_nx;
+                                                    tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -1338,110 +1446,51 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                                             tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
-                                        double tk_sv0[8];
-                                        double tk_sv1[8];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                            const tk_i64 v_u = tk_u0 + tk_p;
-                                            if (tk_p % 2 == 0) {
-                                                union { tk_v16 v; double e[2]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
-                                                union { tk_v16 v; double e[2]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv0[tk_p]);
-                                                v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv1[tk_p]);
-                                            }
-                                            if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        double v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            double v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                        }
                     }
                 }
             }
@@ -1450,162 +1499,169 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
-                {
-                    double v_s_0[8];
-                    double v_s_1[8];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        v_s_0[tk_j] = p_eps;
-                        v_s_1[tk_j] = p_eps;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 8;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        double v_s_0[8];
+                        double v_s_1[8];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lo0[tk_j] = 0;
-                            tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
+                            v_s_0[tk_j] = p_eps;
+                            v_s_1[tk_j] = p_eps;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                        {
+                            tk_i64 tk_lo0[8], tk_hi0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = 0;
+                                tk_hi0[tk_j] = ((v_t + tk_j) + 1LL);
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[8], tk_hr0[8];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_u = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                double tk_w0[8];
-                                {
-                                    const tk_i64 v_u = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_u = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        }
-                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_u + 1;
-                                            const tk_i64 v_u = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                        v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                    }
-                                    if (v_u + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_u + 1;
+                                } else {
+                                    for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_u = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_u = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    double tk_w0[8];
+                                    {
+                                        const tk_i64 v_u = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                            const tk_i64 v_u = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                v_s_1[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            }
+                                            if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_u + 1;
+                                                const tk_i64 v_u = tk_nx;
+                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                            v_s_1[tk_j] += (tk_w0[tk_j] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                        }
+                                        if (v_u + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_u + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_u = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + 0) - v_u)) * s_w_1];
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                    const long long tk_ur = (long long)(v_u - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_u = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                        const long long tk_ur = (long long)(v_u - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_w[v_c * s_w_0 + ((d_T - 1LL) - ((v_t + tk_j) - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
-                        t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        double v_s = p_eps;
-                        {
-                            const tk_i64 v_u_end = (v_t + 1LL);
-                            for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_0[tk_j];
+                            t_out[(v_b + 1) * s_out_0 + v_c * s_out_1 + (v_t + tk_j) * s_out_2] = v_s_1[tk_j];
                         }
-                        t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            double v_s = p_eps;
+                            {
+                                const tk_i64 v_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                }
+                            }
+                            t_out[v_b * s_out_0 + v_c * s_out_1 + v_t * s_out_2] = v_s;
+                        }
                     }
                 }
             }
@@ -1638,101 +1694,159 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 16 <= n_j) {
-                {
-                    float v_s_0[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 16 <= n_j) {
+                    {
+                        float v_s_0[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            v_s_0[tk_j] = 0;
+                            v_s_0[tk_j] = 0.0f;
                         }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[16], tk_hi0[16];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[16], tk_hr0[16];
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                     }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                         }
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[16];
-                                        {
-                                            const tk_i64 v_u = tk_L;
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[16], tk_hr0[16];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
-                                        tk_i64 tk_u0 = tk_L;
-                                        int tk_pk = -1;   /* single steps before the streams align */
-                                        #pragma unroll
-                                        for (int tk_k = 0; tk_k < 8; ++tk_k) {
-                                            const tk_i64 v_u = tk_u0 + tk_k;
-                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                        }
-                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        if (tk_L < tk_H) {
+                                            float tk_w0[16];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
+                                            int tk_pk = -1;   /* single steps before the streams align */
+                                            #pragma unroll
+                                            for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                                const tk_i64 v_u = tk_u0 + tk_k;
+                                                if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                            }
+                                            if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                                for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                                tk_u0 += tk_pk;
+                                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                    float tk_sv0[16];
+                                                    #pragma unroll
+                                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                                        if (tk_p % 8 == 0) {
+                                                            union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                            tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                            #pragma unroll
+                                                            for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
+                                                        }
+                                                        #pragma unroll
+                                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                        }
+                                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                            const tk_i64 tk_nx = v_u + 1;
+                                                            const tk_i64 v_u = tk_nx;
+                                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                            for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[15 - tk_p] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                     v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -1745,21 +1859,170 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                                     tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                                 }
                                             }
-                                            tk_u0 += tk_pk;
+                                        }
+                                        if (tk_st) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
+                            }
+                        }
+                    }
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                        }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s);
+                    }
+                }
+            }
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 16 <= n_j) {
+                    {
+                        float v_s_0[16];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0.0f;
+                        }
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[16], tk_hi0[16];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                    }
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        }
+                                    }
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[16], tk_hr0[16];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                        if (tk_L < tk_H) {
+                                            float tk_w0[16];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
                                             for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                                float tk_sv0[16];
                                                 #pragma unroll
                                                 for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                                     const tk_i64 v_u = tk_u0 + tk_p;
-                                                    if (tk_p % 8 == 0) {
-                                                        union { tk_v16 v; tk_u16 e[8]; } tk_q0;
-                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                        #pragma unroll
-                                                        for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
-                                                    }
                                                     #pragma unroll
                                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                                     }
                                                     if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                                         const tk_i64 tk_nx = v_u + 1;
@@ -1768,270 +2031,77 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                                                     }
                                                 }
                                             }
-                                        }
-                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                                 }
-                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                if (v_u + 1 < tk_H) {
                                                     const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                     const tk_i64 v_u = tk_nx;
-                                                    tk_w0[15 - tk_p] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                                 }
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        if (tk_st) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
-                            }
-                        }
-                    }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    float v_s = 0.0f;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                            }
-                        }
-                    }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s);
-                }
-            }
-        }
-    } else {
-        const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
-        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 16 <= n_j) {
-                {
-                    float v_s_0[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            v_s_0[tk_j] = 0;
-                        }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[16], tk_hi0[16];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[16], tk_hr0[16];
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[16];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                tk_w0[tk_j] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
-                                            }
-                                        }
-                                        tk_i64 tk_u0 = tk_L;
-                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                }
-                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                                    const tk_i64 tk_nx = v_u + 1;
-                                                    const tk_i64 v_u = tk_nx;
-                                                    tk_w0[15 - tk_p] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                                 }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
                                                 #pragma unroll
-                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
                                 }
                             }
                         }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
                             }
                         }
                     }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_f16(v_s_0[tk_j]);
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    float v_s = 0.0f;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
                                 }
                             }
                         }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s);
                     }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_f16(v_s);
                 }
             }
         }
@@ -2061,101 +2131,159 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 16 <= n_j) {
-                {
-                    float v_s_0[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 16 <= n_j) {
+                    {
+                        float v_s_0[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            v_s_0[tk_j] = 0;
+                            v_s_0[tk_j] = 0.0f;
                         }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[16], tk_hi0[16];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[16], tk_hr0[16];
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                     }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                         }
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[16];
-                                        {
-                                            const tk_i64 v_u = tk_L;
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[16], tk_hr0[16];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
-                                        tk_i64 tk_u0 = tk_L;
-                                        int tk_pk = -1;   /* single steps before the streams align */
-                                        #pragma unroll
-                                        for (int tk_k = 0; tk_k < 8; ++tk_k) {
-                                            const tk_i64 v_u = tk_u0 + tk_k;
-                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                        }
-                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        if (tk_L < tk_H) {
+                                            float tk_w0[16];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
+                                            int tk_pk = -1;   /* single steps before the streams align */
+                                            #pragma unroll
+                                            for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                                const tk_i64 v_u = tk_u0 + tk_k;
+                                                if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                            }
+                                            if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                                for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                                tk_u0 += tk_pk;
+                                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                    float tk_sv0[16];
+                                                    #pragma unroll
+                                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                                        if (tk_p % 8 == 0) {
+                                                            union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                            tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                            #pragma unroll
+                                                            for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
+                                                        }
+                                                        #pragma unroll
+                                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                        }
+                                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                            const tk_i64 tk_nx = v_u + 1;
+                                                            const tk_i64 v_u = tk_nx;
+                                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                            for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    }
+                                                    if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[15 - tk_p] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                     v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
@@ -2168,21 +2296,170 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                                     tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                                 }
                                             }
-                                            tk_u0 += tk_pk;
+                                        }
+                                        if (tk_st) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
+                            }
+                        }
+                    }
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
+                                }
+                            }
+                        }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
+                    }
+                }
+            }
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 16 <= n_j) {
+                    {
+                        float v_s_0[16];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0.0f;
+                        }
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[16], tk_hi0[16];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                    }
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        }
+                                    }
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[16], tk_hr0[16];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                        if (tk_L < tk_H) {
+                                            float tk_w0[16];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
                                             for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                                float tk_sv0[16];
                                                 #pragma unroll
                                                 for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                                     const tk_i64 v_u = tk_u0 + tk_p;
-                                                    if (tk_p % 8 == 0) {
-                                                        union { tk_v16 v; tk_u16 e[8]; } tk_q0;
-                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                        #pragma unroll
-                                                        for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
-                                                    }
                                                     #pragma unroll
                                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                                     }
                                                     if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                                         const tk_i64 tk_nx = v_u + 1;
@@ -2191,270 +2468,77 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                                                     }
                                                 }
                                             }
-                                        }
-                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                                 }
-                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                if (v_u + 1 < tk_H) {
                                                     const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                     const tk_i64 v_u = tk_nx;
-                                                    tk_w0[15 - tk_p] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
                                                 }
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        if (tk_st) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
-                            }
-                        }
-                    }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    float v_s = 0.0f;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                }
-                            }
-                        }
-                    }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
-                }
-            }
-        }
-    } else {
-        const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
-        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 16 <= n_j) {
-                {
-                    float v_s_0[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            v_s_0[tk_j] = 0;
-                        }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[16], tk_hi0[16];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[16], tk_hr0[16];
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[16];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                tk_w0[tk_j] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]);
-                                            }
-                                        }
-                                        tk_i64 tk_u0 = tk_L;
-                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                                }
-                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                                    const tk_i64 tk_nx = v_u + 1;
-                                                    const tk_i64 v_u = tk_nx;
-                                                    tk_w0[15 - tk_p] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
                                                 }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
                                                 #pragma unroll
-                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2]);
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2])))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
                                 }
                             }
                         }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
                             }
                         }
                     }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = tk_f32_to_bf16(v_s_0[tk_j]);
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    float v_s = 0.0f;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
+                                    }
                                 }
                             }
                         }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
                     }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = tk_f32_to_bf16(v_s);
                 }
             }
         }
@@ -2484,101 +2568,159 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 15) / 16;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 16 <= n_j) {
-                {
-                    float v_s_0[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 16 <= n_j) {
+                    {
+                        float v_s_0[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            v_s_0[tk_j] = 0;
+                            v_s_0[tk_j] = 0.0f;
                         }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[16], tk_hi0[16];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[16], tk_hr0[16];
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                     }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                         }
                                     }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[16];
-                                        {
-                                            const tk_i64 v_u = tk_L;
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[16], tk_hr0[16];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
-                                        tk_i64 tk_u0 = tk_L;
-                                        int tk_pk = -1;   /* single steps before the streams align */
-                                        #pragma unroll
-                                        for (int tk_k = 0; tk_k < 4; ++tk_k) {
-                                            const tk_i64 v_u = tk_u0 + tk_k;
-                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                        }
-                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        if (tk_L < tk_H) {
+                                            float tk_w0[16];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
+                                            int tk_pk = -1;   /* single steps before the streams align */
+                                            #pragma unroll
+                                            for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                                                const tk_i64 v_u = tk_u0 + tk_k;
+                                                if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                            }
+                                            if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                                for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                                tk_u0 += tk_pk;
+                                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                    float tk_sv0[16];
+                                                    #pragma unroll
+                                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                                        if (tk_p % 4 == 0) {
+                                                            union { tk_v16 v; float e[4]; } tk_q0;
+                                                            tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                            #pragma unroll
+                                                            for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                        }
+                                                        #pragma unroll
+                                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                            v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                        }
+                                                        if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                            const tk_i64 tk_nx = v_u + 1;
+                                                            const tk_i64 v_u = tk_nx;
+                                                            tk_w0[15 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                            for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[15 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                                     v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -2591,21 +2733,170 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                                     tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                                 }
                                             }
-                                            tk_u0 += tk_pk;
+                                        }
+                                        if (tk_st) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                            }
+                        }
+                    }
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                        }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
+                    }
+                }
+            }
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 15) / 16;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 16 <= n_j) {
+                    {
+                        float v_s_0[16];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            v_s_0[tk_j] = 0.0f;
+                        }
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[16], tk_hi0[16];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                    }
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        }
+                                    }
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[16], tk_hr0[16];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                        if (tk_L < tk_H) {
+                                            float tk_w0[16];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
                                             for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                                float tk_sv0[16];
                                                 #pragma unroll
                                                 for (int tk_p = 0; tk_p < 16; ++tk_p) {
                                                     const tk_i64 v_u = tk_u0 + tk_p;
-                                                    if (tk_p % 4 == 0) {
-                                                        union { tk_v16 v; float e[4]; } tk_q0;
-                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                        #pragma unroll
-                                                        for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
-                                                    }
                                                     #pragma unroll
                                                     for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * tk_sv0[tk_p]);
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                                     }
                                                     if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
                                                         const tk_i64 tk_nx = v_u + 1;
@@ -2614,270 +2905,77 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                                                     }
                                                 }
                                             }
-                                        }
-                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                                 }
-                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
+                                                if (v_u + 1 < tk_H) {
                                                     const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                     const tk_i64 v_u = tk_nx;
-                                                    tk_w0[15 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                                 }
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        if (tk_st) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
-                            }
-                        }
-                    }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    float v_s = 0.0f;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                            }
-                        }
-                    }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
-                }
-            }
-        }
-    } else {
-        const tk_i64 tk_ntile = (n_j + 15) / 16;
-        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
-        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 16 <= n_j) {
-                {
-                    float v_s_0[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            v_s_0[tk_j] = 0;
-                        }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[16], tk_hi0[16];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[16], tk_hr0[16];
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        float tk_w0[16];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
-                                            }
-                                        }
-                                        tk_i64 tk_u0 = tk_L;
-                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 16 - tk_p) % 16] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                }
-                                                if (tk_p + 1 < 16 || v_u + 1 < tk_H) {
-                                                    const tk_i64 tk_nx = v_u + 1;
-                                                    const tk_i64 v_u = tk_nx;
-                                                    tk_w0[15 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                                 }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const int tk_ur = (int)(v_u - tk_mn);
                                                 #pragma unroll
-                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const int tk_ur = (int)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
                                 }
                             }
                         }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
                             }
                         }
                     }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    float v_s = 0.0f;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 16, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        float v_s = 0.0f;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
                                 }
                             }
                         }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
                     }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
                 }
             }
         }
@@ -2907,101 +3005,159 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
         const tk_i64 s_grad_w_1 = 1;
         const tk_i64 tk_ntile = (n_j + 7) / 8;
         const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 8 <= n_j) {
-                {
-                    double v_s_0[8];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        v_s_0[tk_j] = 0.0;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 8;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 8 <= n_j) {
+                    {
+                        double v_s_0[8];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            v_s_0[tk_j] = 0;
+                            v_s_0[tk_j] = 0.0;
                         }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[8], tk_hi0[8];
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
                                     }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                                     #pragma unroll
                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                         }
                                     }
-                                    if (tk_L < tk_H) {
-                                        double tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[8], tk_hr0[8];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                            for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
-                                        tk_i64 tk_u0 = tk_L;
-                                        int tk_pk = -1;   /* single steps before the streams align */
-                                        #pragma unroll
-                                        for (int tk_k = 0; tk_k < 2; ++tk_k) {
-                                            const tk_i64 v_u = tk_u0 + tk_k;
-                                            if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
-                                        }
-                                        if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
-                                            for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                        if (tk_L < tk_H) {
+                                            double tk_w0[8];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
+                                            int tk_pk = -1;   /* single steps before the streams align */
+                                            #pragma unroll
+                                            for (int tk_k = 0; tk_k < 2; ++tk_k) {
+                                                const tk_i64 v_u = tk_u0 + tk_k;
+                                                if (tk_pk < 0 && (((tk_u64)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]) & 15) == 0) tk_pk = tk_k;
+                                            }
+                                            if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
+                                                for (tk_i64 v_u = tk_u0; v_u < tk_u0 + tk_pk; ++v_u) {
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        #pragma unroll
+                                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                                tk_u0 += tk_pk;
+                                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                                    double tk_sv0[8];
+                                                    #pragma unroll
+                                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                                        const tk_i64 v_u = tk_u0 + tk_p;
+                                                        if (tk_p % 2 == 0) {
+                                                            union { tk_v16 v; double e[2]; } tk_q0;
+                                                            tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                            #pragma unroll
+                                                            for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                        }
+                                                        #pragma unroll
+                                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                            v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv0[tk_p]);
+                                                        }
+                                                        if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                            const tk_i64 tk_nx = v_u + 1;
+                                                            const tk_i64 v_u = tk_nx;
+                                                            tk_w0[7 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                            for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                                #pragma unroll
+                                                for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                                    const tk_i64 v_u = tk_u0 + tk_p;
+                                                    #pragma unroll
+                                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    }
+                                                    if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                        const tk_i64 tk_nx = v_u + 1;
+                                                        const tk_i64 v_u = tk_nx;
+                                                        tk_w0[7 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    }
+                                                }
+                                            }
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                                     v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
@@ -3014,21 +3170,170 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                                     tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                                 }
                                             }
-                                            tk_u0 += tk_pk;
+                                        }
+                                        if (tk_st) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
+                            }
+                        }
+                    }
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 8, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        double v_s = 0.0;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
+                                }
+                            }
+                        }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
+                    }
+                }
+            }
+        }
+    } else {
+        const tk_i64 tk_ntile = (n_j + 7) / 8;
+        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_npair * 8;
+        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_l = lin / 8;
+                const int tk_sub = (int)(lin % 8);
+                const tk_i64 tk_row = tk_l / 2 / tk_npair * 2 + tk_l % 2;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = tk_l / 2 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_j = r % tk_ntile * 8;
+                r /= tk_ntile;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_j + 8 <= n_j) {
+                    {
+                        double v_s_0[8];
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            v_s_0[tk_j] = 0.0;
+                        }
+                        if (tk_sub != 0) {   /* thread 0 carries the sums so far */
+                            #pragma unroll
+                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                v_s_0[tk_j] = 0;
+                            }
+                        }
+                        {
+                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
+                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                                {
+                                    tk_i64 tk_lo0[8], tk_hi0[8];
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_lo0[tk_j] = 0;
+                                        tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
+                                    }
+                                    tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
+                                    #pragma unroll
+                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                        tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                        if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                            tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                        }
+                                    }
+                                    if (tk_mn < tk_mx) {
+                                        int tk_lr0[8], tk_hr0[8];
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                            tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                        }
+                                        int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                            tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                        }
+                                        if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                        if (tk_sh) {
+                                            #pragma unroll
+                                            for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                                const tk_i64 v_u = tk_mn + tk_m;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        } else {
+                                            for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
+                                            }
+                                        }
+                                        if (tk_L < tk_H) {
+                                            double tk_w0[8];
+                                            {
+                                                const tk_i64 v_u = tk_L;
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
+                                                }
+                                            }
+                                            tk_i64 tk_u0 = tk_L;
                                             for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
-                                                double tk_sv0[8];
                                                 #pragma unroll
                                                 for (int tk_p = 0; tk_p < 8; ++tk_p) {
                                                     const tk_i64 v_u = tk_u0 + tk_p;
-                                                    if (tk_p % 2 == 0) {
-                                                        union { tk_v16 v; double e[2]; } tk_q0;
-                                                        tk_q0.v = __ldg((const tk_v16 *)&t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                        #pragma unroll
-                                                        for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
-                                                    }
                                                     #pragma unroll
                                                     for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * tk_sv0[tk_p]);
+                                                        v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                                     }
                                                     if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
                                                         const tk_i64 tk_nx = v_u + 1;
@@ -3037,270 +3342,77 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                                                     }
                                                 }
                                             }
-                                        }
-                                        for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                                    v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                                 }
-                                                if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
+                                                if (v_u + 1 < tk_H) {
                                                     const tk_i64 tk_nx = v_u + 1;
+                                                    #pragma unroll
+                                                    for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
                                                     const tk_i64 v_u = tk_nx;
-                                                    tk_w0[7 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
                                                 }
                                             }
                                         }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
+                                        if (tk_st) {
                                             #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
-                                                #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
-                            #pragma unroll
-                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
-                            }
-                        }
-                    }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 8, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    double v_s = 0.0;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                }
-                            }
-                        }
-                    }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
-                }
-            }
-        }
-    } else {
-        const tk_i64 tk_ntile = (n_j + 7) / 8;
-        const tk_i64 tk_nrow = n_j == 0 ? 0 : a.numel / n_j;
-        const tk_i64 end = (tk_nrow + 1) / 2 * 2 * tk_ntile * 8;
-        const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_l = lin / 8;
-            const int tk_sub = (int)(lin % 8);
-            const tk_i64 tk_row = tk_l / 2 / tk_ntile * 2 + tk_l % 2;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + tk_l / 2 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_j = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_j + 8 <= n_j) {
-                {
-                    double v_s_0[8];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        v_s_0[tk_j] = 0.0;
-                    }
-                    if (tk_sub != 0) {   /* thread 0 carries the sums so far */
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            v_s_0[tk_j] = 0;
-                        }
-                    }
-                    {
-                        const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                        for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
-                            {
-                                tk_i64 tk_lo0[8], tk_hi0[8];
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_lo0[tk_j] = 0;
-                                    tk_hi0[tk_j] = ((v_j + tk_j) + 1LL);
-                                }
-                                tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                                #pragma unroll
-                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                    tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                                    if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                        tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                                    }
-                                }
-                                if (tk_mn < tk_mx) {
-                                    int tk_lr0[8], tk_hr0[8];
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                        tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                    }
-                                    int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                        tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                                    }
-                                    if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                                    if (tk_sh) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                            const tk_i64 v_u = tk_mn + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_mn; v_u < tk_L; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    }
-                                    if (tk_L < tk_H) {
-                                        double tk_w0[8];
-                                        {
-                                            const tk_i64 v_u = tk_L;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                tk_w0[tk_j] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2];
-                                            }
-                                        }
-                                        tk_i64 tk_u0 = tk_L;
-                                        for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
-                                            #pragma unroll
-                                            for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                                const tk_i64 v_u = tk_u0 + tk_p;
+                                            for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                                const tk_i64 v_u = tk_H + tk_m;
                                                 #pragma unroll
                                                 for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                    v_s_0[tk_j] += (tk_w0[(tk_j + 8 - tk_p) % 8] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                                }
-                                                if (tk_p + 1 < 8 || v_u + 1 < tk_H) {
-                                                    const tk_i64 tk_nx = v_u + 1;
-                                                    const tk_i64 v_u = tk_nx;
-                                                    tk_w0[7 - tk_p] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
+                                                    v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
                                                 }
                                             }
-                                        }
-                                        for (tk_i64 v_u = tk_u0; v_u < tk_H; ++v_u) {
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_w0[tk_j] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
-                                            }
-                                            if (v_u + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_u + 1;
+                                        } else {
+                                            for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
+                                                const long long tk_ur = (long long)(v_u - tk_mn);
                                                 #pragma unroll
-                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                                const tk_i64 v_u = tk_nx;
-                                                tk_w0[0] = t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + 0)) + v_u) * s_grad_out_2];
-                                            }
-                                        }
-                                    }
-                                    if (tk_st) {
-                                        #pragma unroll
-                                        for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                            const tk_i64 v_u = tk_H + tk_m;
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
-                                            }
-                                        }
-                                    } else {
-                                        for (tk_i64 v_u = tk_H; v_u < tk_mx; ++v_u) {
-                                            const long long tk_ur = (long long)(v_u - tk_mn);
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - (v_j + tk_j)) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]))) : v_s_0[tk_j];
+                                                }
                                             }
                                         }
                                     }
                                 }
                             }
                         }
-                    }
-                    {   /* the S partial sums, added pairwise by warp shuffles */
-                        const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
-                        #pragma unroll
-                        for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                        {   /* the S partial sums, added pairwise by warp shuffles */
+                            const unsigned tk_smask = 0xffu << (threadIdx.x & 24);
+                            #pragma unroll
+                            for (int tk_o = 1; tk_o < 8; tk_o *= 2) {
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                }
+                            }
+                        }
+                        if (tk_sub == 0) {
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                v_s_0[tk_j] += __shfl_xor_sync(tk_smask, v_s_0[tk_j], tk_o);
+                                t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
                             }
                         }
                     }
-                    if (tk_sub == 0) {
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            t_grad_w[v_c * s_grad_w_0 + (v_j + tk_j) * s_grad_w_1] = v_s_0[tk_j];
-                        }
-                    }
-                }
-            } else {
-                const tk_i64 tk_t0 = v_j;
-                for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 8, n_j); tk_t += 8) {
-                    const tk_i64 v_j = tk_t;
-                    double v_s = 0.0;
-                    {
-                        const tk_i64 v_b_end = d_B;
-                        for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
-                            {
-                                const tk_i64 v_u_end = (v_j + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
-                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                } else {
+                    const tk_i64 tk_t0 = v_j;
+                    for (tk_i64 tk_t = tk_t0 + tk_sub; tk_t < tk_mini(tk_t0 + 8, n_j); tk_t += 8) {
+                        const tk_i64 v_j = tk_t;
+                        double v_s = 0.0;
+                        {
+                            const tk_i64 v_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                                {
+                                    const tk_i64 v_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                        v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
+                                    }
                                 }
                             }
                         }
+                        t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
                     }
-                    t_grad_w[v_c * s_grad_w_0 + v_j * s_grad_w_1] = v_s;
                 }
             }
         }
@@ -3333,96 +3445,162 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                        v_s_1[tk_j] = 0.0f;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0f;
+                            v_s_1[tk_j] = 0.0f;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
-                                    const tk_i64 v_t2 = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                        for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                            float tk_sv0[16];
+                                            float tk_sv1[16];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_t2 = tk_u0 + tk_p;
+                                                if (tk_p % 8 == 0) {
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_f16_to_f32(tk_q1.e[tk_m]);
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                    v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_t2 + 1;
+                                                    const tk_i64 v_t2 = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
@@ -3436,111 +3614,52 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                                             tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                        float tk_sv0[16];
-                                        float tk_sv1[16];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                            const tk_i64 v_t2 = tk_u0 + tk_p;
-                                            if (tk_p % 8 == 0) {
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_f16_to_f32(tk_q0.e[tk_m]);
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_f16_to_f32(tk_q1.e[tk_m]);
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            }
-                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = 0.0f;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = 0.0f;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s);
+                        }
                     }
                 }
             }
@@ -3549,163 +3668,170 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                        v_s_1[tk_j] = 0.0f;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0f;
+                            v_s_1[tk_j] = 0.0f;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = 0.0f;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_0[tk_j]);
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_f16(v_s_1[tk_j]);
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = 0.0f;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_f16(v_s);
+                        }
                     }
                 }
             }
@@ -3737,96 +3863,162 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                        v_s_1[tk_j] = 0.0f;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0f;
+                            v_s_1[tk_j] = 0.0f;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 8; ++tk_k) {
-                                    const tk_i64 v_t2 = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 8; ++tk_k) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                        for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                            float tk_sv0[16];
+                                            float tk_sv1[16];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_t2 = tk_u0 + tk_p;
+                                                if (tk_p % 8 == 0) {
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
+                                                    union { tk_v16 v; tk_u16 e[8]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_bf16_to_f32(tk_q1.e[tk_m]);
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                    v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_t2 + 1;
+                                                    const tk_i64 v_t2 = tk_nx;
+                                                    tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
@@ -3840,111 +4032,52 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                                             tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                        float tk_sv0[16];
-                                        float tk_sv1[16];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                            const tk_i64 v_t2 = tk_u0 + tk_p;
-                                            if (tk_p % 8 == 0) {
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv0[tk_p + tk_m] = tk_bf16_to_f32(tk_q0.e[tk_m]);
-                                                union { tk_v16 v; tk_u16 e[8]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 8; ++tk_m) tk_sv1[tk_p + tk_m] = tk_bf16_to_f32(tk_q1.e[tk_m]);
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            }
-                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = 0.0f;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = 0.0f;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+                        }
                     }
                 }
             }
@@ -3953,163 +4086,170 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                        v_s_1[tk_j] = 0.0f;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0f;
+                            v_s_1[tk_j] = 0.0f;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]);
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1]);
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1])))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = 0.0f;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_0[tk_j]);
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = tk_f32_to_bf16(v_s_1[tk_j]);
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = 0.0f;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = tk_f32_to_bf16(v_s);
+                        }
                     }
                 }
             }
@@ -4141,96 +4281,162 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                        v_s_1[tk_j] = 0.0f;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0f;
+                            v_s_1[tk_j] = 0.0f;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 4; ++tk_k) {
-                                    const tk_i64 v_t2 = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
-                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 4; ++tk_k) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 16 <= tk_H) {
+                                        for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                            float tk_sv0[16];
+                                            float tk_sv1[16];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                                const tk_i64 v_t2 = tk_u0 + tk_p;
+                                                if (tk_p % 4 == 0) {
+                                                    union { tk_v16 v; float e[4]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                    union { tk_v16 v; float e[4]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                    v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                }
+                                                if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_t2 + 1;
+                                                    const tk_i64 v_t2 = tk_nx;
+                                                    tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
                                             v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -4244,111 +4450,52 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                                             tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                        float tk_sv0[16];
-                                        float tk_sv1[16];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                            const tk_i64 v_t2 = tk_u0 + tk_p;
-                                            if (tk_p % 4 == 0) {
-                                                union { tk_v16 v; float e[4]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
-                                                union { tk_v16 v; float e[4]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 4; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            }
-                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = 0.0f;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = 0.0f;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                        }
                     }
                 }
             }
@@ -4357,163 +4504,170 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 15) / 16;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 16;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
-                {
-                    float v_s_0[16];
-                    float v_s_1[16];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        v_s_0[tk_j] = 0.0f;
-                        v_s_1[tk_j] = 0.0f;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 16;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 16 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[16], tk_hi0[16];
+                        float v_s_0[16];
+                        float v_s_1[16];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0f;
+                            v_s_1[tk_j] = 0.0f;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[16], tk_hr0[16];
+                        {
+                            tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[16], tk_hr0[16];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                float tk_w0[16];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 16; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
-                                        }
-                                        if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 15; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    float tk_w0[16];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 16 <= tk_H; tk_u0 += 16) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 16; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 16 - tk_p) % 16]);
+                                            }
+                                            if (tk_p + 1 < 16 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[15 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 15; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const int tk_ur = (int)(v_t2 - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 15; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const int tk_ur = (int)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (float)((float)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 16; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        float v_s = 0.0f;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 16; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 16, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            float v_s = 0.0f;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                        }
                     }
                 }
             }
@@ -4545,96 +4699,162 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
-                {
-                    double v_s_0[8];
-                    double v_s_1[8];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        v_s_0[tk_j] = 0.0;
-                        v_s_1[tk_j] = 0.0;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 8;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        double v_s_0[8];
+                        double v_s_1[8];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0;
+                            v_s_1[tk_j] = 0.0;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                        {
+                            tk_i64 tk_lo0[8], tk_hi0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
-                            }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
                                 }
                             }
-                            if (tk_L < tk_H) {
-                                double tk_w0[8];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[8], tk_hr0[8];
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                }
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                                tk_i64 tk_u0 = tk_L;
-                                int tk_pk = -1;   /* single steps before the streams align */
-                                #pragma unroll
-                                for (int tk_k = 0; tk_k < 2; ++tk_k) {
-                                    const tk_i64 v_t2 = tk_u0 + tk_k;
-                                    if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
-                                }
-                                if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
-                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                if (tk_L < tk_H) {
+                                    double tk_w0[8];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    int tk_pk = -1;   /* single steps before the streams align */
+                                    #pragma unroll
+                                    for (int tk_k = 0; tk_k < 2; ++tk_k) {
+                                        const tk_i64 v_t2 = tk_u0 + tk_k;
+                                        if (tk_pk < 0 && (((tk_u64)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] | (tk_u64)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) & 15) == 0) tk_pk = tk_k;
+                                    }
+                                    if (tk_pk >= 0 && tk_u0 + tk_pk + 8 <= tk_H) {
+                                        for (tk_i64 v_t2 = tk_u0; v_t2 < tk_u0 + tk_pk; ++v_t2) {
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            }
+                                            if (v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                #pragma unroll
+                                                for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                        tk_u0 += tk_pk;
+                                        for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                            double tk_sv0[8];
+                                            double tk_sv1[8];
+                                            #pragma unroll
+                                            for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                                const tk_i64 v_t2 = tk_u0 + tk_p;
+                                                if (tk_p % 2 == 0) {
+                                                    union { tk_v16 v; double e[2]; } tk_q0;
+                                                    tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
+                                                    union { tk_v16 v; double e[2]; } tk_q1;
+                                                    tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
+                                                    #pragma unroll
+                                                    for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
+                                                }
+                                                #pragma unroll
+                                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                    v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                                    v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                                }
+                                                if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                                    const tk_i64 tk_nx = v_t2 + 1;
+                                                    const tk_i64 v_t2 = tk_nx;
+                                                    tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                                }
+                                            }
+                                        }
+                                    }
+                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            }
+                                            if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
                                             v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
@@ -4648,111 +4868,52 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                                             tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
                                         }
                                     }
-                                    tk_u0 += tk_pk;
-                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
-                                        double tk_sv0[8];
-                                        double tk_sv1[8];
-                                        #pragma unroll
-                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                            const tk_i64 v_t2 = tk_u0 + tk_p;
-                                            if (tk_p % 2 == 0) {
-                                                union { tk_v16 v; double e[2]; } tk_q0;
-                                                tk_q0.v = __ldg((const tk_v16 *)&t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv0[tk_p + tk_m] = tk_q0.e[tk_m];
-                                                union { tk_v16 v; double e[2]; } tk_q1;
-                                                tk_q1.v = __ldg((const tk_v16 *)&t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]);
-                                                #pragma unroll
-                                                for (int tk_m = 0; tk_m < 2; ++tk_m) tk_sv1[tk_p + tk_m] = tk_q1.e[tk_m];
-                                            }
-                                            #pragma unroll
-                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                                v_s_0[tk_j] += (tk_sv0[tk_p] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                                v_s_1[tk_j] += (tk_sv1[tk_p] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            }
-                                            if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
-                                                const tk_i64 tk_nx = v_t2 + 1;
-                                                const tk_i64 v_t2 = tk_nx;
-                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                            }
-                                        }
-                                    }
                                 }
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                        }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
-                                    }
-                                }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
-                                }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        double v_s = 0.0;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            double v_s = 0.0;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                        }
                     }
                 }
             }
@@ -4761,163 +4922,170 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
         const tk_i64 tk_ntile = (n_t + 7) / 8;
         const tk_i64 tk_ngroup = (n_b + 1) / 2;
         const tk_i64 tk_nrow = n_t == 0 || n_b == 0 ? 0 : a.numel / n_t / n_b * tk_ngroup;
-        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_ntile;
+        const tk_i64 tk_npair = (tk_ntile + 1) / 2;
+        const tk_i64 end = (tk_nrow + 3) / 4 * 4 * tk_npair;
         const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;
-        for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
-            const tk_i64 tk_row = lin / 4 / tk_ntile * 4 + lin % 4;
-            if (tk_row >= tk_nrow) continue;
-            const tk_i64 tk_lin = tk_row * tk_ntile + lin / 4 % tk_ntile;
-            tk_i64 r = tk_lin;
-            const tk_i64 v_t = r % tk_ntile * 8;
-            r /= tk_ntile;
-            const tk_i64 v_b = r % tk_ngroup * 2;
-            r /= tk_ngroup;
-            const tk_i64 v_c = r % n_c * 1;
-            r /= n_c;
-            (void)r;
-            if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
-                {
-                    double v_s_0[8];
-                    double v_s_1[8];
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        v_s_0[tk_j] = 0.0;
-                        v_s_1[tk_j] = 0.0;
-                    }
+        #pragma unroll 1
+        for (int tk_h = 0; tk_h < 2; ++tk_h) {
+            for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {
+                const tk_i64 tk_row = lin / 4 / tk_npair * 4 + lin % 4;
+                if (tk_row >= tk_nrow) continue;
+                const tk_i64 tk_pp = lin / 4 % tk_npair;
+                const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;
+                if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */
+                const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;
+                tk_i64 r = tk_lin;
+                const tk_i64 v_t = r % tk_ntile * 8;
+                r /= tk_ntile;
+                const tk_i64 v_b = r % tk_ngroup * 2;
+                r /= tk_ngroup;
+                const tk_i64 v_c = r % n_c * 1;
+                r /= n_c;
+                (void)r;
+                if (v_t + 8 <= n_t && v_b + 2 <= n_b) {
                     {
-                        tk_i64 tk_lo0[8], tk_hi0[8];
+                        double v_s_0[8];
+                        double v_s_1[8];
                         #pragma unroll
                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_lo0[tk_j] = (v_t + tk_j);
-                            tk_hi0[tk_j] = d_T;
+                            v_s_0[tk_j] = 0.0;
+                            v_s_1[tk_j] = 0.0;
                         }
-                        tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
-                        #pragma unroll
-                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                            tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
-                            if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
-                                tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
-                            }
-                        }
-                        if (tk_mn < tk_mx) {
-                            int tk_lr0[8], tk_hr0[8];
+                        {
+                            tk_i64 tk_lo0[8], tk_hi0[8];
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
-                                tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                tk_lo0[tk_j] = (v_t + tk_j);
+                                tk_hi0[tk_j] = d_T;
                             }
-                            int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                            tk_i64 tk_L = tk_lo0[0], tk_H = tk_hi0[0], tk_mn = INT64_MAX, tk_mx = INT64_MIN;
                             #pragma unroll
                             for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
-                                tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
+                                tk_L = tk_maxi(tk_L, tk_lo0[tk_j]), tk_H = tk_mini(tk_H, tk_hi0[tk_j]);
+                                if (tk_lo0[tk_j] < tk_hi0[tk_j]) {
+                                    tk_mn = tk_mini(tk_mn, tk_lo0[tk_j]), tk_mx = tk_maxi(tk_mx, tk_hi0[tk_j]);
+                                }
                             }
-                            if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
-                            if (tk_sh) {
+                            if (tk_mn < tk_mx) {
+                                int tk_lr0[8], tk_hr0[8];
                                 #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_mn + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_lr0[tk_j] = (int)(tk_mini(tk_maxi(tk_lo0[tk_j], tk_mn), tk_mx) - tk_mn);
+                                    tk_hr0[tk_j] = (int)(tk_mini(tk_maxi(tk_hi0[tk_j], tk_mn), tk_mx) - tk_mn);
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
-                                    }
+                                int tk_sh = tk_L < tk_H, tk_st = tk_L < tk_H;
+                                #pragma unroll
+                                for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                    tk_sh &= tk_lo0[tk_j] == tk_mn + tk_j;
+                                    tk_st &= tk_hi0[tk_j] == tk_H + tk_j;
                                 }
-                            }
-                            if (tk_L < tk_H) {
-                                double tk_w0[8];
-                                {
-                                    const tk_i64 v_t2 = tk_L;
+                                if (!(tk_L < tk_H)) tk_L = tk_H = tk_mx;
+                                if (tk_sh) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
-                                    }
-                                }
-                                tk_i64 tk_u0 = tk_L;
-                                for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
-                                    #pragma unroll
-                                    for (int tk_p = 0; tk_p < 8; ++tk_p) {
-                                        const tk_i64 v_t2 = tk_u0 + tk_p;
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_mn + tk_m;
                                         #pragma unroll
                                         for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
-                                        }
-                                        if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
-                                            const tk_i64 tk_nx = v_t2 + 1;
-                                            const tk_i64 v_t2 = tk_nx;
-                                            tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            v_s_0[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j <= tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
                                         }
                                     }
-                                }
-                                for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                        v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
-                                    }
-                                    if (v_t2 + 1 < tk_H) {
-                                        const tk_i64 tk_nx = v_t2 + 1;
+                                } else {
+                                    for (tk_i64 v_t2 = tk_mn; v_t2 < tk_L; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
                                         #pragma unroll
-                                        for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
-                                        const tk_i64 v_t2 = tk_nx;
-                                        tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
-                            }
-                            if (tk_st) {
-                                #pragma unroll
-                                for (int tk_m = 0; tk_m < 7; ++tk_m) {
-                                    const tk_i64 v_t2 = tk_H + tk_m;
-                                    #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                if (tk_L < tk_H) {
+                                    double tk_w0[8];
+                                    {
+                                        const tk_i64 v_t2 = tk_L;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            tk_w0[tk_j] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1];
+                                        }
+                                    }
+                                    tk_i64 tk_u0 = tk_L;
+                                    for (; tk_u0 + 8 <= tk_H; tk_u0 += 8) {
+                                        #pragma unroll
+                                        for (int tk_p = 0; tk_p < 8; ++tk_p) {
+                                            const tk_i64 v_t2 = tk_u0 + tk_p;
+                                            #pragma unroll
+                                            for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                                v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                                v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[(tk_j + 8 - tk_p) % 8]);
+                                            }
+                                            if (tk_p + 1 < 8 || v_t2 + 1 < tk_H) {
+                                                const tk_i64 tk_nx = v_t2 + 1;
+                                                const tk_i64 v_t2 = tk_nx;
+                                                tk_w0[7 - tk_p] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                            }
+                                        }
+                                    }
+                                    for (tk_i64 v_t2 = tk_u0; v_t2 < tk_H; ++v_t2) {
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                            v_s_1[tk_j] += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * tk_w0[tk_j]);
+                                        }
+                                        if (v_t2 + 1 < tk_H) {
+                                            const tk_i64 tk_nx = v_t2 + 1;
+                                            #pragma unroll
+                                            for (int tk_j = 7; tk_j > 0; --tk_j) tk_w0[tk_j] = tk_w0[tk_j - 1];
+                                            const tk_i64 v_t2 = tk_nx;
+                                            tk_w0[0] = t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + 0)) * s_w_1];
+                                        }
                                     }
                                 }
-                            } else {
-                                for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
-                                    const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                if (tk_st) {
                                     #pragma unroll
-                                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                                        v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
-                                        v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                    for (int tk_m = 0; tk_m < 7; ++tk_m) {
+                                        const tk_i64 v_t2 = tk_H + tk_m;
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_j > tk_m) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
+                                    }
+                                } else {
+                                    for (tk_i64 v_t2 = tk_H; v_t2 < tk_mx; ++v_t2) {
+                                        const long long tk_ur = (long long)(v_t2 - tk_mn);
+                                        #pragma unroll
+                                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                                            v_s_0[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_0[tk_j] + ((t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_0[tk_j];
+                                            v_s_1[tk_j] = (tk_lr0[tk_j] <= tk_ur && tk_ur < tk_hr0[tk_j]) ? (double)((double)v_s_1[tk_j] + ((t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + (v_t + tk_j)) * s_w_1]))) : v_s_1[tk_j];
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    #pragma unroll
-                    for (int tk_j = 0; tk_j < 8; ++tk_j) {
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
-                        t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
-                    }
-                }
-            } else {
-                const tk_i64 tk_g0 = v_b;
-                for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
-                    const tk_i64 v_b = tk_g;
-                    const tk_i64 tk_t0 = v_t;
-                    for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
-                        const tk_i64 v_t = tk_t;
-                        double v_s = 0.0;
-                        {
-                            const tk_i64 v_t2_end = d_T;
-                            const tk_i64 v_t2_lo = v_t;
-                            for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
-                                v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
-                            }
+                        #pragma unroll
+                        for (int tk_j = 0; tk_j < 8; ++tk_j) {
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_0[tk_j];
+                            t_grad_k[(v_b + 1) * s_grad_k_0 + v_c * s_grad_k_1 + (v_t + tk_j) * s_grad_k_2] = v_s_1[tk_j];
                         }
-                        t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                    }
+                } else {
+                    const tk_i64 tk_g0 = v_b;
+                    for (tk_i64 tk_g = tk_g0; tk_g < tk_mini(tk_g0 + 2, n_b); ++tk_g) {
+                        const tk_i64 v_b = tk_g;
+                        const tk_i64 tk_t0 = v_t;
+                        for (tk_i64 tk_t = tk_t0; tk_t < tk_mini(tk_t0 + 8, n_t); ++tk_t) {
+                            const tk_i64 v_t = tk_t;
+                            double v_s = 0.0;
+                            {
+                                const tk_i64 v_t2_end = d_T;
+                                const tk_i64 v_t2_lo = v_t;
+                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                    v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
+                                }
+                            }
+                            t_grad_k[v_b * s_grad_k_0 + v_c * s_grad_k_1 + v_t * s_grad_k_2] = v_s;
+                        }
                     }
                 }
             }

@@ -205,14 +205,20 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
 
     plain = emit(None)
     assert plain.returncode == 0, plain.stderr
-    # the default: 16 lanes x 2 batch rows a thread, 4 rows a warp
+    # the default: 16 lanes x 2 batch rows a tile, 4 rows a warp, and a
+    # thread takes tile position p and its mirror image n - 1 - p (the loops'
+    # bounds move with t, so a tile's work does: mirror_plan)
     assert "tk_ntile = (n_t + 15) / 16;" in plain.stdout and "tk_ngroup = (n_b + 1) / 2;" in plain.stdout
-    assert "lin / 4 / tk_ntile * 4 + lin % 4;" in plain.stdout and "TK_CUDA_TUNE" not in plain.stdout
+    assert "lin / 4 / tk_npair * 4 + lin % 4;" in plain.stdout and "TK_CUDA_TUNE" not in plain.stdout
+    assert plain.stdout.count("tk_ntile - 1 - tk_pp") == 24   # 3 ops x 4 dtypes x 2 copies (unit strides, any)
+    one = emit("tiles=1")
+    assert one.returncode == 0 and "tk_npair" not in one.stdout and "tiles=1" in one.stdout, one.stderr
+    assert "lin / 4 / tk_ntile * 4 + lin % 4;" in one.stdout
     tuned = emit("lanes=8,rows=4,warp_rows=2")
     assert tuned.returncode == 0, tuned.stderr
     assert "TK_CUDA_TUNE: lanes=8 rows=4 warp_rows=2 chunk=0" in tuned.stdout
     assert "tk_ntile = (n_t + 7) / 8;" in tuned.stdout and "tk_ngroup = (n_b + 3) / 4;" in tuned.stdout
-    assert "lin / 2 / tk_ntile * 2 + lin % 2;" in tuned.stdout
+    assert "lin / 2 / tk_npair * 2 + lin % 2;" in tuned.stdout
     assert "(n_t + 15) / 16" not in tuned.stdout
     assert emit("").stdout == plain.stdout   # empty: the defaults
     # streams (k[b, c, u] in rounds): 16-byte loads by default, 8 or 4 with ldg
@@ -222,7 +228,7 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     f32 = ldg4.stdout[ldg4.stdout.index("tk_rwkv_forward__f32("):ldg4.stdout.index("tk_rwkv_forward__f64(")]
     assert "tk_pk" not in f32 and "__ldg((const tk_u32 *)&t_k[" in ldg4.stdout   # f32 one by one; bf16 in pairs
     for bad in ("lanes=3", "lanes=32", "rows=0", "lanes=", "lanes", "foo=1", "rows=2,", "lanes=16x",
-                "chunk=256", "warp_rows=64", "lanes=8;rows=2", "split=64", "ldg=2", "ldg=32"):
+                "chunk=256", "warp_rows=64", "lanes=8;rows=2", "split=64", "ldg=2", "ldg=32", "tiles=0", "tiles=3"):
         r = emit(bad)
         assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, (bad, r.stderr)
 
@@ -238,11 +244,11 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     spec = str(sched)
     r = emit(None)
     assert r.returncode == 0, r.stderr
-    assert "tk_ntile = (n_t + 7) / 8;" in r.stdout and "lin / 16 / tk_ntile" in r.stdout
+    assert "tk_ntile = (n_t + 7) / 8;" in r.stdout and "lin / 16 / tk_npair" in r.stdout
     assert "tk_ngroup = (n_b + 1) / 2;" in r.stdout   # rows: the default
     r = emit("warp_rows=2,rows=4")
     assert r.returncode == 0, r.stderr
-    assert "tk_ntile = (n_t + 7) / 8;" in r.stdout and "lin / 2 / tk_ntile" in r.stdout
+    assert "tk_ntile = (n_t + 7) / 8;" in r.stdout and "lin / 2 / tk_npair" in r.stdout
     assert "tk_ngroup = (n_b + 3) / 4;" in r.stdout
 
     # through the library: a tuned shape compiles with NVRTC (a new cache
@@ -252,7 +258,7 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward")
     assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
-    for tune in ("ldg=4,split=2", "ldg=8,split=32"):   # streams' 4- and 8-byte loads, other splits
+    for tune in ("ldg=4,split=2", "ldg=8,split=32,tiles=1"):   # streams' 4- and 8-byte loads, other splits
         r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_80", "--op", "rwkv_backward_w", TK_CUDA_TUNE=tune)
         assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, (tune, r.stderr)
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad", TK_CUDA_TUNE="chunk=7")
