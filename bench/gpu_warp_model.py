@@ -109,6 +109,38 @@ def main() -> None:
               f"{100 * bwork / bslots:3.0f}%, {busy / 1e6:4.0f} M warp instructions, issue-bound {ms:.3f} ms, "
               f"latency-bound {lat_ms:.3f} ms ({base / lat_ms:.2f}x)")
     print(f"  FMA peak alone ({a.sms} x 128 lanes x 2 flop): {flop / (a.sms * 256 * a.ghz * 1e9) * 1e3:.3f} ms")
+    l1_model(a)
+
+
+def l1_model(a) -> None:
+    """L1 wavefronts of a round of the tiled rwkv kernels (f32: 16 steps, 16
+    lanes x 2 rows, 512 FFMA a thread) against the round's FFMA issue time.
+    A warp holds 8 tile positions (16 elements = 64 bytes apart) of 4 rows
+    (batch groups of one channel); L1 serves one 128-byte line a wavefront,
+    one wavefront a clock; an SM issues 4 warp FFMAs a clock. A window load
+    (w) touches the 8 positions of one row: 4 lines. A stream load touches 4
+    rows: in rwkv_forward every position reads the same k[b, c, u] (4 lines);
+    in rwkv_backward_k each position reads grad_out[b, c, t2] 16 elements on
+    from the previous one (4 rows x 4 lines). Staged in shared memory (rows
+    padded against bank conflicts), a request of 32 distinct 16-byte chunks
+    takes 4 wavefronts. Calibration: the H200's Nsight Compute run of
+    2026-12-04 (f32, ldg=4, one tile a thread)."""
+    ffma_clk = 512 / 4           # a round's FFMAs, one warp instruction a clock on each of 4 schedulers
+    print(f"\nL1 a round of 16 steps (a warp: 8 positions x 4 rows; {ffma_clk:.0f} clocks of FFMA issue)")
+    print(f"  {'kernel, loads':54} {'requests':>8} {'wavefronts':>10}  L1 binds above  at the measured rate")
+    measured = {"rwkv_forward": (0.32, 65), "rwkv_backward_k": (0.195, 92)}   # FMA share of peak, ncu L1 %
+    for op, stream_lines in (("rwkv_forward", 4), ("rwkv_backward_k", 16)):
+        for what, n_stream, lines in (("4-byte stream loads (as timed)", 32, stream_lines),
+                                      ("16-byte stream loads (now)", 8, stream_lines),
+                                      ("16-byte, stream rows in shared memory", 8, 4)):
+            wf = 16 * 4 + n_stream * lines          # 16 window loads of 4 lines each
+            binds = ffma_clk / wf
+            at = ""
+            if what.endswith("(as timed)"):
+                share, l1 = measured[op]
+                at = f"L1 {100 * wf / (ffma_clk / share):.0f} % busy (ncu: {l1} %)"
+            print(f"  {op + ', ' + what:54} {16 + n_stream:>8} {wf:>10}  "
+                  f"{'never' if binds >= 1 else f'{100 * binds:.0f} % of FMA peak':>14}  {at}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Each command runs in a fresh process with its own TK_CACHE_DIR.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -284,3 +285,26 @@ def test_gpu_tune_dry_run_on_cpu(lib_path, tmp_path):
         assert (k, "default") in kernels and (k, "lanes=16,rows=4,warp_rows=8") in kernels, (k, kernels)
     assert ("brick_pad f32", "chunk=16") in kernels
     assert "[tune] rwkv_forward f32:" in r.stdout
+
+
+def test_warp_model_mirrored_tiles_balance_blocks():
+    """bench/gpu_warp_model.py (no GPU): with one tile a thread, a block's
+    warps hold tiles from both ends of a row and idle; mirrored tiles (the
+    emitter's tiles=2, same layout as gpu_tiles_head) keep every warp of a
+    block equally busy and lower the latency-bound time. Its L1 table:
+    16-byte stream loads halve a round's wavefronts or better."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_warp_model.py"), "--T", "400"],
+                       capture_output=True, text=True, timeout=300)   # T = 400: 25 tiles a row, odd
+    assert r.returncode == 0, r.stderr
+    rows = {}
+    for line in r.stdout.splitlines():
+        m = re.search(r"a warp takes (.*?)\s*: warps busy\s+(\d+)%, blocks busy\s+(\d+)%.*latency-bound ([\d.]+) ms",
+                      line)
+        if m:
+            rows[m.group(1)] = (int(m.group(2)), int(m.group(3)), float(m.group(4)))
+    one, mirrored = rows["4 rows x 8 positions"], rows["4 rows x 8 positions, mirrored"]
+    assert one[1] < 80 and mirrored[1] >= 95, rows        # blocks busy
+    assert mirrored[2] < 0.75 * one[2], rows               # latency-bound time
+    wf = {m.group(1): int(m.group(2)) for m in re.finditer(r"(rwkv_\w+, [^\n]*?)\s+\d+\s+(\d+)\s", r.stdout)}
+    assert wf["rwkv_backward_k, 16-byte stream loads (now)"] * 3 == wf["rwkv_backward_k, 4-byte stream loads (as timed)"]
+    assert wf["rwkv_forward, 16-byte stream loads (now)"] * 2 == wf["rwkv_forward, 4-byte stream loads (as timed)"]
