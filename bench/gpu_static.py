@@ -134,7 +134,8 @@ def sass_loops(ins: List[str], labels: Dict[str, int], branch: "re.Pattern") -> 
 def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
     """The innermost SASS loop (a backward BRA with no other loop inside)
     with the most FFMA/DFMA: its instruction count, FMAs, global loads
-    (LDG) and the FMA share of the loop."""
+    (LDG), local memory accesses (LDL/STL: spills) and the FMA share of
+    the loop."""
     ins, labels = sass_listing(fn)
     inner = innermost(sass_loops(ins, labels, re.compile(r"BRA\s+`?\(?(\.L_x_\d+)")))
     best = None
@@ -144,7 +145,9 @@ def sass_hot_loop(fn: List[tuple]) -> Optional[dict]:
         if not fma:
             continue
         r = dict(total=len(ops), fma=fma, ldg=sum(1 for o in ops if o.startswith("LDG")),
-                 ldg128=sum(1 for o in ops if o.startswith("LDG.E.128")), fma_share=round(fma / len(ops), 3))
+                 ldg128=sum(1 for o in ops if o.startswith("LDG.E.128")),
+                 local=sum(1 for o in ops if o.startswith("LDL") or o.startswith("STL")),
+                 fma_share=round(fma / len(ops), 3))
         if best is None or (fma, -len(ops)) > (best["fma"], -best["total"]):
             best = r
     return best
@@ -393,7 +396,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         src = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         if a.only != "all":   # only the kernels reported: a quarter of the compile time
             blocks = re.split(r"\n(?=/\* \w+: )", src)
-            src = "\n".join([blocks[0]] + [b for b in blocks[1:] if re.search(r"void \w+__%s\b" % a.only, b)])
+            src = "\n".join([blocks[0]] + [b for b in blocks[1:] if re.search(r"void (?:__maxnreg__\(\d+\) )?\w+__%s\b" % a.only, b)])
         name = os.path.basename(spec) + ".cu"
         cubin, log = nv.compile(src, name, [f"--gpu-architecture={a.arch}", inc, "--ptxas-options=-v",
                                             "-std=c++17"], "cubin")

@@ -7,8 +7,9 @@ checked against a float64 reference, then timed with CUDA events (median of
   rwkv_forward f32 / bf16, rwkv_backward_w f32, rwkv_backward_k f32
       B=32, C=768, T=768 (14.5 GFLOP each): shapes lanes x rows x warp_rows,
       split (threads a tile sharing rwkv_backward_w's batch sum), ldg
-      (bytes of one load of a round's stream) and tiles (1: one tile a
-      thread, as measured before the mirrored default)
+      (bytes of one load of a round's stream), tiles (1: one tile a
+      thread, as measured before the mirrored default) and regs (a register
+      cap: 128 keeps 16 warps an SM where the kernels take 150-180)
   brick_pad f32, seed configuration (136 MB written): chunk bytes
 
 The kernels of all shapes are compiled first, in parallel processes (NVRTC
@@ -34,7 +35,8 @@ TILES = ["", "lanes=16,rows=4,warp_rows=8", "lanes=16,rows=2,warp_rows=8", "lane
          "lanes=8,rows=2", "lanes=8,rows=8", "lanes=4,rows=4", "lanes=16,rows=2,warp_rows=16",
          "lanes=8,rows=4,warp_rows=8", "lanes=8,rows=4,warp_rows=16", "lanes=16,rows=2,warp_rows=32",
          "lanes=8,rows=2,warp_rows=32", "lanes=16,rows=4,warp_rows=2", "lanes=8,rows=2,warp_rows=2",
-         "split=1", "split=2", "split=4", "split=16", "split=32", "ldg=4", "ldg=8", "tiles=1"]
+         "split=1", "split=2", "split=4", "split=16", "split=32", "ldg=4", "ldg=8", "tiles=1",
+         "regs=128", "regs=128,tiles=1"]
 CHUNKS = ["", "chunk=16", "chunk=64", "chunk=128"]
 # --quick: the default next to the shape it replaced (4 rows, 8 warp rows),
 # the fastest rwkv_backward_w shape of the first sweep, and that op's batch
@@ -42,9 +44,11 @@ CHUNKS = ["", "chunk=16", "chunk=64", "chunk=128"]
 # said split=8) and on 16 (split: only rwkv_backward_w's loop qualifies), and
 # the rounds' streams loaded one by one (ldg=4: float32 as before 16-byte
 # loads) and 8 bytes at a time, one tile a thread instead of a tile and its
-# mirror image (tiles=1), and the whole shape as timed on 2026-12-04
+# mirror image (tiles=1), the whole shape as timed on 2026-12-04, and at most
+# 128 registers a thread (regs=128: 16 warps an SM instead of 12; ptxas
+# spills outside the forward's hot loop, and much in rwkv_backward_w's)
 QUICK_TILES = ["", "lanes=16,rows=4,warp_rows=8", "lanes=16,rows=4,warp_rows=2", "split=1", "split=16",
-               "ldg=4", "ldg=8", "tiles=1", "ldg=4,tiles=1"]
+               "ldg=4", "ldg=8", "tiles=1", "ldg=4,tiles=1", "regs=128"]
 QUICK_CHUNKS = ["", "chunk=16"]
 
 WORKER = r"""

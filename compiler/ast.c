@@ -84,7 +84,8 @@ const char *tk_opc_text(tk_opc op) {
 /* ---- schedule items (ast.h) ---------------------------------------------------- */
 
 const tk_sched_key tk_sched_keys[TK_SCHED_KEYS] = {
-    {"lanes", 4, 16}, {"rows", 1, 8}, {"warp_rows", 1, 32}, {"chunk", 16, 128}, {"split", 1, 32}, {"ldg", 4, 16}, {"tiles", 1, 2}};
+    {"lanes", 4, 16, 0}, {"rows", 1, 8, 0},   {"warp_rows", 1, 32, 0}, {"chunk", 16, 128, 0},
+    {"split", 1, 32, 0}, {"ldg", 4, 16, 0},   {"tiles", 1, 2, 0},      {"regs", 32, 248, 8}};
 
 int tk_sched_find(const char *key, size_t len) {
     for (int k = 0; k < TK_SCHED_KEYS; k++)
@@ -93,5 +94,6 @@ int tk_sched_find(const char *key, size_t len) {
 }
 
 int tk_sched_valid(int k, long long v) {
-    return k >= 0 && k < TK_SCHED_KEYS && v >= tk_sched_keys[k].lo && v <= tk_sched_keys[k].hi && (v & (v - 1)) == 0;
+    if (k < 0 || k >= TK_SCHED_KEYS || v < tk_sched_keys[k].lo || v > tk_sched_keys[k].hi) return 0;
+    return tk_sched_keys[k].step ? v % tk_sched_keys[k].step == 0 : (v & (v - 1)) == 0;
 }

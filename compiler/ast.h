@@ -113,13 +113,15 @@ typedef struct tk_param {
 } tk_param;
 
 /* The items of a 'schedule' line and of TK_CUDA_TUNE (compiler/emit.c): the
- * CUDA tile shape. Each value is a power of two in [lo, hi]. */
-#define TK_SCHED_KEYS 7
+ * CUDA tile shape. Each value is in [lo, hi], a power of two, or a multiple
+ * of step when step is not 0. */
+#define TK_SCHED_KEYS 8
 typedef struct tk_sched_key {
     const char *key;
     long lo, hi;
+    int step;
 } tk_sched_key;
-extern const tk_sched_key tk_sched_keys[TK_SCHED_KEYS];   /* lanes, rows, warp_rows, chunk, split, ldg, tiles */
+extern const tk_sched_key tk_sched_keys[TK_SCHED_KEYS];   /* lanes, rows, warp_rows, chunk, split, ldg, tiles, regs */
 int tk_sched_find(const char *key, size_t len);              /* its index, -1 if none */
 int tk_sched_valid(int k, long long v);                      /* 1 if v fits key k */
 

@@ -90,7 +90,7 @@ typedef struct emitter {
     const tk_stmt *vst[TK_MAX_TENSORS];  /* output i's store, gathered in registers tk_o<i> (NULL: stored directly) */
     int raw_read;                   /* tensor_read gives the stored element, unconverted */
     /* GPU tile shape (gpu_tune; 0: the defaults below) */
-    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk, tune_split, tune_ldg, tune_tiles;
+    int tune_lanes, tune_rows, tune_warp_rows, tune_chunk, tune_split, tune_ldg, tune_tiles, tune_regs;
     int mirror;                     /* GPU tiles: a thread takes tile positions p and n - 1 - p (mirror_plan) */
     /* GPU split reductions (see split_plan): S threads share a tile, dealing
      * out the iterations of the body's top-level loop split_loop */
@@ -117,7 +117,10 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
  * 16 to 128), split (threads that share a tile's top-level reduction
  * loop: 1 to 32, see split_plan) and ldg (bytes of one load of a stream:
  * 4, 8, 16, see stream_find; default 16) and tiles (tiles a thread takes: 1, or 2, a
- * tile and its mirror image along the row, see mirror_plan). Any key may be left out. It is the knob for measuring shapes
+ * tile and its mirror image along the row, see mirror_plan), and regs (at most
+ * that many registers a thread: __maxnreg__, 32 to 248, a multiple of 8; ptxas
+ * spills the rest to local memory; not given: as many as ptxas likes, at most
+ * 255). Any key may be left out. It is the knob for measuring shapes
  * on a GPU (ci/gpu_tune.py), read at each emission; the emitted source, and so
  * the kernel cache's key, records the shape. A malformed value is an error.
  * An op's 'schedule' line (docs/spec.md) sets the same items for that op;
@@ -127,7 +130,7 @@ static const char *const k_ctype[TK_DTYPE_COUNT] = {
 typedef struct gpu_tune {
     int v[TK_SCHED_KEYS];   /* indexed as tk_sched_keys; 0: not given */
 } gpu_tune;
-enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT, TUNE_LDG, TUNE_TILES };   /* ORDER tk_sched_keys */
+enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT, TUNE_LDG, TUNE_TILES, TUNE_REGS };   /* ORDER tk_sched_keys */
 
 static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
     memset(t, 0, sizeof *t);
@@ -143,7 +146,7 @@ static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
         if (k < 0 || !end || (*end && *end != ',') || (*end == ',' && !end[1]) || !tk_sched_valid(k, v) ||
             t->v[k]) {
             snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
-                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, each a power of two",
+                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, each a power of two, regs 32..248, a multiple of 8",
                      env);
             return TK_ERR_INVALID;
         }
@@ -4029,7 +4032,10 @@ static void kernel(emitter *E) {
      * spilled rwkv_backward_k, 168 bytes on sm_90 - bench/gpu_static.py) */
     int tiles = lane_plan(E);
     if (tiles) split_plan(E), mirror_plan(E);
-    tk_buf_printf(E->b, "%s%s%s {\n", E->tg->head, op->kernel_names[E->variant], E->tg->params);
+    tk_buf_puts(E->b, E->tg->head);
+    if (E->tune_regs)   /* at most that many registers a thread (CUDA 12.4+; no __launch_bounds__ here) */
+        tk_buf_printf(E->b, "__maxnreg__(%d) ", E->tune_regs);
+    tk_buf_printf(E->b, "%s%s {\n", op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
     if (tiles) {
@@ -4070,6 +4076,7 @@ static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk
         E->tune_split = v[TUNE_SPLIT];
         E->tune_ldg = v[TUNE_LDG];
         E->tune_tiles = v[TUNE_TILES];
+        E->tune_regs = v[TUNE_REGS];
     }
 }
 
@@ -4088,10 +4095,10 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
     if (target == TK_TARGET_CUDA && (tune.v[TUNE_LANES] || tune.v[TUNE_ROWS] || tune.v[TUNE_WARP_ROWS] ||
                                      tune.v[TUNE_CHUNK] || tune.v[TUNE_SPLIT] || tune.v[TUNE_LDG] ||
-                                     tune.v[TUNE_TILES]))
-        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d tiles=%d "
+                                     tune.v[TUNE_TILES] || tune.v[TUNE_REGS]))
+        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d tiles=%d regs=%d "
                       "(0: default) */\n", tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS],
-                      tune.v[TUNE_CHUNK], tune.v[TUNE_SPLIT], tune.v[TUNE_LDG], tune.v[TUNE_TILES]);
+                      tune.v[TUNE_CHUNK], tune.v[TUNE_SPLIT], tune.v[TUNE_LDG], tune.v[TUNE_TILES], tune.v[TUNE_REGS]);
     for (int v = first; v < last; v++) {
         tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
         if (st != TK_OK) {

@@ -707,7 +707,7 @@ static void parse_backward(parser *p, tk_opdecl *op) {
 }
 
 /* 'schedule' NAME '=' INT {',' NAME '=' INT} NEWLINE: the CUDA tile shape
- * (lanes, rows, warp_rows, chunk, split, ldg, tiles; see compiler/emit.c). 'schedule' is a
+ * (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs; see compiler/emit.c). 'schedule' is a
  * word only here, where nothing else but 'backward' or the loop may stand. */
 static void parse_schedule(parser *p, tk_opdecl *op) {
     tk_loc loc = p->tok.loc;
@@ -717,19 +717,23 @@ static void parse_schedule(parser *p, tk_opdecl *op) {
     op->schedule_loc = loc;
     do {
         tk_loc kloc = p->tok.loc;
-        if (!check(p, TK_T_NAME)) expected(p, "a schedule item (lanes, rows, warp_rows, chunk, split, ldg or tiles)");
+        if (!check(p, TK_T_NAME)) expected(p, "a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles or regs)");
         int k = tk_sched_find(p->tok.start, p->tok.len);
         if (k < 0)
-            error_at(p, kloc, "unknown schedule item '%.*s' (lanes, rows, warp_rows, chunk, split, ldg or tiles)",
+            error_at(p, kloc, "unknown schedule item '%.*s' (lanes, rows, warp_rows, chunk, split, ldg, tiles or regs)",
                      (int)(p->tok.len > 40 ? 40 : p->tok.len), p->tok.start);
         if (op->schedule[k]) error_at(p, kloc, "schedule item '%s' is given twice", tk_sched_keys[k].key);
         next(p);
         expect(p, TK_T_ASSIGN, "'=' after a schedule item");
         tk_loc vloc = p->tok.loc;
         if (!check(p, TK_T_INT)) expected(p, "an integer after 'schedule ... ='");
-        if (!tk_sched_valid(k, p->tok.ival))
+        if (!tk_sched_valid(k, p->tok.ival)) {
+            if (tk_sched_keys[k].step)
+                error_at(p, vloc, "schedule %s=%lld: expected a multiple of %d from %ld to %ld", tk_sched_keys[k].key,
+                         (long long)p->tok.ival, tk_sched_keys[k].step, tk_sched_keys[k].lo, tk_sched_keys[k].hi);
             error_at(p, vloc, "schedule %s=%lld: expected a power of two from %ld to %ld", tk_sched_keys[k].key,
                      (long long)p->tok.ival, tk_sched_keys[k].lo, tk_sched_keys[k].hi);
+        }
         op->schedule[k] = (int)p->tok.ival;
         next(p);
     } while (accept(p, TK_T_COMMA));

@@ -37,6 +37,7 @@ static tk_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(threads, blocks)
+#define __maxnreg__(n)
 
 /* the read-only load and the streaming store of GPU chunks (emit.c); a
  * vector load or store at an address that is not a multiple of its size,

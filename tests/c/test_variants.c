@@ -5,7 +5,7 @@
  * unrolling or SIMD), and as CUDA run on the CPU by cuda_emu.h (tkv_cuda_*:
  * lane tiles, group rows, partial tiles, grid-stride loops; tkv_cudat_*: the
  * same in another tile shape, TK_CUDA_TUNE=lanes=4,rows=8,warp_rows=16,
- * chunk=128,split=4,ldg=8,tiles=1 when generated, as schedule lines give;
+ * chunk=128,split=4,ldg=8,tiles=1,regs=64 when generated, as schedule lines give;
  * the default shape takes a tile and its mirror image a thread where loop
  * bounds move with the innermost variable), and all of them
  * run on the same random inputs: random sizes, batch dims, every dtype

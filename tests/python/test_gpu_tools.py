@@ -169,6 +169,8 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
     assert rows["tk_rwkv_backward_w__f32"]["sass_shfl"] >= 2 * 3 * 16, rows["tk_rwkv_backward_w__f32"]
     assert not rows["tk_rwkv_forward__f32"]["sass_shfl"] and not rows["tk_rwkv_backward_k__f32"]["sass_shfl"]
     assert not rows["tk_rwkv_backward_w__f32 (plain)"]["sass_shfl"]
+    for op in ("rwkv_forward", "rwkv_backward_k", "rwkv_backward_w"):
+        assert rows[f"tk_{op}__f32"]["sass_hot_loop"]["local"] == 0, op
     assert rows["tk_brick_pad__f32"]["regs"] > 0 and rows["tk_brick_pad__f32"].get("spill_st", 0) == 0
     # brick_pad runs as chunks of 8 float32: one block of straight-line code
     # per chunk, 8 loads, two 16-byte stores, no 64-bit division, and few
@@ -186,6 +188,28 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
     assert paths and len(paths) == 2 and all(p <= 8 * 26 for p in paths), c
     assert "GPU chunks" in r.stdout
     assert "tk_rwkv_forward__f32" in r.stdout
+
+
+def test_gpu_static_register_cap(lib_path, tmp_path):
+    """TK_CUDA_TUNE=regs=128 (schedule regs=128) emits __maxnreg__(128): ptxas
+    keeps rwkv_forward f32 at 128 registers a thread (16 warps an SM in
+    blocks of 256, against 12 at its uncapped 166-168), spilling outside its
+    hot loop only."""
+    tkc = os.path.join(os.path.dirname(lib_path), "tkc")
+    if not os.path.exists(tkc):
+        pytest.fail(f"no tkc next to {lib_path}: build the project first")
+    out = tmp_path / "static.json"
+    env = dict(os.environ, TK_CUDA_TUNE="regs=128")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_static.py"), "--tkc", tkc,
+                        "--json", str(out), os.path.join(ROOT, "ops", "rwkv_forward.tk")],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    import json
+    rows = {k["kernel"]: k for k in json.loads(out.read_text())["kernels"]}
+    for op in ("rwkv_forward", "rwkv_backward_k", "rwkv_backward_w"):
+        assert rows[f"tk_{op}__f32"]["regs"] <= 128, rows[f"tk_{op}__f32"]
+    fwd = rows["tk_rwkv_forward__f32"]
+    assert fwd["sass_hot_loop"]["local"] == 0 and fwd["sass_hot_loop"]["fma_share"] >= 0.85, fwd
 
 
 def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
@@ -215,6 +239,9 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     one = emit("tiles=1")
     assert one.returncode == 0 and "tk_npair" not in one.stdout and "tiles=1" in one.stdout, one.stderr
     assert "lin / 4 / tk_ntile * 4 + lin % 4;" in one.stdout
+    assert "__maxnreg__" not in plain.stdout   # registers: as many as ptxas likes, unless regs= caps them
+    capped = emit("regs=128")
+    assert capped.returncode == 0 and capped.stdout.count("__global__ void __maxnreg__(128) tk_rwkv_") == 12
     tuned = emit("lanes=8,rows=4,warp_rows=2")
     assert tuned.returncode == 0, tuned.stderr
     assert "TK_CUDA_TUNE: lanes=8 rows=4 warp_rows=2 chunk=0" in tuned.stdout
@@ -229,7 +256,8 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     f32 = ldg4.stdout[ldg4.stdout.index("tk_rwkv_forward__f32("):ldg4.stdout.index("tk_rwkv_forward__f64(")]
     assert "tk_pk" not in f32 and "__ldg((const tk_u32 *)&t_k[" in ldg4.stdout   # f32 one by one; bf16 in pairs
     for bad in ("lanes=3", "lanes=32", "rows=0", "lanes=", "lanes", "foo=1", "rows=2,", "lanes=16x",
-                "chunk=256", "warp_rows=64", "lanes=8;rows=2", "split=64", "ldg=2", "ldg=32", "tiles=0", "tiles=3"):
+                "chunk=256", "warp_rows=64", "lanes=8;rows=2", "split=64", "ldg=2", "ldg=32", "tiles=0", "tiles=3", "regs=100", "regs=256",
+                "regs=0"):
         r = emit(bad)
         assert r.returncode != 0 and "TK_CUDA_TUNE" in r.stderr, (bad, r.stderr)
 
@@ -259,7 +287,7 @@ def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
     assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward")
     assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, r.stderr
-    for tune in ("ldg=4,split=2", "ldg=8,split=32,tiles=1"):   # streams' 4- and 8-byte loads, other splits
+    for tune in ("ldg=4,split=2,regs=128", "ldg=8,split=32,tiles=1"):   # 4- and 8-byte streams, splits, a cap
         r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_80", "--op", "rwkv_backward_w", TK_CUDA_TUNE=tune)
         assert r.returncode == 0 and "4 compiled, 0 already cached, 0 failed" in r.stderr, (tune, r.stderr)
     r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad", TK_CUDA_TUNE="chunk=7")
