@@ -57,17 +57,19 @@ def main() -> None:
     npair = (ntile + 1) // 2
     R = a.rows
 
+    # each order gives a thread's tile positions, one a pass; a warp runs a
+    # pass as long as its slowest thread (None: no tile that pass)
     def row_major(lin):           # 32 consecutive tiles of one row a warp
         return [lin % ntile]
 
     def interleaved(lin):         # `rows` rows x 32/rows positions a warp
         row = lin // R // ntile * R + lin % R
-        return [] if row >= nrow else [lin // R % ntile]
+        return [None] if row >= nrow else [lin // R % ntile]
 
-    def mirrored(lin):            # ... and each position's mirror image (tiles=2)
+    def mirrored(lin):            # ... and each position's mirror image (tiles=2): a second pass
         row = lin // R // npair * R + lin % R
         p = lin // R % npair
-        return [] if row >= nrow else ([p] if ntile - 1 - p == p else [p, ntile - 1 - p])
+        return [None, None] if row >= nrow else [p, None if ntile - 1 - p == p else ntile - 1 - p]
 
     flop = 2 * a.B * a.C * a.T * (a.T + 1) / 2
     print(f"rwkv_forward B={a.B} C={a.C} T={a.T}, tiles {a.V}x{a.G}, {a.sms} SMs x 4 schedulers at {a.ghz} GHz, "
@@ -82,12 +84,13 @@ def main() -> None:
         bwork = bslots = 0
         cur = []
         for w0 in range(0, n, 32):
-            ws = [sum(tile_work(t, a) for t in f(lin)) for lin in range(w0, min(w0 + 32, n))]
-            ws = [w for w in ws if w]
-            wmax = max(ws) if ws else 0
-            work += sum(ws)
+            passes = list(zip(*[f(lin) for lin in range(w0, min(w0 + 32, n))]))
+            ws = [[tile_work(t, a) for t in ts if t is not None] for ts in passes]
+            wsum = sum(sum(x) for x in ws)
+            wmax = sum(max(x) for x in ws if x)   # the warp: the slowest thread of each pass
+            work += wsum
             busy += wmax
-            cur.append((sum(ws), wmax))
+            cur.append((wsum, wmax))
             if len(cur) == wpb or w0 + 32 >= n:
                 bmax = max(m for _, m in cur)
                 blocks.append(bmax)

@@ -85,7 +85,7 @@ typedef struct kernel {
     int state;
     CUmodule mod;
     CUfunction fn;
-    int per_thread;         /* elements a grid-stride iteration computes (tk_emit_cuda_per_thread) */
+    int per_thread;         /* elements a thread computes, as the emitter plans it (tk_emit_cuda_per_thread) */
     int resident[TK_CUDA_NBLOCKS];  /* blocks of TK_CUDA_BLOCK >> i threads an SM holds (0: unknown) */
     char error[4096];       /* K_FAILED: why */
 } kernel;

@@ -2272,7 +2272,9 @@ static int split_plan(emitter *E) {
  * ends, ran as long as its heaviest warp, its warps busy 51 % of that time
  * on average (bench/gpu_warp_model.py). With 'tiles=2' a thread takes tile
  * position p and n - 1 - p of the same row, whose work sums to about the
- * same for every p: every warp of a block does about the same work. The
+ * same for every p: every warp of a block does about the same work (the
+ * model: blocks 88 % busy; a warp still waits, in each pass, for its
+ * slowest thread, as before). The
  * grid-stride loop runs twice (gpu_tiles_head), over the positions p < n/2,
  * then over their mirror images; the middle tile of an odd row is taken
  * once. A warp's threads keep their layout (positions p..p+7 of 4 rows,

@@ -276,9 +276,11 @@ tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned fl
 /* Generates one variant only. */
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,
                           tk_target target, char **out);
-/* How many elements of the index space one grid-stride iteration of the
- * variant's CUDA kernel computes (1; a chunk of K; a tile of V x G): the
- * launcher sizes its grid by numel / that. 0 on error (tk_ctx_error). */
+/* How many elements of the index space one thread of the variant's CUDA
+ * kernel computes when the grid has a thread for every grid-stride
+ * iteration (1; a chunk of K; a tile of V x G, twice that for mirrored
+ * tiles, over S for split ones, at least 1): the launcher sizes its grid by
+ * numel / that. 0 on error (tk_ctx_error). */
 int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant);
 void tk_free(void *p);
 

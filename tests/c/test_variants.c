@@ -6,8 +6,9 @@
  * lane tiles, group rows, partial tiles, grid-stride loops; tkv_cudat_*: the
  * same in another tile shape, TK_CUDA_TUNE=lanes=4,rows=8,warp_rows=16,
  * chunk=128,split=4,ldg=8,tiles=1,regs=64 when generated, as schedule lines give;
- * the default shape takes a tile and its mirror image a thread where loop
- * bounds move with the innermost variable), and all of them
+ * the default shape takes a tile and its mirror image a thread only where
+ * loop bounds move with the innermost variable, tiles=2 everywhere), and
+ * all of them
  * run on the same random inputs: random sizes, batch dims, every dtype
  * variant, strided views, random scalars (zero and negative divisors
  * included) and random chunkings of the CPU index space. Outputs must agree
