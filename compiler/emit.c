@@ -3575,16 +3575,16 @@ static void gpu_tiles_head(emitter *E, int V, int G) {
             line(E, "const int tk_sub = (int)(lin %% %d);", E->split);
             L = "tk_l";
         }
+        /* R rows at one position (of npos a row), then the next position */
+        const char *npos = E->mirror ? "tk_npair" : "tk_ntile";
+        line(E, "const tk_i64 tk_row = %s / %d / %s * %d + %s %% %d;", L, R, npos, R, L, R);
+        line(E, "if (tk_row >= tk_nrow) continue;");
         if (E->mirror) {
-            line(E, "const tk_i64 tk_row = %s / %d / tk_npair * %d + %s %% %d;", L, R, R, L, R);
-            line(E, "if (tk_row >= tk_nrow) continue;");
             line(E, "const tk_i64 tk_pp = %s / %d %% tk_npair;", L, R);
             line(E, "const tk_i64 tk_pos = tk_h ? tk_ntile - 1 - tk_pp : tk_pp;");
             line(E, "if (tk_h && tk_pos == tk_pp) continue;   /* the middle tile of an odd row */");
             line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + tk_pos;");
         } else {
-            line(E, "const tk_i64 tk_row = %s / %d / tk_ntile * %d + %s %% %d;", L, R, R, L, R);
-            line(E, "if (tk_row >= tk_nrow) continue;");
             line(E, "const tk_i64 tk_lin = tk_row * tk_ntile + %s / %d %% tk_ntile;", L, R);
         }
     }
