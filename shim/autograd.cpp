@@ -231,8 +231,12 @@ void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Sta
     if (diff) torch::autograd::set_history(out, node);
     else node->add_input_metadata(torch::autograd::Node::undefined_input());
   }
+  // an output with history is saved as this node's output; an int or bool
+  // one has none and is saved as a plain tensor (a backward op may read it:
+  // the indices of an argmax)
   for (size_t o = 0; o < nout; ++o)
-    if (plan.save_output[o] && node->differentiable[o]) node->saved_outputs[o] = SavedVariable(outs[o].toTensor(), true);
+    if (plan.save_output[o])
+      node->saved_outputs[o] = SavedVariable(outs[o].toTensor(), static_cast<bool>(node->differentiable[o]));
 }
 
 }  // namespace

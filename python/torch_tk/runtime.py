@@ -82,6 +82,11 @@ def _register_spec(text: str, file: str) -> list[str]:
     names = _names_by_text.get(key)
     if names is not None:
         return names
+    if "\0" in text:   # the core reads a C string: it would end there, silently
+        raw = text.encode("utf-8")
+        at = raw.index(b"\0")
+        line, col = raw.count(b"\n", 0, at) + 1, at - (raw.rfind(b"\n", 0, at) + 1) + 1
+        raise _spec_error(f"{file}:{line}:{col}: error: invalid character '\\x00'", file, text)
     out = ctypes.create_string_buffer(_OUT_SIZE)
     # ctypes releases the GIL: other threads run (and register) meanwhile
     status = _register_fn()(file.encode("utf-8"), text.encode("utf-8"), out, _OUT_SIZE)

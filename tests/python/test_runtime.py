@@ -308,6 +308,43 @@ def test_backward_in_an_earlier_spec():
     assert torch.autograd.gradcheck(twice, (x,))
 
 
+def test_backward_reads_an_int_output():
+    # the forward's int output (the indices it gathered from) feeds its
+    # backward op: it has no gradient history, and is saved all the same
+    gather = torch_tk.kernel("""
+        op rt_rev_gather(x: float[..., N]) -> (y: x.dtype[..., N], idx: int64[..., N]):
+            backward rt_rev_gather_backward
+            for i in y:
+                j = N - 1 - (i * 3) % N
+                y[i] = x[j]
+                idx[i] = j
+        op rt_rev_gather_backward(idx: int64[..., N], grad_y: float[..., N]) -> grad_x: grad_y.dtype[..., N]:
+            for i in grad_x:
+                s = 0.0
+                for m in range(N):
+                    if idx[m] == i:
+                        s += grad_y[m]
+                grad_x[i] = s
+        """)
+    x = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
+    y, idx = gather(x)
+    assert not idx.requires_grad and idx.grad_fn is None
+    j = (torch.arange(7) * 3) % 7
+    j = 6 - j
+    assert torch.equal(idx, j.expand(3, 7)) and torch.equal(y, x[:, j])
+    g = torch.randn(3, 7, dtype=torch.float64)
+    y.backward(g)
+    expected = torch.zeros(3, 7, dtype=torch.float64).index_add_(1, j, g)
+    assert torch.equal(x.grad, expected)
+    assert torch.autograd.gradcheck(lambda t: gather(t)[0], (torch.randn(2, 5, dtype=torch.float64,
+                                                                         requires_grad=True),))
+    # the saved int output is checked like any saved tensor
+    y, idx = gather(x)
+    idx.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 # ---- malformed specs: the message, the line and the caret -----------------------------
 
 ID = "op {n}(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n"
@@ -370,6 +407,11 @@ MALFORMED = [
      "        z = é\n"
      "            ^"),
     ("# a comment and nothing else\n", "bad.tk: error: the spec defines no op"),
+    # the core reads C strings: without the check it compiled "y[i] = x[i]"
+    (ID.format(n="bad_o") + "        y[i] = x[i]\x00 * 100.0\n",
+     "bad.tk:3:20: error: invalid character '\\x00'\n"
+     "        y[i] = x[i]\x00 * 100.0\n"
+     "                   ^"),
 ]
 
 
