@@ -432,8 +432,11 @@ static void schema_default(tk_buf *b, const tk_expr *e) {
     else if (e->kind == TK_E_BOOL) tk_buf_puts(b, e->ival ? "True" : "False");
 }
 
+/* int parameters are SymInt: under torch.compile(dynamic=True) a pad width
+ * or a window length stays symbolic (one graph for every value, as with
+ * F.pad) and `t.item()` may be passed; TorchScript reads SymInt as int. */
 static char *make_schema(const tk_opdecl *d, tk_arena *a) {
-    static const char *const types[] = {"Tensor", "int", "float", "bool"}; /* ORDER tk_param_kind */
+    static const char *const types[] = {"Tensor", "SymInt", "float", "bool"}; /* ORDER tk_param_kind */
     tk_buf b = {0};
     tk_buf_printf(&b, "%s(", d->name);
     for (int i = 0; i < d->nparams; i++) {

@@ -349,8 +349,8 @@ int main(void) {
     const tk_op *bp = tk_op_find(ctx, "brick_pad"), *rw = tk_op_find(ctx, "rwkv_forward");
     CHECK(bp && rw);
     if (bp && rw) {
-        CHECK(strcmp(tk_op_schema(bp), "brick_pad(Tensor tile, int pw, int ph, int stagger, int? height=None, "
-                                        "int? width=None) -> Tensor") == 0);
+        CHECK(strcmp(tk_op_schema(bp), "brick_pad(Tensor tile, SymInt pw, SymInt ph, SymInt stagger, "
+                                        "SymInt? height=None, SymInt? width=None) -> Tensor") == 0);
         CHECK(strcmp(tk_op_schema(rw), "rwkv_forward(Tensor w, Tensor k, float eps) -> Tensor") == 0);
         CHECK(tk_op_nvariants(bp) == TK_DTYPE_COUNT && tk_op_nvariants(rw) == 4);
         test_brick_pad(bp);

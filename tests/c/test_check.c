@@ -174,7 +174,7 @@ static const good_spec k_good[] = {
      "        else:\n"
      "            pass\n"
      "        y[i] = sigmoid(v) + eps + abs(floor(v) // 3 % 2) + sqrt(exp(log(2.0))) ** 2\n",
-     "g(Tensor x, bool flag=True, float eps=-0.5, int n=3) -> Tensor"},
+     "g(Tensor x, bool flag=True, float eps=-0.5, SymInt n=3) -> Tensor"},
     {"op two(a: int32[..., K]) -> (p: int64[..., K], q: float32[..., K]):\n"
      "    for k in p:\n"
      "        p[k] = a[k] // 2\n"

@@ -70,3 +70,42 @@ def test_graph_holds_the_tk_ops():
     torch.compile(BothOps(), backend=backend, fullgraph=True)(example_input())
     targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
     assert {"tk.rwkv_forward", "tk.brick_pad"} <= targets
+
+
+def test_int_arguments_stay_symbolic():
+    # int parameters are SymInt in the schemas: one graph for every pad
+    # width, as F.pad gets (with `int` each value was a guard and a
+    # recompile, and fullgraph failed at the recompile limit)
+    frames = []
+
+    def backend(gm, example_inputs):
+        frames.append(gm)
+        return torch._dynamo.backends.common.aot_autograd(fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g)(
+            gm, example_inputs)
+
+    def pad(x, p):
+        return torch.ops.tk.brick_pad(x, p, p + 1, 2) * 2
+
+    compiled = torch.compile(pad, backend=backend, fullgraph=True, dynamic=True)
+    for p in range(1, 7):
+        x = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(p))
+        xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+        ys = [pad(xs[0], p), compiled(xs[1], p)]
+        torch.testing.assert_close(ys[1], ys[0], rtol=0, atol=0)
+        g = torch.randn(ys[0].shape, dtype=torch.float64)
+        for x_, y_ in zip(xs, ys):
+            y_.backward(g)
+        torch.testing.assert_close(xs[1].grad, xs[0].grad, rtol=0, atol=0)
+    assert len(frames) == 1, f"recompiled {len(frames) - 1} times"
+
+
+def test_int_argument_from_item():
+    # a data-dependent int (an unbacked SymInt) reaches the symbolic Meta kernel
+    def pad(x, t):
+        return torch.ops.tk.brick_pad(x, t.item(), 0, 1)
+
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(pad, backend="aot_eager", fullgraph=True)
+        x = torch.randn(3, 4)
+        for v in (2, 3):
+            torch.testing.assert_close(compiled(x, torch.tensor(v)), pad(x, torch.tensor(v)), rtol=0, atol=0)

@@ -63,7 +63,8 @@ def test_library_path_is_the_loaded_library(lib_path):
     "op, schema",
     [
         ("brick_pad",
-         "tk::brick_pad(Tensor tile, int pw, int ph, int stagger, int? height=None, int? width=None) -> Tensor"),
+         "tk::brick_pad(Tensor tile, SymInt pw, SymInt ph, SymInt stagger, SymInt? height=None, SymInt? width=None) "
+         "-> Tensor"),
         ("rwkv_forward", "tk::rwkv_forward(Tensor w, Tensor k, float eps) -> Tensor"),
     ],
 )
