@@ -317,6 +317,9 @@ static tk_status check_loop(checker *c) {
     op->loop_out = idx;
     const tk_param *o = &d->outputs[idx];
     int n = tk_explicit_dims(o);
+    if (n == 0)   /* [...] alone: nothing for the loop to name */
+        return fail(c, d->loop_loc, "'%s' has no explicit dim: an output needs at least one after '...' "
+                    "(a reduction to a batch shape: keep a dim of size 1)", o->name);
     if (d->nloop != n)
         return fail(c, d->loop_loc, "'%s' has %d explicit dims, so the loop needs %d variables, not %d",
                     o->name, n, n, d->nloop);
@@ -731,8 +734,12 @@ static tk_status check_for(checker *c, tk_stmt *s) {
     }
     TRY(check_expr(c, s->hi));
     if (s->hi->vtype != TK_V_INT) return fail(c, s->hi->loc, "range() bounds must be ints");
-    if (find_local(c, s->name) >= 0)
-        return fail(c, s->loc, "loop variable '%s' hides a local variable", s->name);
+    if (find_loop_var(c->op->decl, s->name) >= 0)
+        return fail(c, s->loc, "loop variable '%s' hides the variable of the top-level loop", s->name);
+    int prev = find_local(c, s->name);
+    if (prev >= 0)
+        return fail(c, s->loc, "loop variable '%s' hides %s", s->name,
+                    c->op->locals[prev].is_loop ? "the variable of an enclosing loop" : "a local variable");
     int mark = c->nscope;
     TRY(declare_local(c, s, TK_V_INT));
     c->loop_depth++;

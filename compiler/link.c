@@ -98,6 +98,26 @@ static tk_status link_fail(tk_ctx *ctx, const tk_op *op, int b, const char *fmt,
     return TK_ERR_CHECK;
 }
 
+/* "'...' and 2 dims" / "2 dims": what a tensor's declared shape says of its rank */
+static void rank_text(const tk_param *p, char *buf, size_t n) {
+    int batch = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS, k = p->ndims - batch;
+    snprintf(buf, n, "%s%d dim%s", batch ? "'...' and " : "", k, k == 1 ? "" : "s");
+}
+
+/* A backward op's tensor bp (a parameter, or with out set an output) stands
+ * for the forward's tensor fp (what = "parameter", "output" or "gradient of
+ * output"): both must declare the same rank, else every backward call would
+ * fail at run time. */
+static tk_status link_rank(tk_ctx *ctx, const tk_op *op, int b, const tk_op *bw, const tk_param *bp, int out,
+                           const tk_param *fp, const char *what) {
+    char want[48], got[48];
+    rank_text(fp, want, sizeof want);
+    rank_text(bp, got, sizeof got);
+    if (strcmp(want, got) == 0) return TK_OK;
+    return link_fail(ctx, op, b, "%s '%s' (%s:%d:%d) has %s but %s '%s' of '%s' has %s", out ? "output" : "parameter",
+                     bp->name, bw->decl->file, bp->loc.line, bp->loc.col, got, what, fp->name, op->decl->name, want);
+}
+
 /* A forward parameter passed to a backward op must keep its kind. */
 static tk_status link_param(tk_ctx *ctx, const tk_op *op, int b, const tk_param *bp, const tk_param *fp) {
     static const char *const kinds[] = {"a tensor", "an int", "a float", "a bool"}; /* ORDER tk_param_kind */
@@ -118,6 +138,8 @@ static tk_status link_params(tk_ctx *ctx, const tk_op *op, int b, const tk_op *b
         int i, src = tk_op_backward_source(ctx, op, b, j, &i);
         if (src == TK_GRAD_FROM_PARAM) {
             tk_status st = link_param(ctx, op, b, bp, &op->decl->params[i]);
+            if (st == TK_OK && bp->kind == TK_P_TENSOR)
+                st = link_rank(ctx, op, b, bw, bp, 0, &op->decl->params[i], "parameter");
             if (st != TK_OK) return st;
             continue;
         }
@@ -134,6 +156,9 @@ static tk_status link_params(tk_ctx *ctx, const tk_op *op, int b, const tk_op *b
                                  bp->name, op->decl->outputs[i].name, op->decl->name);
             takes_grad = 1;
         }
+        tk_status st = link_rank(ctx, op, b, bw, bp, 0, &op->decl->outputs[i],
+                                 src == TK_GRAD_FROM_GRAD ? "the gradient of output" : "output");
+        if (st != TK_OK) return st;
     }
     if (!takes_grad)
         return link_fail(ctx, op, b, "it takes no incoming gradient (a parameter named %s%s)", GRAD_PREFIX,
@@ -152,6 +177,8 @@ static tk_status link_outputs(tk_ctx *ctx, const tk_op *op, int b, const tk_op *
         if (maker[i] >= 0)
             return link_fail(ctx, op, b, "'%s' is also computed by backward op '%s'", name,
                              op->decl->backward[maker[i]]);
+        tk_status st = link_rank(ctx, op, b, bw, &bw->decl->outputs[j], 1, &op->decl->params[i], "parameter");
+        if (st != TK_OK) return st;
         maker[i] = b;
     }
     return TK_OK;

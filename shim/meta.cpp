@@ -44,8 +44,12 @@ c10::SymInt from_bool(const c10::SymBool& b) {
 // divisor is the op's error), FloorDiv/PythonMod for symbolic ones.
 c10::SymInt floordiv(const tk_op* op, const c10::SymInt& a, const c10::SymInt& b, bool mod) {
   auto x = a.maybe_as_int(), y = b.maybe_as_int();
+  // a symbolic divisor with a hint: guard on it being nonzero (the hint's
+  // own division would raise a bare ZeroDivisionError); without one
+  // (unbacked: t.item()) torch's FloorDiv stands
+  const bool zero = y ? *y == 0 : b.has_hint() && !b.sym_ne(0).guard_bool(__FILE__, __LINE__);
+  TORCH_CHECK(!zero, "tk.", tk_op_name(op), ": a shape expression divides by zero");
   if (!x || !y) return mod ? a % b : a / b;
-  TORCH_CHECK(*y != 0, "tk.", tk_op_name(op), ": a shape expression divides by zero");
   // INT64_MIN / -1 traps (SIGFPE): x // -1 is -x, x % -1 is 0.
   if (*y == -1) {
     TORCH_CHECK(mod || *x != INT64_MIN, "tk.", tk_op_name(op), ": a shape expression overflows");

@@ -38,6 +38,15 @@ static const bad_spec k_bad[] = {
      "bad.tk:1:35: error: unknown name 'M' in an output dim"},
     {"op f(x: float32[N]) -> y: float32[N]:\n    for i, j in y:\n        y[i] = 0.0\n",
      "bad.tk:2:17: error: 'y' has 1 explicit dims, so the loop needs 1 variables, not 2"},
+    {"op f(x: float[..., N]) -> y: x.dtype[...]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:2:14: error: 'y' has no explicit dim: an output needs at least one after '...' (a reduction to a "
+     "batch shape: keep a dim of size 1)"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        s = 0.0\n        for j in range(N):\n"
+     "            for j in range(N):\n                s += 1.0\n        y[i] = s\n",
+     "bad.tk:5:13: error: loop variable 'j' hides the variable of an enclosing loop (in the f16 variant)"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        s = 0.0\n        for i in range(N):\n"
+     "            s += 1.0\n        y[i] = s\n",
+     "bad.tk:4:9: error: loop variable 'i' hides the variable of the top-level loop (in the f16 variant)"},
     {"op f(x: float32[N]) -> y: float32[N]:\n    for i in x:\n        y[i] = 0.0\n",
      "bad.tk:2:14: error: the top-level loop must run over an output, and 'x' is not one"},
     {"op f(x: float32[N], k: q.dtype[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
@@ -99,6 +108,22 @@ static const bad_spec k_bad_link[] = {
      "        grad_x[i] = 0.0\n        grad_idx[i] = 0\n",
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': output 'grad_idx' must be named grad_<p> for a float "
      "tensor parameter p of 'f'"},
+    /* ranks that could never match at run time */
+    {FWD BW("grad_y: float[N], x: float[N, N]", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'x' (bad.tk:5:27) has 2 dims but parameter 'x' "
+     "of 'f' has 1 dim"},
+    {FWD BW("grad_y: float[..., N]", "grad_x: grad_y.dtype[..., N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'grad_y' (bad.tk:5:9) has '...' and 1 dim but "
+     "the gradient of output 'y' of 'f' has 1 dim"},
+    {FWD "op f_bw(grad_y: float[N]) -> grad_x: grad_y.dtype[N, 2]:\n    for i, j in grad_x:\n"
+     "        grad_x[i, j] = 0.0\n",
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': output 'grad_x' (bad.tk:5:30) has 2 dims but parameter 'x' "
+     "of 'f' has 1 dim"},
+    {"op f(x: float[N]) -> (y: x.dtype[N], m: int32[N]):\n    backward f_bw\n    for i in y:\n"
+     "        y[i] = x[i]\n        m[i] = i\n"
+     BW("grad_y: float[N], m: int32[..., N]", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'm' (bad.tk:6:27) has '...' and 1 dim but output "
+     "'m' of 'f' has 1 dim"},
 };
 
 /* A backward in another file links once both are loaded; the accessors

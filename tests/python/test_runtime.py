@@ -525,3 +525,27 @@ def test_compile_error_shows_the_compiler_output(tmp_path):
     assert r.stdout.startswith("tk: compiling the CPU kernels of rt_ccfail failed (cc -include "
                                "/nonexistent/tk_missing.h, exit status 1; TK_DEBUG=1 prints the source):\n")
     assert "tk_missing.h" in r.stdout.split("\n", 1)[1]
+
+
+def test_shape_division_by_zero_under_compile():
+    # eager and the symbolic Meta kernel both name the op (the symbolic one
+    # raised a bare ZeroDivisionError from the SymInt division)
+    pool = torch_tk.kernel("""
+        op rt_pool(x: float[..., N], k: int) -> y: x.dtype[..., (N + k - 1) // k]:
+            for j in y:
+                s = 0.0
+                for m in range(k):
+                    if j * k + m < N:
+                        s += x[j * k + m]
+                y[j] = s
+        """)
+    x = torch.randn(2, 7)
+    torch.testing.assert_close(pool(x, 3), torch.nn.functional.pad(x, (0, 2)).view(2, 3, 3).sum(-1))
+    with pytest.raises(RuntimeError, match=r"tk\.rt_pool: .*division by zero"):
+        pool(x, 0)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t, k: pool(t, k), backend="aot_eager", fullgraph=True, dynamic=True)
+    torch.testing.assert_close(compiled(x, 3), pool(x, 3))
+    with pytest.raises(RuntimeError, match=r"tk\.rt_pool: a shape expression divides by zero"):
+        compiled(x, 0)
+    torch._dynamo.reset()
