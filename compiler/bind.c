@@ -120,6 +120,18 @@ typedef struct binder {
     int types_only;         /* tk_bind_types: sizes are not known */
 } binder;
 
+/* "[2, 3]": the first n sizes (cut short with "..." if out is full) */
+static void sizes_text(const int64_t *sizes, int n, char *out, size_t cap) {
+    size_t len = 0;
+    int w = snprintf(out, cap, "[");
+    if (w > 0) len = (size_t)w;
+    for (int d = 0; d < n && len + 24 < cap; d++) {
+        w = snprintf(out + len, cap - len, "%s%lld", d ? ", " : "", (long long)sizes[d]);
+        if (w > 0) len += (size_t)w;
+    }
+    if (len < cap) snprintf(out + len, cap - len, "%s]", len + 24 >= cap ? ", ..." : "");
+}
+
 static void dims_text(const tk_param *p, char *out, size_t n) {
     size_t len = 0;
     out[0] = 0;
@@ -213,9 +225,13 @@ static tk_status bind_shape(binder *b, int i) {
         int rnb = ref->ndim - tk_explicit_dims(&op->decl->params[b->batch_param]);
         int same = rnb == nb;
         for (int d = 0; same && d < nb; d++) same = ref->sizes[d] == v->sizes[d];
-        if (!same)
-            return call_fail(b->call, "argument '%s': its batch dims (...) differ from those of '%s'",
-                             p->name, op->decl->params[b->batch_param].name);
+        if (!same) {
+            char mine[160], theirs[160];
+            sizes_text(v->sizes, nb, mine, sizeof mine);
+            sizes_text(ref->sizes, rnb, theirs, sizeof theirs);
+            return call_fail(b->call, "argument '%s': its batch dims (...) are %s but those of '%s' are %s",
+                             p->name, mine, op->decl->params[b->batch_param].name, theirs);
+        }
     }
     int axis = 0;
     for (int j = 0; j < p->ndims; j++) {

@@ -698,11 +698,12 @@ static void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char 
 }
 
 /* A range loop in its own block, so that its bounds are evaluated once and
- * sibling loops may reuse the variable's name. */
+ * sibling loops may reuse the variable's name. The bounds are r_<var>_lo and
+ * r_<var>_end: with v_ they were the names of locals called <var>_lo. */
 static void for_stmt(emitter *E, const tk_stmt *s) {
     char lo[96], hi[96], sfx[16] = "";
     if (E->copy >= 0) snprintf(sfx, sizeof sfx, "_%d", E->copy);
-    snprintf(hi, sizeof hi, "v_%s_end%s", s->name, sfx);
+    snprintf(hi, sizeof hi, "r_%s_end%s", s->name, sfx);
     line(E, "{");
     E->indent++;
     begin_line(E);
@@ -710,7 +711,7 @@ static void for_stmt(emitter *E, const tk_stmt *s) {
     expr(E, s->hi, TK_V_INT);
     tk_buf_puts(E->b, ";\n");
     if (s->lo) {
-        snprintf(lo, sizeof lo, "v_%s_lo%s", s->name, sfx);
+        snprintf(lo, sizeof lo, "r_%s_lo%s", s->name, sfx);
         begin_line(E);
         tk_buf_printf(E->b, "const tk_i64 %s = ", lo);
         expr(E, s->lo, TK_V_INT);
@@ -771,15 +772,15 @@ static void shared_for(emitter *E, const tk_stmt *s) {
     line(E, "{");
     E->indent++;
     begin_line(E);
-    tk_buf_printf(E->b, "const tk_i64 v_%s_lo = ", s->name);
+    tk_buf_printf(E->b, "const tk_i64 r_%s_lo = ", s->name);
     if (s->lo) expr(E, s->lo, TK_V_INT);
     else tk_buf_puts(E->b, "0");
-    tk_buf_printf(E->b, ", v_%s_end = ", s->name);
+    tk_buf_printf(E->b, ", r_%s_end = ", s->name);
     expr(E, s->hi, TK_V_INT);
     tk_buf_puts(E->b, ";\n");
     char lo[96], hi[96];
-    snprintf(lo, sizeof lo, "v_%s_lo", s->name);
-    snprintf(hi, sizeof hi, "v_%s_end", s->name);
+    snprintf(lo, sizeof lo, "r_%s_lo", s->name);
+    snprintf(hi, sizeof hi, "r_%s_end", s->name);
     E->shared[E->nshared++] = s->name;
     if (reduction_vars(E, s, refs, 16) > 0) {
         range_loop(E, s, lo, hi, 0, E->ncopies);
@@ -2138,17 +2139,17 @@ static void tile_shared_for(emitter *E, const tk_stmt *s) {
     line(E, "{");
     E->indent++;
     begin_line(E);
-    tk_buf_printf(E->b, "const tk_i64 v_%s_lo = ", s->name);
+    tk_buf_printf(E->b, "const tk_i64 r_%s_lo = ", s->name);
     if (s->lo) expr(E, s->lo, TK_V_INT);
     else tk_buf_puts(E->b, "0");
-    tk_buf_printf(E->b, ", v_%s_end = ", s->name);
+    tk_buf_printf(E->b, ", r_%s_end = ", s->name);
     expr(E, s->hi, TK_V_INT);
     tk_buf_puts(E->b, ";\n");
     if (s == E->split_loop)   /* thread tk_sub of the tile's S (split_plan) */
-        line(E, "for (tk_i64 v_%s = v_%s_lo + tk_sub; v_%s < v_%s_end; v_%s += %d) {", s->name, s->name, s->name,
+        line(E, "for (tk_i64 v_%s = r_%s_lo + tk_sub; v_%s < r_%s_end; v_%s += %d) {", s->name, s->name, s->name,
              s->name, s->name, E->split);
     else
-        line(E, "for (tk_i64 v_%s = v_%s_lo; v_%s < v_%s_end; ++v_%s) {", s->name, s->name, s->name, s->name, s->name);
+        line(E, "for (tk_i64 v_%s = r_%s_lo; v_%s < r_%s_end; ++v_%s) {", s->name, s->name, s->name, s->name, s->name);
     E->indent++;
     E->shared[E->nshared++] = s->name;
     tile_block(E, s->body, s->nbody);

@@ -767,10 +767,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -779,10 +779,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -791,10 +791,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -803,10 +803,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -815,40 +815,40 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -857,10 +857,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -869,10 +869,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -881,10 +881,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -893,10 +893,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -906,10 +906,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -918,10 +918,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -930,10 +930,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -942,10 +942,10 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_f16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -961,16 +961,16 @@ TK_BODY void tk_brick_pad_backward__f16_body(const tk_kargs *a, tk_i64 begin, tk
             tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
             float v_s = 0.0f;
             {
-                const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-                const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
-                for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+                const tk_i64 r_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
+                const tk_i64 r_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+                for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                     tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                     tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                     {
-                        const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                        const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                        const tk_i64 r_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
+                        const tk_i64 r_u_lo = (-tk_floordiv(v_x0, d_TW));
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                             v_s += tk_f16_to_f32(t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1]);
                         }
                     }
@@ -1044,10 +1044,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1056,10 +1056,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1068,10 +1068,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1080,10 +1080,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1092,40 +1092,40 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1134,10 +1134,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1146,10 +1146,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1158,10 +1158,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1170,10 +1170,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1183,10 +1183,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1195,10 +1195,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1207,10 +1207,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1219,10 +1219,10 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1]);
                             }
                         }
@@ -1238,16 +1238,16 @@ TK_BODY void tk_brick_pad_backward__bf16_body(const tk_kargs *a, tk_i64 begin, t
             tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
             float v_s = 0.0f;
             {
-                const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-                const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
-                for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+                const tk_i64 r_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
+                const tk_i64 r_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+                for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                     tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                     tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                     {
-                        const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                        const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                        const tk_i64 r_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
+                        const tk_i64 r_u_lo = (-tk_floordiv(v_x0, d_TW));
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                             v_s += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1]);
                         }
                     }
@@ -1321,10 +1321,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1333,10 +1333,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1345,10 +1345,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1357,10 +1357,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1369,40 +1369,40 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1411,10 +1411,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1423,10 +1423,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1435,10 +1435,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1447,10 +1447,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1460,10 +1460,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1472,10 +1472,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1484,10 +1484,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1496,10 +1496,10 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1515,16 +1515,16 @@ TK_BODY void tk_brick_pad_backward__f32_body(const tk_kargs *a, tk_i64 begin, tk
             tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
             float v_s = 0.0f;
             {
-                const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-                const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
-                for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+                const tk_i64 r_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
+                const tk_i64 r_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+                for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                     tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                     tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                     {
-                        const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                        const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                        const tk_i64 r_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
+                        const tk_i64 r_u_lo = (-tk_floordiv(v_x0, d_TW));
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                             v_s += t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1];
                         }
                     }
@@ -1598,10 +1598,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1610,10 +1610,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1622,10 +1622,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1634,10 +1634,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1646,40 +1646,40 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1688,10 +1688,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1700,10 +1700,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1712,10 +1712,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1724,10 +1724,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1737,10 +1737,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_0 = ((((d_H - 1LL) + p_ph) - v_y2_0) - (v_v * d_TH));
                         tk_i64 v_x0_0 = ((v_j + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
+                            const tk_i64 r_u_end_0 = (tk_floordiv(((d_W - 1LL) - v_x0_0), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_0 = (-tk_floordiv(v_x0_0, d_TW));
                             #pragma omp simd reduction(+:v_s_0)
-                            for (tk_i64 v_u = v_u_lo_0; v_u < v_u_end_0; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_0; v_u < r_u_end_0; ++v_u) {
                                 v_s_0 += t_grad_out[o_grad_out + v_row_0 * s_grad_out_0 + (v_x0_0 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1749,10 +1749,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_1 = ((((d_H - 1LL) + p_ph) - v_y2_1) - (v_v * d_TH));
                         tk_i64 v_x0_1 = (((v_j + 1) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
+                            const tk_i64 r_u_end_1 = (tk_floordiv(((d_W - 1LL) - v_x0_1), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_1 = (-tk_floordiv(v_x0_1, d_TW));
                             #pragma omp simd reduction(+:v_s_1)
-                            for (tk_i64 v_u = v_u_lo_1; v_u < v_u_end_1; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_1; v_u < r_u_end_1; ++v_u) {
                                 v_s_1 += t_grad_out[o_grad_out + v_row_1 * s_grad_out_0 + (v_x0_1 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1761,10 +1761,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_2 = ((((d_H - 1LL) + p_ph) - v_y2_2) - (v_v * d_TH));
                         tk_i64 v_x0_2 = (((v_j + 2) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
+                            const tk_i64 r_u_end_2 = (tk_floordiv(((d_W - 1LL) - v_x0_2), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_2 = (-tk_floordiv(v_x0_2, d_TW));
                             #pragma omp simd reduction(+:v_s_2)
-                            for (tk_i64 v_u = v_u_lo_2; v_u < v_u_end_2; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_2; v_u < r_u_end_2; ++v_u) {
                                 v_s_2 += t_grad_out[o_grad_out + v_row_2 * s_grad_out_0 + (v_x0_2 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1773,10 +1773,10 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
                         tk_i64 v_row_3 = ((((d_H - 1LL) + p_ph) - v_y2_3) - (v_v * d_TH));
                         tk_i64 v_x0_3 = (((v_j + 3) + (v_v * p_stagger)) + p_pw);
                         {
-                            const tk_i64 v_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
-                            const tk_i64 v_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
+                            const tk_i64 r_u_end_3 = (tk_floordiv(((d_W - 1LL) - v_x0_3), d_TW) + 1LL);
+                            const tk_i64 r_u_lo_3 = (-tk_floordiv(v_x0_3, d_TW));
                             #pragma omp simd reduction(+:v_s_3)
-                            for (tk_i64 v_u = v_u_lo_3; v_u < v_u_end_3; ++v_u) {
+                            for (tk_i64 v_u = r_u_lo_3; v_u < r_u_end_3; ++v_u) {
                                 v_s_3 += t_grad_out[o_grad_out + v_row_3 * s_grad_out_0 + (v_x0_3 + (v_u * d_TW)) * s_grad_out_1];
                             }
                         }
@@ -1792,16 +1792,16 @@ TK_BODY void tk_brick_pad_backward__f64_body(const tk_kargs *a, tk_i64 begin, tk
             tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
             double v_s = 0.0;
             {
-                const tk_i64 v_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
-                const tk_i64 v_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
-                for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+                const tk_i64 r_v_end = (tk_floordiv((((d_H - 1LL) + p_ph) - v_y2), d_TH) + 1LL);
+                const tk_i64 r_v_lo = (-tk_floordiv((v_y2 - p_ph), d_TH));
+                for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                     tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                     tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                     {
-                        const tk_i64 v_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
-                        const tk_i64 v_u_lo = (-tk_floordiv(v_x0, d_TW));
+                        const tk_i64 r_u_end = (tk_floordiv(((d_W - 1LL) - v_x0), d_TW) + 1LL);
+                        const tk_i64 r_u_lo = (-tk_floordiv(v_x0, d_TW));
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                             v_s += t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1];
                         }
                     }

@@ -2566,15 +2566,15 @@ extern "C" __global__ void tk_brick_pad_backward__f16(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         float v_s = 0.0f;
         {
-            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
-            for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+            const tk_i64 r_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 r_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
+            for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
-                    for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                    const tk_i64 r_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 r_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
+                    for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                         v_s += tk_f16_to_f32(t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1]);
                     }
                 }
@@ -2623,15 +2623,15 @@ extern "C" __global__ void tk_brick_pad_backward__bf16(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         float v_s = 0.0f;
         {
-            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
-            for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+            const tk_i64 r_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 r_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
+            for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
-                    for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                    const tk_i64 r_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 r_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
+                    for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                         v_s += tk_bf16_to_f32(t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1]);
                     }
                 }
@@ -2680,15 +2680,15 @@ extern "C" __global__ void tk_brick_pad_backward__f32(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         float v_s = 0.0f;
         {
-            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
-            for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+            const tk_i64 r_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 r_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
+            for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
-                    for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                    const tk_i64 r_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 r_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
+                    for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                         v_s += t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1];
                     }
                 }
@@ -2737,15 +2737,15 @@ extern "C" __global__ void tk_brick_pad_backward__f64(const tk_kargs a) {
         tk_i64 v_y2 = ((d_TH - 1LL) - v_i);
         double v_s = 0.0;
         {
-            const tk_i64 v_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
-            const tk_i64 v_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
-            for (tk_i64 v_v = v_v_lo; v_v < v_v_end; ++v_v) {
+            const tk_i64 r_v_end = (tk_floordiv_k((((d_H - 1LL) + p_ph) - v_y2), d_TH, a.idiv[3]) + 1LL);
+            const tk_i64 r_v_lo = (-tk_floordiv_k((v_y2 - p_ph), d_TH, a.idiv[3]));
+            for (tk_i64 v_v = r_v_lo; v_v < r_v_end; ++v_v) {
                 tk_i64 v_row = ((((d_H - 1LL) + p_ph) - v_y2) - (v_v * d_TH));
                 tk_i64 v_x0 = ((v_j + (v_v * p_stagger)) + p_pw);
                 {
-                    const tk_i64 v_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
-                    const tk_i64 v_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
-                    for (tk_i64 v_u = v_u_lo; v_u < v_u_end; ++v_u) {
+                    const tk_i64 r_u_end = (tk_floordiv_k(((d_W - 1LL) - v_x0), d_TW, a.idiv[4]) + 1LL);
+                    const tk_i64 r_u_lo = (-tk_floordiv_k(v_x0, d_TW, a.idiv[4]));
+                    for (tk_i64 v_u = r_u_lo; v_u < r_u_end; ++v_u) {
                         v_s += t_grad_out[o_grad_out + v_row * s_grad_out_0 + (v_x0 + (v_u * d_TW)) * s_grad_out_1];
                     }
                 }

@@ -2943,9 +2943,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -2954,9 +2954,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -2965,9 +2965,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -2976,9 +2976,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -2987,9 +2987,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -2998,9 +2998,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -3009,9 +3009,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -3020,9 +3020,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -3274,9 +3274,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -3285,9 +3285,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -3296,9 +3296,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -3307,9 +3307,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -3563,9 +3563,9 @@ TK_BODY void tk_rwkv_forward__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                 }
             }
@@ -5460,9 +5460,9 @@ TK_BODY void tk_rwkv_forward__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5471,9 +5471,9 @@ TK_BODY void tk_rwkv_forward__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5482,9 +5482,9 @@ TK_BODY void tk_rwkv_forward__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5493,9 +5493,9 @@ TK_BODY void tk_rwkv_forward__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5749,9 +5749,9 @@ TK_BODY void tk_rwkv_forward__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                 }
             }
@@ -5934,9 +5934,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5945,9 +5945,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5956,9 +5956,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5967,9 +5967,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5978,9 +5978,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -5989,9 +5989,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -6000,9 +6000,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -6011,9 +6011,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -6133,9 +6133,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -6144,9 +6144,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -6155,9 +6155,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -6166,9 +6166,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -6256,9 +6256,9 @@ TK_BODY void tk_rwkv_forward__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                 }
             }
@@ -9264,9 +9264,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9275,9 +9275,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9286,9 +9286,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9297,9 +9297,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9308,9 +9308,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9319,9 +9319,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9330,9 +9330,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9341,9 +9341,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9595,9 +9595,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9606,9 +9606,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9617,9 +9617,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9628,9 +9628,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -9884,9 +9884,9 @@ TK_BODY void tk_rwkv_forward__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_i64
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                 }
             }
@@ -11781,9 +11781,9 @@ TK_BODY void tk_rwkv_forward__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -11792,9 +11792,9 @@ TK_BODY void tk_rwkv_forward__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -11803,9 +11803,9 @@ TK_BODY void tk_rwkv_forward__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -11814,9 +11814,9 @@ TK_BODY void tk_rwkv_forward__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12070,9 +12070,9 @@ TK_BODY void tk_rwkv_forward__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_i64
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                 }
             }
@@ -12255,9 +12255,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12266,9 +12266,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12277,9 +12277,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12288,9 +12288,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12299,9 +12299,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12310,9 +12310,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12321,9 +12321,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12332,9 +12332,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12454,9 +12454,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12465,9 +12465,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12476,9 +12476,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12487,9 +12487,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -12577,9 +12577,9 @@ TK_BODY void tk_rwkv_forward__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                 }
             }
@@ -15585,9 +15585,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15596,9 +15596,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15607,9 +15607,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15618,9 +15618,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15629,9 +15629,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15640,9 +15640,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15651,9 +15651,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15662,9 +15662,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15916,9 +15916,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15927,9 +15927,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15938,9 +15938,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -15949,9 +15949,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -16205,9 +16205,9 @@ TK_BODY void tk_rwkv_forward__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                 }
             }
@@ -18102,9 +18102,9 @@ TK_BODY void tk_rwkv_forward__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18113,9 +18113,9 @@ TK_BODY void tk_rwkv_forward__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18124,9 +18124,9 @@ TK_BODY void tk_rwkv_forward__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18135,9 +18135,9 @@ TK_BODY void tk_rwkv_forward__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18391,9 +18391,9 @@ TK_BODY void tk_rwkv_forward__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                 }
             }
@@ -18576,9 +18576,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18587,9 +18587,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18598,9 +18598,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18609,9 +18609,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18620,9 +18620,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18631,9 +18631,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18642,9 +18642,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18653,9 +18653,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18775,9 +18775,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18786,9 +18786,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18797,9 +18797,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18808,9 +18808,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     float v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -18898,9 +18898,9 @@ TK_BODY void tk_rwkv_forward__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                 }
             }
@@ -21906,9 +21906,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -21917,9 +21917,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -21928,9 +21928,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -21939,9 +21939,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -21950,9 +21950,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -21961,9 +21961,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -21972,9 +21972,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -21983,9 +21983,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -22237,9 +22237,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -22248,9 +22248,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -22259,9 +22259,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -22270,9 +22270,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -22526,9 +22526,9 @@ TK_BODY void tk_rwkv_forward__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                 }
             }
@@ -24423,9 +24423,9 @@ TK_BODY void tk_rwkv_forward__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24434,9 +24434,9 @@ TK_BODY void tk_rwkv_forward__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24445,9 +24445,9 @@ TK_BODY void tk_rwkv_forward__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24456,9 +24456,9 @@ TK_BODY void tk_rwkv_forward__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
                 {
                     double v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24712,9 +24712,9 @@ TK_BODY void tk_rwkv_forward__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i64 
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                 }
             }
@@ -24897,9 +24897,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24908,9 +24908,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24919,9 +24919,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24930,9 +24930,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24941,9 +24941,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_4 = p_eps;
                     {
-                        const tk_i64 v_u_end_4 = (v_t + 1LL);
+                        const tk_i64 r_u_end_4 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_4; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_4; ++v_u) {
                             v_s_4 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 4) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24952,9 +24952,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_5 = p_eps;
                     {
-                        const tk_i64 v_u_end_5 = (v_t + 1LL);
+                        const tk_i64 r_u_end_5 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_5; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_5; ++v_u) {
                             v_s_5 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 5) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24963,9 +24963,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_6 = p_eps;
                     {
-                        const tk_i64 v_u_end_6 = (v_t + 1LL);
+                        const tk_i64 r_u_end_6 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_6; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_6; ++v_u) {
                             v_s_6 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 6) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -24974,9 +24974,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_7 = p_eps;
                     {
-                        const tk_i64 v_u_end_7 = (v_t + 1LL);
+                        const tk_i64 r_u_end_7 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_7; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_7; ++v_u) {
                             v_s_7 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 7) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -25096,9 +25096,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_0 = p_eps;
                     {
-                        const tk_i64 v_u_end_0 = (v_t + 1LL);
+                        const tk_i64 r_u_end_0 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_0; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_0; ++v_u) {
                             v_s_0 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -25107,9 +25107,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_1 = p_eps;
                     {
-                        const tk_i64 v_u_end_1 = (v_t + 1LL);
+                        const tk_i64 r_u_end_1 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_1; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_1; ++v_u) {
                             v_s_1 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 1) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -25118,9 +25118,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_2 = p_eps;
                     {
-                        const tk_i64 v_u_end_2 = (v_t + 1LL);
+                        const tk_i64 r_u_end_2 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_2; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_2; ++v_u) {
                             v_s_2 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 2) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -25129,9 +25129,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
                 {
                     double v_s_3 = p_eps;
                     {
-                        const tk_i64 v_u_end_3 = (v_t + 1LL);
+                        const tk_i64 r_u_end_3 = (v_t + 1LL);
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_u = 0; v_u < v_u_end_3; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end_3; ++v_u) {
                             v_s_3 += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[(v_b + 3) * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -25219,9 +25219,9 @@ TK_BODY void tk_rwkv_forward__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 e
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = p_eps;
             {
-                const tk_i64 v_u_end = (v_t + 1LL);
+                const tk_i64 r_u_end = (v_t + 1LL);
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                 }
             }
@@ -26316,8 +26316,8 @@ TK_BODY void tk_rwkv_backward_w__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                     v_s_7[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[16], tk_hi0[16];
                             tk_i64 tk_lo1[16], tk_hi1[16];
@@ -26465,12 +26465,12 @@ TK_BODY void tk_rwkv_backward_w__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -27509,8 +27509,8 @@ TK_BODY void tk_rwkv_backward_w__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                     v_s_7[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[8], tk_hi0[8];
                             tk_i64 tk_lo1[8], tk_hi1[8];
@@ -27658,12 +27658,12 @@ TK_BODY void tk_rwkv_backward_w__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -27703,8 +27703,8 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                     v_s_0[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma omp simd
@@ -27778,12 +27778,12 @@ TK_BODY void tk_rwkv_backward_w__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -28878,8 +28878,8 @@ TK_BODY void tk_rwkv_backward_w__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                     v_s_7[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[16], tk_hi0[16];
                             tk_i64 tk_lo1[16], tk_hi1[16];
@@ -29027,12 +29027,12 @@ TK_BODY void tk_rwkv_backward_w__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -30071,8 +30071,8 @@ TK_BODY void tk_rwkv_backward_w__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_
                     v_s_7[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[8], tk_hi0[8];
                             tk_i64 tk_lo1[8], tk_hi1[8];
@@ -30220,12 +30220,12 @@ TK_BODY void tk_rwkv_backward_w__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -30265,8 +30265,8 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                     v_s_0[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma omp simd
@@ -30340,12 +30340,12 @@ TK_BODY void tk_rwkv_backward_w__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                         }
                     }
@@ -31440,8 +31440,8 @@ TK_BODY void tk_rwkv_backward_w__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                     v_s_7[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[16], tk_hi0[16];
                             tk_i64 tk_lo1[16], tk_hi1[16];
@@ -31589,12 +31589,12 @@ TK_BODY void tk_rwkv_backward_w__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -32633,8 +32633,8 @@ TK_BODY void tk_rwkv_backward_w__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                     v_s_7[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[8], tk_hi0[8];
                             tk_i64 tk_lo1[8], tk_hi1[8];
@@ -32782,12 +32782,12 @@ TK_BODY void tk_rwkv_backward_w__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -32827,8 +32827,8 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                     v_s_0[tk_j] = 0.0f;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[16], tk_hi0[16];
                             #pragma omp simd
@@ -32902,12 +32902,12 @@ TK_BODY void tk_rwkv_backward_w__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
         for (; lin < stop; ++lin, ++v_j) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -34002,8 +34002,8 @@ TK_BODY void tk_rwkv_backward_w__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                     v_s_7[tk_j] = 0.0;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[8], tk_hi0[8];
                             tk_i64 tk_lo1[8], tk_hi1[8];
@@ -34151,12 +34151,12 @@ TK_BODY void tk_rwkv_backward_w__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_j) {
             double v_s = 0.0;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -35195,8 +35195,8 @@ TK_BODY void tk_rwkv_backward_w__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                     v_s_7[tk_j] = 0.0;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[4], tk_hi0[4];
                             tk_i64 tk_lo1[4], tk_hi1[4];
@@ -35344,12 +35344,12 @@ TK_BODY void tk_rwkv_backward_w__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_j) {
             double v_s = 0.0;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -35389,8 +35389,8 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                     v_s_0[tk_j] = 0.0;
                 }
                 {
-                    const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                    for (tk_i64 v_b = v_b_lo; v_b < v_b_end; ++v_b) {
+                    const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                    for (tk_i64 v_b = r_b_lo; v_b < r_b_end; ++v_b) {
                         {
                             tk_i64 tk_lo0[8], tk_hi0[8];
                             #pragma omp simd
@@ -35464,12 +35464,12 @@ TK_BODY void tk_rwkv_backward_w__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
         for (; lin < stop; ++lin, ++v_j) {
             double v_s = 0.0;
             {
-                const tk_i64 v_b_end = d_B;
-                for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                const tk_i64 r_b_end = d_B;
+                for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                     {
-                        const tk_i64 v_u_end = (v_j + 1LL);
+                        const tk_i64 r_u_end = (v_j + 1LL);
                         #pragma omp simd reduction(+:v_s)
-                        for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                        for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                             v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                         }
                     }
@@ -38474,10 +38474,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38486,10 +38486,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38498,10 +38498,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38510,10 +38510,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38522,10 +38522,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_4 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38534,10 +38534,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_5 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38546,10 +38546,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_6 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38558,10 +38558,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_7 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38813,10 +38813,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38825,10 +38825,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38837,10 +38837,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -38849,10 +38849,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -39106,10 +39106,10 @@ TK_BODY void tk_rwkv_backward_k__f16_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                 }
             }
@@ -41000,10 +41000,10 @@ TK_BODY void tk_rwkv_backward_k__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41012,10 +41012,10 @@ TK_BODY void tk_rwkv_backward_k__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41024,10 +41024,10 @@ TK_BODY void tk_rwkv_backward_k__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41036,10 +41036,10 @@ TK_BODY void tk_rwkv_backward_k__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41293,10 +41293,10 @@ TK_BODY void tk_rwkv_backward_k__f16_mbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                 }
             }
@@ -41478,10 +41478,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41490,10 +41490,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41502,10 +41502,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41514,10 +41514,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41526,10 +41526,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_4 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (tk_f16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41538,10 +41538,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_5 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (tk_f16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41550,10 +41550,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_6 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (tk_f16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41562,10 +41562,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_7 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (tk_f16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41685,10 +41685,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41697,10 +41697,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_f16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41709,10 +41709,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_f16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41721,10 +41721,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_f16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -41812,10 +41812,10 @@ TK_BODY void tk_rwkv_backward_k__f16_body(const tk_kargs *a, tk_i64 begin, tk_i6
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                 }
             }
@@ -44816,10 +44816,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -44828,10 +44828,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -44840,10 +44840,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -44852,10 +44852,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -44864,10 +44864,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_4 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -44876,10 +44876,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_5 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -44888,10 +44888,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_6 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -44900,10 +44900,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_7 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -45155,10 +45155,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -45167,10 +45167,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -45179,10 +45179,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -45191,10 +45191,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -45448,10 +45448,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_wbody(const tk_kargs *a, tk_i64 begin, tk_
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                 }
             }
@@ -47342,10 +47342,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47354,10 +47354,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47366,10 +47366,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47378,10 +47378,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47635,10 +47635,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_mbody(const tk_kargs *a, tk_i64 begin, tk_
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                 }
             }
@@ -47820,10 +47820,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47832,10 +47832,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47844,10 +47844,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47856,10 +47856,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47868,10 +47868,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_4 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (tk_bf16_to_f32(t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47880,10 +47880,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_5 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (tk_bf16_to_f32(t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47892,10 +47892,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_6 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (tk_bf16_to_f32(t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -47904,10 +47904,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_7 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (tk_bf16_to_f32(t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -48027,10 +48027,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -48039,10 +48039,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (tk_bf16_to_f32(t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -48051,10 +48051,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (tk_bf16_to_f32(t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -48063,10 +48063,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (tk_bf16_to_f32(t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                         }
                     }
@@ -48154,10 +48154,10 @@ TK_BODY void tk_rwkv_backward_k__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                 }
             }
@@ -51158,10 +51158,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51170,10 +51170,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51182,10 +51182,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51194,10 +51194,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51206,10 +51206,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_4 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51218,10 +51218,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_5 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51230,10 +51230,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_6 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51242,10 +51242,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_7 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51497,10 +51497,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51509,10 +51509,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51521,10 +51521,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51533,10 +51533,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -51790,10 +51790,10 @@ TK_BODY void tk_rwkv_backward_k__f32_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                 }
             }
@@ -53684,10 +53684,10 @@ TK_BODY void tk_rwkv_backward_k__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -53696,10 +53696,10 @@ TK_BODY void tk_rwkv_backward_k__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -53708,10 +53708,10 @@ TK_BODY void tk_rwkv_backward_k__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -53720,10 +53720,10 @@ TK_BODY void tk_rwkv_backward_k__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -53977,10 +53977,10 @@ TK_BODY void tk_rwkv_backward_k__f32_mbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                 }
             }
@@ -54162,10 +54162,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54174,10 +54174,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54186,10 +54186,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54198,10 +54198,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54210,10 +54210,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_4 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54222,10 +54222,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_5 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54234,10 +54234,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_6 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54246,10 +54246,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_7 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54369,10 +54369,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_0 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54381,10 +54381,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_1 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54393,10 +54393,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_2 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54405,10 +54405,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     float v_s_3 = 0.0f;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -54496,10 +54496,10 @@ TK_BODY void tk_rwkv_backward_k__f32_body(const tk_kargs *a, tk_i64 begin, tk_i6
         for (; lin < stop; ++lin, ++v_t) {
             float v_s = 0.0f;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                 }
             }
@@ -57500,10 +57500,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_0 = 0.0;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57512,10 +57512,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_1 = 0.0;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57524,10 +57524,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_2 = 0.0;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57536,10 +57536,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_3 = 0.0;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57548,10 +57548,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_4 = 0.0;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57560,10 +57560,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_5 = 0.0;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57572,10 +57572,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_6 = 0.0;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57584,10 +57584,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_7 = 0.0;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57839,10 +57839,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_0 = 0.0;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57851,10 +57851,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_1 = 0.0;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57863,10 +57863,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_2 = 0.0;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -57875,10 +57875,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_3 = 0.0;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -58132,10 +58132,10 @@ TK_BODY void tk_rwkv_backward_k__f64_wbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = 0.0;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                 }
             }
@@ -60026,10 +60026,10 @@ TK_BODY void tk_rwkv_backward_k__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_0 = 0.0;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60038,10 +60038,10 @@ TK_BODY void tk_rwkv_backward_k__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_1 = 0.0;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60050,10 +60050,10 @@ TK_BODY void tk_rwkv_backward_k__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_2 = 0.0;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60062,10 +60062,10 @@ TK_BODY void tk_rwkv_backward_k__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i
                 {
                     double v_s_3 = 0.0;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60319,10 +60319,10 @@ TK_BODY void tk_rwkv_backward_k__f64_mbody(const tk_kargs *a, tk_i64 begin, tk_i
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = 0.0;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                 }
             }
@@ -60504,10 +60504,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_0 = 0.0;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60516,10 +60516,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_1 = 0.0;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60528,10 +60528,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_2 = 0.0;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60540,10 +60540,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_3 = 0.0;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60552,10 +60552,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_4 = 0.0;
                     {
-                        const tk_i64 v_t2_end_4 = d_T;
-                        const tk_i64 v_t2_lo_4 = v_t;
+                        const tk_i64 r_t2_end_4 = d_T;
+                        const tk_i64 r_t2_lo_4 = v_t;
                         #pragma omp simd reduction(+:v_s_4)
-                        for (tk_i64 v_t2 = v_t2_lo_4; v_t2 < v_t2_end_4; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_4; v_t2 < r_t2_end_4; ++v_t2) {
                             v_s_4 += (t_grad_out[(v_b + 4) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60564,10 +60564,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_5 = 0.0;
                     {
-                        const tk_i64 v_t2_end_5 = d_T;
-                        const tk_i64 v_t2_lo_5 = v_t;
+                        const tk_i64 r_t2_end_5 = d_T;
+                        const tk_i64 r_t2_lo_5 = v_t;
                         #pragma omp simd reduction(+:v_s_5)
-                        for (tk_i64 v_t2 = v_t2_lo_5; v_t2 < v_t2_end_5; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_5; v_t2 < r_t2_end_5; ++v_t2) {
                             v_s_5 += (t_grad_out[(v_b + 5) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60576,10 +60576,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_6 = 0.0;
                     {
-                        const tk_i64 v_t2_end_6 = d_T;
-                        const tk_i64 v_t2_lo_6 = v_t;
+                        const tk_i64 r_t2_end_6 = d_T;
+                        const tk_i64 r_t2_lo_6 = v_t;
                         #pragma omp simd reduction(+:v_s_6)
-                        for (tk_i64 v_t2 = v_t2_lo_6; v_t2 < v_t2_end_6; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_6; v_t2 < r_t2_end_6; ++v_t2) {
                             v_s_6 += (t_grad_out[(v_b + 6) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60588,10 +60588,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_7 = 0.0;
                     {
-                        const tk_i64 v_t2_end_7 = d_T;
-                        const tk_i64 v_t2_lo_7 = v_t;
+                        const tk_i64 r_t2_end_7 = d_T;
+                        const tk_i64 r_t2_lo_7 = v_t;
                         #pragma omp simd reduction(+:v_s_7)
-                        for (tk_i64 v_t2 = v_t2_lo_7; v_t2 < v_t2_end_7; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_7; v_t2 < r_t2_end_7; ++v_t2) {
                             v_s_7 += (t_grad_out[(v_b + 7) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60711,10 +60711,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_0 = 0.0;
                     {
-                        const tk_i64 v_t2_end_0 = d_T;
-                        const tk_i64 v_t2_lo_0 = v_t;
+                        const tk_i64 r_t2_end_0 = d_T;
+                        const tk_i64 r_t2_lo_0 = v_t;
                         #pragma omp simd reduction(+:v_s_0)
-                        for (tk_i64 v_t2 = v_t2_lo_0; v_t2 < v_t2_end_0; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_0; v_t2 < r_t2_end_0; ++v_t2) {
                             v_s_0 += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60723,10 +60723,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_1 = 0.0;
                     {
-                        const tk_i64 v_t2_end_1 = d_T;
-                        const tk_i64 v_t2_lo_1 = v_t;
+                        const tk_i64 r_t2_end_1 = d_T;
+                        const tk_i64 r_t2_lo_1 = v_t;
                         #pragma omp simd reduction(+:v_s_1)
-                        for (tk_i64 v_t2 = v_t2_lo_1; v_t2 < v_t2_end_1; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_1; v_t2 < r_t2_end_1; ++v_t2) {
                             v_s_1 += (t_grad_out[(v_b + 1) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60735,10 +60735,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_2 = 0.0;
                     {
-                        const tk_i64 v_t2_end_2 = d_T;
-                        const tk_i64 v_t2_lo_2 = v_t;
+                        const tk_i64 r_t2_end_2 = d_T;
+                        const tk_i64 r_t2_lo_2 = v_t;
                         #pragma omp simd reduction(+:v_s_2)
-                        for (tk_i64 v_t2 = v_t2_lo_2; v_t2 < v_t2_end_2; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_2; v_t2 < r_t2_end_2; ++v_t2) {
                             v_s_2 += (t_grad_out[(v_b + 2) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60747,10 +60747,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
                 {
                     double v_s_3 = 0.0;
                     {
-                        const tk_i64 v_t2_end_3 = d_T;
-                        const tk_i64 v_t2_lo_3 = v_t;
+                        const tk_i64 r_t2_end_3 = d_T;
+                        const tk_i64 r_t2_lo_3 = v_t;
                         #pragma omp simd reduction(+:v_s_3)
-                        for (tk_i64 v_t2 = v_t2_lo_3; v_t2 < v_t2_end_3; ++v_t2) {
+                        for (tk_i64 v_t2 = r_t2_lo_3; v_t2 < r_t2_end_3; ++v_t2) {
                             v_s_3 += (t_grad_out[(v_b + 3) * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                         }
                     }
@@ -60838,10 +60838,10 @@ TK_BODY void tk_rwkv_backward_k__f64_body(const tk_kargs *a, tk_i64 begin, tk_i6
         for (; lin < stop; ++lin, ++v_t) {
             double v_s = 0.0;
             {
-                const tk_i64 v_t2_end = d_T;
-                const tk_i64 v_t2_lo = v_t;
+                const tk_i64 r_t2_end = d_T;
+                const tk_i64 r_t2_lo = v_t;
                 #pragma omp simd reduction(+:v_s)
-                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                 }
             }

@@ -233,8 +233,8 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                 }
                             }
@@ -404,8 +404,8 @@ extern "C" __global__ void tk_rwkv_forward__f16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (tk_f16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                 }
                             }
@@ -650,8 +650,8 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                 }
                             }
@@ -821,8 +821,8 @@ extern "C" __global__ void tk_rwkv_forward__bf16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (tk_bf16_to_f32(t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                 }
                             }
@@ -1067,8 +1067,8 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                             }
@@ -1238,8 +1238,8 @@ extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                             }
@@ -1484,8 +1484,8 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             double v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                             }
@@ -1655,8 +1655,8 @@ extern "C" __global__ void tk_rwkv_forward__f64(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             double v_s = p_eps;
                             {
-                                const tk_i64 v_u_end = (v_t + 1LL);
-                                for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                const tk_i64 r_u_end = (v_t + 1LL);
+                                for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                     v_s += (t_w[v_c * s_w_0 + ((d_T - 1LL) - (v_t - v_u)) * s_w_1] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                 }
                             }
@@ -1728,8 +1728,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
@@ -1905,11 +1905,11 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         float v_s = 0.0f;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                 }
@@ -1957,8 +1957,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
@@ -2090,11 +2090,11 @@ extern "C" __global__ void tk_rwkv_backward_w__f16(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         float v_s = 0.0f;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_f16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                 }
@@ -2165,8 +2165,8 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
@@ -2342,11 +2342,11 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         float v_s = 0.0f;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                 }
@@ -2394,8 +2394,8 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
@@ -2527,11 +2527,11 @@ extern "C" __global__ void tk_rwkv_backward_w__bf16(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         float v_s = 0.0f;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2]) * tk_bf16_to_f32(t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]));
                                     }
                                 }
@@ -2602,8 +2602,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
@@ -2779,11 +2779,11 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         float v_s = 0.0f;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                 }
@@ -2831,8 +2831,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[16], tk_hi0[16];
                                     #pragma unroll
@@ -2964,11 +2964,11 @@ extern "C" __global__ void tk_rwkv_backward_w__f32(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         float v_s = 0.0f;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                 }
@@ -3039,8 +3039,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[8], tk_hi0[8];
                                     #pragma unroll
@@ -3216,11 +3216,11 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         double v_s = 0.0;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                 }
@@ -3268,8 +3268,8 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                             }
                         }
                         {
-                            const tk_i64 v_b_lo = 0, v_b_end = d_B;
-                            for (tk_i64 v_b = v_b_lo + tk_sub; v_b < v_b_end; v_b += 8) {
+                            const tk_i64 r_b_lo = 0, r_b_end = d_B;
+                            for (tk_i64 v_b = r_b_lo + tk_sub; v_b < r_b_end; v_b += 8) {
                                 {
                                     tk_i64 tk_lo0[8], tk_hi0[8];
                                     #pragma unroll
@@ -3401,11 +3401,11 @@ extern "C" __global__ void tk_rwkv_backward_w__f64(const tk_kargs a) {
                         const tk_i64 v_j = tk_t;
                         double v_s = 0.0;
                         {
-                            const tk_i64 v_b_end = d_B;
-                            for (tk_i64 v_b = 0; v_b < v_b_end; ++v_b) {
+                            const tk_i64 r_b_end = d_B;
+                            for (tk_i64 v_b = 0; v_b < r_b_end; ++v_b) {
                                 {
-                                    const tk_i64 v_u_end = (v_j + 1LL);
-                                    for (tk_i64 v_u = 0; v_u < v_u_end; ++v_u) {
+                                    const tk_i64 r_u_end = (v_j + 1LL);
+                                    for (tk_i64 v_u = 0; v_u < r_u_end; ++v_u) {
                                         v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + (((d_T - 1LL) - v_j) + v_u) * s_grad_out_2] * t_k[v_b * s_k_0 + v_c * s_k_1 + v_u * s_k_2]);
                                     }
                                 }
@@ -3652,9 +3652,9 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = 0.0f;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                                 }
                             }
@@ -3824,9 +3824,9 @@ extern "C" __global__ void tk_rwkv_backward_k__f16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = 0.0f;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (tk_f16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_f16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                                 }
                             }
@@ -4070,9 +4070,9 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = 0.0f;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                                 }
                             }
@@ -4242,9 +4242,9 @@ extern "C" __global__ void tk_rwkv_backward_k__bf16(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = 0.0f;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (tk_bf16_to_f32(t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2]) * tk_bf16_to_f32(t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]));
                                 }
                             }
@@ -4488,9 +4488,9 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = 0.0f;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                                 }
                             }
@@ -4660,9 +4660,9 @@ extern "C" __global__ void tk_rwkv_backward_k__f32(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             float v_s = 0.0f;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                                 }
                             }
@@ -4906,9 +4906,9 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             double v_s = 0.0;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                                 }
                             }
@@ -5078,9 +5078,9 @@ extern "C" __global__ void tk_rwkv_backward_k__f64(const tk_kargs a) {
                             const tk_i64 v_t = tk_t;
                             double v_s = 0.0;
                             {
-                                const tk_i64 v_t2_end = d_T;
-                                const tk_i64 v_t2_lo = v_t;
-                                for (tk_i64 v_t2 = v_t2_lo; v_t2 < v_t2_end; ++v_t2) {
+                                const tk_i64 r_t2_end = d_T;
+                                const tk_i64 r_t2_lo = v_t;
+                                for (tk_i64 v_t2 = r_t2_lo; v_t2 < r_t2_end; ++v_t2) {
                                     v_s += (t_grad_out[v_b * s_grad_out_0 + v_c * s_grad_out_1 + v_t2 * s_grad_out_2] * t_w[v_c * s_w_0 + (((d_T - 1LL) - v_t2) + v_t) * s_w_1]);
                                 }
                             }

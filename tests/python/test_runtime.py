@@ -549,3 +549,42 @@ def test_shape_division_by_zero_under_compile():
     with pytest.raises(RuntimeError, match=r"tk\.rt_pool: a shape expression divides by zero"):
         compiled(x, 0)
     torch._dynamo.reset()
+
+
+def test_batch_dims_mismatch_shows_both_shapes():
+    add = torch_tk.kernel("""
+        op rt_batch_add(x: float[..., N], y: x.dtype[..., N]) -> z: x.dtype[..., N]:
+            for i in z:
+                z[i] = x[i] + y[i]
+        """)
+    x, y = torch.randn(2, 3, 4), torch.randn(3, 4)
+    torch.testing.assert_close(add(x, x), 2 * x)
+    with pytest.raises(RuntimeError, match=r"^tk\.rt_batch_add: argument 'y': its batch dims \(\.\.\.\) are \[3\] "
+                                           r"but those of 'x' are \[2, 3\]$"):
+        add(x, y)
+    with pytest.raises(RuntimeError, match=r"argument 'y': its batch dims \(\.\.\.\) are \[\] but those of 'x' are "
+                                           r"\[2, 3\]$"):
+        add(x, torch.randn(4))
+
+
+def test_reused_local_names():
+    # tests/specs/transforms.tk's reused_names against torch: a temporary
+    # reused in two loops and in both branches of an if (the tiled C did
+    # not compile), locals named u_lo and u_end (the plain kernel read the
+    # loop's bounds for them: wrong results in every variant)
+    path = os.path.join(os.path.dirname(__file__), "..", "specs", "transforms.tk")
+    text = open(path).read()
+    start = text.index("op reused_names(")
+    op = torch_tk.kernel(text[start:].replace("op reused_names(", "op rt_reused_names("))
+    for dtype in (torch.float32, torch.float64):
+        for B, T, k in ((2, 37, 1), (3, 20, -2), (1, 1, 0)):
+            x = torch.randn(B, T, dtype=torch.float64)
+            ref = torch.empty(B, T, dtype=torch.float64)
+            for t in range(T):
+                lo = max(0, t - 3)
+                s = 2.0 * x[:, lo:t + 1].sum(1) + 3.0 * x[:, t:].sum(1) + (1.0 if k > 0 else 2.5)
+                s = s + x[:, [(u + 5) % T for u in range(1, t + 1)]].sum(1)
+                ref[:, t] = s
+            got = op(x.to(dtype), k)
+            torch.testing.assert_close(got.double(), ref, rtol=1e-5 if dtype == torch.float32 else 1e-12,
+                                       atol=1e-4 if dtype == torch.float32 else 1e-12)
