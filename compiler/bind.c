@@ -120,16 +120,16 @@ typedef struct binder {
     int types_only;         /* tk_bind_types: sizes are not known */
 } binder;
 
-/* "[2, 3]": the first n sizes (cut short with "..." if out is full) */
+/* "[2, 3]": the n sizes, cut short with ", ...]" when out (cap >= 32) is too small */
 static void sizes_text(const int64_t *sizes, int n, char *out, size_t cap) {
-    size_t len = 0;
-    int w = snprintf(out, cap, "[");
-    if (w > 0) len = (size_t)w;
-    for (int d = 0; d < n && len + 24 < cap; d++) {
-        w = snprintf(out + len, cap - len, "%s%lld", d ? ", " : "", (long long)sizes[d]);
+    size_t len = 1;
+    int d = 0;
+    out[0] = '[';
+    for (; d < n && len + 22 + 7 < cap; d++) {   /* a size and its ", " take <= 22; the tail 7 */
+        int w = snprintf(out + len, cap - len, "%s%lld", d ? ", " : "", (long long)sizes[d]);
         if (w > 0) len += (size_t)w;
     }
-    if (len < cap) snprintf(out + len, cap - len, "%s]", len + 24 >= cap ? ", ..." : "");
+    snprintf(out + len, cap - len, "%s]", d < n ? ", ..." : "");
 }
 
 static void dims_text(const tk_param *p, char *out, size_t n) {

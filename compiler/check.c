@@ -839,15 +839,17 @@ static void rename_block(tk_stmt **body, int n, int ref, const char *from, const
  * '_'. Runs once every variant has checked (errors keep the spec's names);
  * the variants number locals alike, so the refs hold for all of them. */
 static tk_status rename_reused_locals(tk_op *op, tk_arena *a) {
+    const char *spec_name[TK_MAX_LOCALS];   /* as written: the loop renames as it goes */
+    for (int r = 0; r < op->nlocals; r++) spec_name[r] = op->locals[r].name;
     for (int r = 0; r < op->nlocals; r++) {
         if (op->locals[r].is_loop) continue;
         int k = 0;
-        for (int q = 0; q < r; q++) k += !op->locals[q].is_loop && strcmp(op->locals[q].name, op->locals[r].name) == 0;
+        for (int q = 0; q < r; q++) k += !op->locals[q].is_loop && strcmp(spec_name[q], spec_name[r]) == 0;
         if (k == 0) continue;
-        char buf[160];
-        snprintf(buf, sizeof buf, "%d_%s", k, op->locals[r].name);
-        char *to = tk_arena_strndup(a, buf, strlen(buf));
+        size_t len = strlen(spec_name[r]) + 16;
+        char *to = tk_arena_alloc(a, len);
         if (!to) return TK_ERR_NOMEM;
+        snprintf(to, len, "%d_%s", k, spec_name[r]);
         rename_block(op->decl->body, op->decl->nbody, r, op->locals[r].name, to);
         op->locals[r].name = to;
     }

@@ -98,22 +98,32 @@ static tk_status link_fail(tk_ctx *ctx, const tk_op *op, int b, const char *fmt,
     return TK_ERR_CHECK;
 }
 
+/* Whether p's shape starts with '...'; *k: its explicit dims. */
+static int rank_of(const tk_param *p, int *k) {
+    int batch = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
+    *k = p->ndims - batch;
+    return batch;
+}
+
 /* "'...' and 2 dims" / "2 dims": what a tensor's declared shape says of its rank */
 static void rank_text(const tk_param *p, char *buf, size_t n) {
-    int batch = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS, k = p->ndims - batch;
+    int k, batch = rank_of(p, &k);
     snprintf(buf, n, "%s%d dim%s", batch ? "'...' and " : "", k, k == 1 ? "" : "s");
 }
 
 /* A backward op's tensor bp (a parameter, or with out set an output) stands
  * for the forward's tensor fp (what = "parameter", "output" or "gradient of
- * output"): both must declare the same rank, else every backward call would
- * fail at run time. */
+ * output"): refused when no tensor could fit both declared ranks, as every
+ * backward call would then fail at run time. '...' takes any number of
+ * dims, so a batch-generic backward ([..., N]) serves [N] and [B, N]. */
 static tk_status link_rank(tk_ctx *ctx, const tk_op *op, int b, const tk_op *bw, const tk_param *bp, int out,
                            const tk_param *fp, const char *what) {
+    int kb, kf, eb = rank_of(bp, &kb), ef = rank_of(fp, &kf);
+    int fits = eb && ef ? 1 : eb ? kb <= kf : ef ? kf <= kb : kb == kf;
+    if (fits) return TK_OK;
     char want[48], got[48];
     rank_text(fp, want, sizeof want);
     rank_text(bp, got, sizeof got);
-    if (strcmp(want, got) == 0) return TK_OK;
     return link_fail(ctx, op, b, "%s '%s' (%s:%d:%d) has %s but %s '%s' of '%s' has %s", out ? "output" : "parameter",
                      bp->name, bw->decl->file, bp->loc.line, bp->loc.col, got, what, fp->name, op->decl->name, want);
 }

@@ -112,8 +112,8 @@ static const bad_spec k_bad_link[] = {
     {FWD BW("grad_y: float[N], x: float[N, N]", "grad_x: grad_y.dtype[N]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'x' (bad.tk:5:27) has 2 dims but parameter 'x' "
      "of 'f' has 1 dim"},
-    {FWD BW("grad_y: float[..., N]", "grad_x: grad_y.dtype[..., N]"),
-     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'grad_y' (bad.tk:5:9) has '...' and 1 dim but "
+    {FWD BW("grad_y: float[..., N, N]", "grad_x: grad_y.dtype[..., N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'grad_y' (bad.tk:5:9) has '...' and 2 dims but "
      "the gradient of output 'y' of 'f' has 1 dim"},
     {FWD "op f_bw(grad_y: float[N]) -> grad_x: grad_y.dtype[N, 2]:\n    for i, j in grad_x:\n"
      "        grad_x[i, j] = 0.0\n",
@@ -121,10 +121,36 @@ static const bad_spec k_bad_link[] = {
      "of 'f' has 1 dim"},
     {"op f(x: float[N]) -> (y: x.dtype[N], m: int32[N]):\n    backward f_bw\n    for i in y:\n"
      "        y[i] = x[i]\n        m[i] = i\n"
-     BW("grad_y: float[N], m: int32[..., N]", "grad_x: grad_y.dtype[N]"),
-     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'm' (bad.tk:6:27) has '...' and 1 dim but output "
+     BW("grad_y: float[N], m: int32[..., 2, N]", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'm' (bad.tk:6:27) has '...' and 2 dims but output "
      "'m' of 'f' has 1 dim"},
+    {"op f(x: float[..., M, N]) -> y: x.dtype[..., M, N]:\n    backward f_bw\n    for j, i in y:\n"
+     "        y[j, i] = x[j, i]\n"
+     "op f_bw(grad_y: float[..., M, N], x: float[N]) -> grad_x: grad_y.dtype[..., M, N]:\n"
+     "    for j, i in grad_x:\n        grad_x[j, i] = 0.0\n",
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'x' (bad.tk:5:35) has 1 dim but parameter 'x' "
+     "of 'f' has '...' and 2 dims"},
 };
+
+/* '...' takes any number of dims: a batch-generic backward serves a forward
+ * with a fixed rank ([N]) and one with batch dims, and a fixed-rank backward
+ * ([B, N]) a forward's [..., N] (it fits 2-d calls). */
+static void test_link_batch_generic(void) {
+    const char *src =
+        "op f1(x: float[N]) -> y: x.dtype[N]:\n    backward g_bw\n    for i in y:\n        y[i] = x[i]\n"
+        "op f2(x: float[..., N]) -> y: x.dtype[..., N]:\n    backward g_bw\n    for i in y:\n        y[i] = x[i]\n"
+        "op f3(x: float[..., N]) -> y: x.dtype[..., N]:\n    backward h_bw\n    for i in y:\n        y[i] = x[i]\n"
+        "op g_bw(grad_y: float[..., N], x: grad_y.dtype[..., N]) -> grad_x: grad_y.dtype[..., N]:\n"
+        "    for i in grad_x:\n        grad_x[i] = grad_y[i] * x[i]\n"
+        "op h_bw(grad_y: float[B, N]) -> grad_x: grad_y.dtype[B, N]:\n"
+        "    for b, i in grad_x:\n        grad_x[b, i] = grad_y[b, i]\n";
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "g.tk", src, strlen(src)) == TK_OK);
+    int st = tk_ctx_link(ctx);
+    if (st != TK_OK) fprintf(stderr, "link: %s\n", tk_ctx_error(ctx));
+    CHECK(st == TK_OK);
+    tk_ctx_free(ctx);
+}
 
 /* A backward in another file links once both are loaded; the accessors
  * say where each argument comes from and which gradient each output is. */
@@ -282,6 +308,7 @@ int main(void) {
         tk_ctx_free(ctx);
     }
     test_link_ok();
+    test_link_batch_generic();
     test_shape_code();
     for (size_t i = 0; i < sizeof k_good / sizeof k_good[0]; i++) {
         tk_ctx *ctx = tk_ctx_new();

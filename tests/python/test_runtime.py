@@ -569,7 +569,7 @@ def test_batch_dims_mismatch_shows_both_shapes():
 
 def test_reused_local_names():
     # tests/specs/transforms.tk's reused_names against torch: a temporary
-    # reused in two loops and in both branches of an if (the tiled C did
+    # reused in two loops and in three branches of an if (the tiled C did
     # not compile), locals named u_lo and u_end (the plain kernel read the
     # loop's bounds for them: wrong results in every variant)
     path = os.path.join(os.path.dirname(__file__), "..", "specs", "transforms.tk")
@@ -582,7 +582,7 @@ def test_reused_local_names():
             ref = torch.empty(B, T, dtype=torch.float64)
             for t in range(T):
                 lo = max(0, t - 3)
-                s = 2.0 * x[:, lo:t + 1].sum(1) + 3.0 * x[:, t:].sum(1) + (1.0 if k > 0 else 2.5)
+                s = 2.0 * x[:, lo:t + 1].sum(1) + 3.0 * x[:, t:].sum(1) + (1.0 if k > 0 else 2.5 if k < 0 else 3.5)
                 s = s + x[:, [(u + 5) % T for u in range(1, t + 1)]].sum(1)
                 ref[:, t] = s
             got = op(x.to(dtype), k)
