@@ -91,7 +91,7 @@ c10::SymInt eval(const tk_op* op, const std::vector<tk_shape_instr>& code,
       c10::SymInt x = pop();
       if (in.opc == TK_SH_NEG) st.push_back(-x);
       else if (in.opc == TK_SH_NOT) st.emplace_back(truthy(x) ? 0 : 1);
-      else st.push_back(x.sym_lt(0).guard_bool(__FILE__, __LINE__) ? -x : x);
+      else st.push_back(x.max(-x));   // abs without a guard on the sign
     } else {
       c10::SymInt y = pop(), x = pop();
       switch (in.opc) {

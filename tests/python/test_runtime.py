@@ -588,3 +588,27 @@ def test_reused_local_names():
             got = op(x.to(dtype), k)
             torch.testing.assert_close(got.double(), ref, rtol=1e-5 if dtype == torch.float32 else 1e-12,
                                        atol=1e-4 if dtype == torch.float32 else 1e-12)
+
+
+def test_abs_in_a_shape_does_not_guard_on_the_sign():
+    # the symbolic Meta kernel takes abs(k) as max(k, -k): a sign change of k
+    # under torch.compile(dynamic=True) does not recompile
+    pad = torch_tk.kernel("""
+        op rt_abs_pad(x: float[N], k: int) -> y: x.dtype[N + abs(k)]:
+            for i in y:
+                y[i] = x[i % N]
+        """)
+    frames = []
+
+    def backend(gm, example_inputs):
+        frames.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t, k: pad(t, k) * 2, backend=backend, fullgraph=True, dynamic=True)
+    x = torch.randn(5)
+    for k in (3, -2, 4, -6):
+        ref = x[torch.arange(5 + abs(k)) % 5] * 2
+        torch.testing.assert_close(compiled(x, k), ref, rtol=0, atol=0)
+    assert len(frames) == 1, f"recompiled {len(frames) - 1} times"
+    torch._dynamo.reset()
