@@ -850,7 +850,7 @@ static tk_status rename_reused_locals(tk_op *op, tk_arena *a) {
         char *to = tk_arena_alloc(a, len);
         if (!to) return TK_ERR_NOMEM;
         snprintf(to, len, "%d_%s", k, spec_name[r]);
-        rename_block(op->decl->body, op->decl->nbody, r, op->locals[r].name, to);
+        rename_block(op->decl->body, op->decl->nbody, r, spec_name[r], to);
         op->locals[r].name = to;
     }
     return TK_OK;

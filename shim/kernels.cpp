@@ -491,7 +491,7 @@ void boxed_cpu(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::S
 }
 
 void boxed_meta(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  if (has_symbolic_sizes(op, *stack)) return boxed_meta_symbolic(op, stack);
+  if (has_symbolic_args(op, *stack)) return boxed_meta_symbolic(op, stack);
   boxed(op, stack, c10::Device(c10::DeviceType::Meta), false);
 }
 

@@ -178,7 +178,7 @@ std::vector<c10::SymInt> output_shape(const tk_op* op, c10::ArrayRef<c10::IValue
 
 }  // namespace
 
-bool has_symbolic_sizes(const c10::OperatorHandle& handle, const torch::jit::Stack& stack) {
+bool has_symbolic_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack) {
   for (const c10::IValue& v : torch::jit::last(stack, handle.schema().arguments().size())) {
     if (v.isSymInt()) return true;   // a symbolic int argument (an IValue holds a known one as an int)
     if (!v.isTensor()) continue;

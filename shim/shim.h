@@ -67,7 +67,7 @@ void boxed_cuda(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 // (tk_op_shape_code) evaluated over c10::SymInt (meta.cpp). boxed_meta
 // takes this path when some tensor argument has symbolic sizes or some int
 // argument is symbolic (a SymInt: torch.compile(dynamic=True), t.item()).
-bool has_symbolic_sizes(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+bool has_symbolic_args(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 void boxed_meta_symbolic(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Autograd for every op (autograd.cpp): an op with backward ops records a

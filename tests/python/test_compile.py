@@ -43,14 +43,18 @@ def test_inductor_fullgraph_matches_eager(device):
     assert_same(eager, forward_backward(compiled, x, grad))
 
 
-def test_dynamic_shapes_do_not_recompile():
-    frames = []
-
+def counting_aot_backend(frames):
+    """aot_eager-like backend (forward and backward graphs) that appends each graph dynamo compiles to frames."""
     def backend(gm, example_inputs):
         frames.append(gm)
         return torch._dynamo.backends.common.aot_autograd(fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g)(
             gm, example_inputs)
+    return backend
 
+
+def test_dynamic_shapes_do_not_recompile():
+    frames = []
+    backend = counting_aot_backend(frames)
     model = BothOps()
     compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=True)
     for B in (2, 3, 5):
@@ -77,11 +81,7 @@ def test_int_arguments_stay_symbolic():
     # width, as F.pad gets (with `int` each value was a guard and a
     # recompile, and fullgraph failed at the recompile limit)
     frames = []
-
-    def backend(gm, example_inputs):
-        frames.append(gm)
-        return torch._dynamo.backends.common.aot_autograd(fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g)(
-            gm, example_inputs)
+    backend = counting_aot_backend(frames)
 
     def pad(x, p):
         return torch.ops.tk.brick_pad(x, p, p + 1, 2) * 2
