@@ -52,6 +52,40 @@ static char *read_file(const char *path, size_t *len) {
     return p;
 }
 
+/* Whether files a and b hold the same bytes (0 when either cannot be read). */
+static int same_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    char x[65536], y[65536];
+    while (same) {
+        size_t na = fread(x, 1, sizeof x, fa), nb = fread(y, 1, sizeof y, fb);
+        if (na != nb || memcmp(x, y, na) != 0) same = 0;
+        if (na < sizeof x) break;
+    }
+    if (same && (ferror(fa) || ferror(fb))) same = 0;
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* Generated files are written to "<path>.tmp" (open_new) and replace path
+ * only when their bytes differ (finish_new): the build (ninja's restat)
+ * then recompiles no kernel whose source came out the same. */
+static FILE *open_new(const char *path, char *tmp, size_t n) {
+    if ((size_t)snprintf(tmp, n, "%s.tmp", path) >= n) return NULL;
+    return fopen(tmp, "w");
+}
+
+/* Closes f (opened by open_new as tmp) and moves it to path unless path
+ * already holds the same bytes. 0, or 2 on an I/O error (tmp removed). */
+static int finish_new(FILE *f, const char *tmp, const char *path, int rc) {
+    if (fclose(f) != 0 && rc == 0) rc = 2;
+    if (rc == 0 && same_bytes(tmp, path)) return remove(tmp) == 0 ? 0 : 2;
+    if (rc == 0 && rename(tmp, path) != 0) rc = 2;
+    if (rc) remove(tmp);
+    return rc;
+}
+
 /* Loads each spec into ctx; keeps the texts for gen-builtin. */
 static int load_all(tk_ctx *ctx, int n, char **paths, char **texts) {
     for (int i = 0; i < n; i++) {
@@ -138,8 +172,8 @@ static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int npa
         load[least] += len[big];
     }
     for (int k = 0; k < nparts && rc == 0; k++) {
-        char *path = part_path(outpath, k);
-        FILE *f = path ? fopen(path, "w") : NULL;
+        char *path = part_path(outpath, k), tmp[4096];
+        FILE *f = path ? open_new(path, tmp, sizeof tmp) : NULL;
         if (!f) {
             fprintf(stderr, "tkc: cannot write %s\n", path ? path : outpath);
             rc = 2;
@@ -150,7 +184,7 @@ static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int npa
             for (int i = 0; i < nops; i++)
                 if (part[i] == k + 1) fputs(src[i], f);
             written++;
-            if (fclose(f) != 0) rc = 2;
+            rc = finish_new(f, tmp, path, rc);
         }
         free(path);
     }
@@ -269,14 +303,14 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, "check") == 0) {
             for (int i = 0; i < tk_op_count(ctx); i++) printf("tk::%s\n", tk_op_schema(tk_op_at(ctx, i)));
         } else if (outpath) {
-            FILE *out = fopen(outpath, "w");
+            char tmp[4096];
+            FILE *out = open_new(outpath, tmp, sizeof tmp);
             if (!out) {
                 fprintf(stderr, "tkc: cannot write %s\n", outpath);
                 rc = 2;
             } else {
                 rc = gen_builtin(ctx, n, argv + first, texts, flags, emu, table, outpath, nparts, out);
-                if (fclose(out) != 0 && rc == 0) rc = 2;
-                if (rc) remove(outpath);
+                rc = finish_new(out, tmp, outpath, rc);
             }
         } else {
             rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, flags, 0, stdout);
