@@ -293,6 +293,10 @@ const char *tk_op_kernel_name(const tk_op *op, int variant) {
     return variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
 }
 
+const char *tk_op_variant_code(const tk_op *op, int variant) {
+    return op && variant >= 0 && variant < op->nvariants ? op->variant_codes[variant] : "";
+}
+
 tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn) {
     if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
     op->cpu_fns[variant] = fn;

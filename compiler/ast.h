@@ -116,6 +116,9 @@ typedef struct tk_param {
  * CUDA tile shape. Each value is in [lo, hi], a power of two, or a multiple
  * of step when step is not 0. */
 #define TK_SCHED_KEYS 8
+/* ORDER tk_sched_keys */
+enum { TK_SCHED_LANES, TK_SCHED_ROWS, TK_SCHED_WARP_ROWS, TK_SCHED_CHUNK, TK_SCHED_SPLIT, TK_SCHED_LDG, TK_SCHED_TILES,
+       TK_SCHED_REGS };
 typedef struct tk_sched_key {
     const char *key;
     long lo, hi;

@@ -85,7 +85,7 @@ typedef struct kernel {
     int state;
     CUmodule mod;
     CUfunction fn;
-    int per_thread;         /* elements a thread computes, as the emitter plans it (tk_emit_cuda_per_thread) */
+    int per_thread;         /* elements a thread computes, as planned (tk_emit_scheduled) */
     int resident[TK_CUDA_NBLOCKS];  /* blocks of TK_CUDA_BLOCK >> i threads an SM holds (0: unknown) */
     char error[4096];       /* K_FAILED: why */
 } kernel;
@@ -304,11 +304,18 @@ static int ensure_nvrtc(tk_cuda *cu) {
 
 /* ---- compiling ------------------------------------------------------------- */
 
-/* The CUDA C of one variant (malloc'd), emitted under emit_lock. */
-static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, char *why, size_t n) {
+/* The CUDA C of one variant (malloc'd), planned with the schedule of
+ * TK_CUDA_TUNE and emitted under emit_lock, and the elements of the index
+ * space a thread computes (*per_thread, as planned: the grid's size). */
+static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int *per_thread, char *why, size_t n) {
     char *src = NULL;
     pthread_mutex_lock(&cu->emit_lock);
-    if (tk_emit_variant(ctx, op, variant, TK_TARGET_CUDA, &src) != TK_OK) {
+    tk_schedule sched;
+    char bad[512];
+    if (tk_schedule_from_env(&sched, bad, sizeof bad) != TK_OK) {
+        tk_put(why, n, "generating CUDA C failed: %s", bad);
+    } else if (tk_emit_scheduled(ctx, op, variant, variant + 1, TK_TARGET_CUDA, 0, &sched, &src, per_thread) !=
+               TK_OK) {
         tk_put(why, n, "generating CUDA C failed: %s", tk_ctx_error(ctx));
         src = NULL;
     }
@@ -335,7 +342,7 @@ static void store(tk_cuda *cu, const unsigned char *key, const char *label, cons
 /* The binary of (op, variant) for a device of compute capability sm: from
  * the disk cache, else compiled by NVRTC (and stored). */
 static tk_status get_binary(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int sm, tk_binary *out,
-                            int *cached, char *why, size_t n) {
+                            int *cached, int *per_thread, char *why, size_t n) {
     *cached = 0;
     if (!ensure_nvrtc(cu)) {
         tk_put(why, n, "%s", cu->nvrtc_error);
@@ -344,7 +351,7 @@ static tk_status get_binary(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int varia
     tk_arch arch;
     tk_status st = tk_nvrtc_arch_for(cu->nvrtc, sm, &arch, why, n);
     if (st != TK_OK) return st;
-    char *src = emit(cu, ctx, op, variant, why, n);
+    char *src = emit(cu, ctx, op, variant, per_thread, why, n);
     if (!src) return TK_ERR_INVALID;
     char buf[32], label[TK_CACHE_LABEL + 1], reject[1024] = "";
     const char *opts[TK_NVRTC_MAX_OPTIONS];
@@ -382,7 +389,7 @@ tk_status tk_cuda_precompile(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int vari
     if (!cu || !ctx || !op || variant < 0 || variant >= tk_op_nvariants(op)) return TK_ERR_INVALID;
     char why[4096];
     tk_binary bin;
-    tk_status st = get_binary(cu, ctx, op, variant, sm, &bin, cached, why, sizeof why);
+    tk_status st = get_binary(cu, ctx, op, variant, sm, &bin, cached, NULL, why, sizeof why);
     if (st != TK_OK) {
         tk_put(msg, msglen, "tk.%s: cannot compile for sm_%d: %s", tk_op_name(op), sm, why);
         return st;
@@ -403,12 +410,9 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     device *d = &cu->devices[k->device];
     tk_binary bin;
     int cached;
-    tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, why, n);
+    tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, &k->per_thread, why, n);
     if (st != TK_OK) return st;
-    pthread_mutex_lock(&cu->emit_lock);
-    k->per_thread = tk_emit_cuda_per_thread(ctx, k->op, k->variant);
-    pthread_mutex_unlock(&cu->emit_lock);
-    if (k->per_thread < 1) k->per_thread = 1;   /* (emitting just succeeded) */
+    if (k->per_thread < 1) k->per_thread = 1;
     char err[256];
     int pushed;
     CUresult r = enter(cu, d, &pushed);

@@ -1,8 +1,9 @@
-/* emit.c - renders a checked op as C (CPU) or CUDA C source: the entry
- * points, the GPU tuning knobs, and the kernel skeleton (prologue, index
- * decomposition). The body is the same text for both targets; what differs
- * (function head, how the kernel arguments are reached, the index-space
- * loop) is data in k_targets. The other emit_*.c files print the parts. */
+/* emit.c - prints a planned op as C (CPU) or CUDA C source: the entry
+ * points (plan, then print each variant), and the kernel skeleton
+ * (prologue, index decomposition). The body is the same text for both
+ * targets; what differs (function head, how the kernel arguments are
+ * reached, the index-space loop) is data in k_targets. The decisions come
+ * from the plan (plan.h); the other emit_*.c files print the parts. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,54 +20,6 @@ static const target_desc k_targets[] = {   /* ORDER tk_target */
 /* ORDER DTYPE: the C type that stores one element. */
 const char *const k_ctype[TK_DTYPE_COUNT] = {
     "tk_u8", "tk_u8", "tk_i8", "tk_i16", "tk_i32", "tk_i64", "tk_u16", "tk_u16", "float", "double"};
-
-/* ---- GPU tuning ------------------------------------------------------------------
- * TK_CUDA_TUNE="lanes=8,rows=2,warp_rows=8,chunk=64" overrides the CUDA tile
- * shape the emitter picks: lanes (outputs along the innermost dim a thread
- * computes: 4, 8, 16), rows (group rows a thread computes at most: 1, 2, 4,
- * 8), warp_rows (rows a warp's threads spread over: 1 to 32, a power of two),
- * chunk (bytes of the widest output a loop-free kernel's thread writes:
- * 16 to 128), split (threads that share a tile's top-level reduction
- * loop: 1 to 32, see split_plan) and ldg (bytes of one load of a stream:
- * 4, 8, 16, see stream_find; default 16) and tiles (tiles a thread takes: 1, or 2, a
- * tile and its mirror image along the row, see mirror_plan), and regs (at most
- * that many registers a thread: __maxnreg__, 32 to 248, a multiple of 8; ptxas
- * spills the rest to local memory; not given: as many as ptxas likes, at most
- * 255). Any key may be left out. It is the knob for measuring shapes
- * on a GPU (ci/gpu_tune.py), read at each emission; the emitted source, and so
- * the kernel cache's key, records the shape. A malformed value is an error.
- * An op's 'schedule' line (docs/spec.md) sets the same items for that op;
- * TK_CUDA_TUNE overrides them item by item. The launcher's grid sizing
- * (tk_emit_cuda_per_thread) reads it again: set it before the process's first
- * CUDA call of an op and leave it. */
-typedef struct gpu_tune {
-    int v[TK_SCHED_KEYS];   /* indexed as tk_sched_keys; 0: not given */
-} gpu_tune;
-enum { TUNE_LANES, TUNE_ROWS, TUNE_WARP_ROWS, TUNE_CHUNK, TUNE_SPLIT, TUNE_LDG, TUNE_TILES, TUNE_REGS };   /* ORDER tk_sched_keys */
-
-static tk_status gpu_tune_parse(gpu_tune *t, char *err, size_t errsize) {
-    memset(t, 0, sizeof *t);
-    const char *env = getenv("TK_CUDA_TUNE");
-    if (!env || !env[0]) return TK_OK;
-    const char *p = env;
-    while (*p) {
-        size_t n = strcspn(p, "=,");
-        int k = tk_sched_find(p, n);
-        char *end = NULL;
-        const char *digits = p + n + 1;
-        long v = (k >= 0 && p[n] == '=' && *digits >= '0' && *digits <= '9') ? strtol(digits, &end, 10) : 0;
-        if (k < 0 || !end || (*end && *end != ',') || (*end == ',' && !end[1]) || !tk_sched_valid(k, v) ||
-            t->v[k]) {
-            snprintf(err, errsize, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
-                     "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, each a power of two, regs 32..248, a multiple of 8",
-                     env);
-            return TK_ERR_INVALID;
-        }
-        t->v[k] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    return TK_OK;
-}
 
 /* ---- kernel skeleton -------------------------------------------------------- */
 
@@ -241,85 +194,81 @@ static void kernel(emitter *E) {
     }
     /* (no __launch_bounds__(256, 2): capping a tile kernel at 128 registers
      * spilled rwkv_backward_k, 168 bytes on sm_90 - bench/gpu_static.py) */
-    int tiles = lane_plan(E);
-    if (tiles) split_plan(E), mirror_plan(E);
+    plan_apply(E, &E->plan->body[0]);
     tk_buf_puts(E->b, E->tg->head);
     if (E->tune_regs)   /* at most that many registers a thread (CUDA 12.4+; no __launch_bounds__ here) */
         tk_buf_printf(E->b, "__maxnreg__(%d) ", E->tune_regs);
     tk_buf_printf(E->b, "%s%s {\n", op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
-    if (tiles) {
+    if (E->lanes) {
         /* the lanes' addresses: one pointer plus constant offsets */
         gpu_unit_stride_copy(E, gpu_tile_loop);
     } else {
-        E->lanes = 0;
-        E->ngroup = 1;
-        E->gdim = op->decl->nloop - 1;
-        if (chunk_plan(E)) gpu_unit_stride_copy(E, gpu_chunk_loop);
+        if (E->chunk) gpu_unit_stride_copy(E, gpu_chunk_loop);
         else gpu_loop(E);
     }
     E->indent = 0;
     tk_buf_puts(E->b, "}\n");
 }
 
-static void emitter_init(emitter *E, tk_buf *b, const tk_op *op, int variant, tk_target target, unsigned flags,
-                         const gpu_tune *tune) {
+void emitter_init(emitter *E, tk_buf *b, const tk_plan *P) {
+    const tk_op *op = P->op;
     memset(E, 0, sizeof *E);
     E->b = b;
     E->op = op;
-    E->tg = &k_targets[target];
-    E->variant = variant;
-    E->ftype = tk_variant_float_type(op, variant) == TK_F64 ? TK_V_F64 : TK_V_F32;
+    E->plan = P;
+    E->tg = &k_targets[P->target];
+    E->variant = P->variant;
+    E->ftype = tk_variant_float_type(op, P->variant) == TK_F64 ? TK_V_F64 : TK_V_F32;
     E->copy = -1;
     E->lane_fix = -1;
     E->ncopies = 1;
     E->gdim = op->decl->nloop - 1;
     E->ngroup = E->nblocks = 1;
-    E->plain = (flags & TK_EMIT_PLAIN) != 0;
-    if (E->tg->gpu) {   /* TK_CUDA_TUNE, else the spec's schedule line, else the defaults */
-        int v[TK_SCHED_KEYS];
-        for (int k = 0; k < TK_SCHED_KEYS; k++) v[k] = tune && tune->v[k] ? tune->v[k] : op->decl->schedule[k];
-        E->tune_lanes = v[TUNE_LANES];
-        E->tune_rows = v[TUNE_ROWS];
-        E->tune_warp_rows = v[TUNE_WARP_ROWS];
-        E->tune_chunk = v[TUNE_CHUNK];
-        E->tune_split = v[TUNE_SPLIT];
-        E->tune_ldg = v[TUNE_LDG];
-        E->tune_tiles = v[TUNE_TILES];
-        E->tune_regs = v[TUNE_REGS];
-    }
+    E->plain = P->plain;
+    E->tune_lanes = P->sched[TK_SCHED_LANES];
+    E->tune_rows = P->sched[TK_SCHED_ROWS];
+    E->tune_warp_rows = P->sched[TK_SCHED_WARP_ROWS];
+    E->tune_chunk = P->sched[TK_SCHED_CHUNK];
+    E->tune_split = P->sched[TK_SCHED_SPLIT];
+    E->tune_ldg = P->sched[TK_SCHED_LDG];
+    E->tune_tiles = P->sched[TK_SCHED_TILES];
+    E->tune_regs = P->sched[TK_SCHED_REGS];
 }
 
-static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int last, tk_target target,
-                               unsigned flags, char **out) {
-    if (!ctx || !cop || !out || (unsigned)target > TK_TARGET_CUDA) return TK_ERR_INVALID;
-    tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST */
-    gpu_tune tune;
-    if (target == TK_TARGET_CUDA) {
-        tk_status st = gpu_tune_parse(&tune, ctx->err, sizeof ctx->err);
-        if (st != TK_OK) return st;
-    }
+tk_status tk_emit_scheduled(tk_ctx *ctx, const tk_op *op, int first, int last, tk_target target, unsigned flags,
+                            const tk_schedule *sched, char **out, int *per_thread) {
+    if (!ctx || !op || !out || (unsigned)target > TK_TARGET_CUDA || first < 0 || last > op->nvariants ||
+        first > last)
+        return TK_ERR_INVALID;
+    const tk_schedule none = {{0}};
+    const tk_schedule *s = target == TK_TARGET_CUDA && sched ? sched : &none;
     tk_buf b = {0};
     tk_buf_printf(&b, "/* Generated by tkc %s from %s: op %s. Do not edit. */\n", TK_VERSION, op->decl->file,
                   op->decl->name);
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
-    if (target == TK_TARGET_CUDA && (tune.v[TUNE_LANES] || tune.v[TUNE_ROWS] || tune.v[TUNE_WARP_ROWS] ||
-                                     tune.v[TUNE_CHUNK] || tune.v[TUNE_SPLIT] || tune.v[TUNE_LDG] ||
-                                     tune.v[TUNE_TILES] || tune.v[TUNE_REGS]))
+    const int *v = s->v;
+    if (v[TK_SCHED_LANES] || v[TK_SCHED_ROWS] || v[TK_SCHED_WARP_ROWS] || v[TK_SCHED_CHUNK] || v[TK_SCHED_SPLIT] ||
+        v[TK_SCHED_LDG] || v[TK_SCHED_TILES] || v[TK_SCHED_REGS])
         tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d tiles=%d regs=%d "
-                      "(0: default) */\n", tune.v[TUNE_LANES], tune.v[TUNE_ROWS], tune.v[TUNE_WARP_ROWS],
-                      tune.v[TUNE_CHUNK], tune.v[TUNE_SPLIT], tune.v[TUNE_LDG], tune.v[TUNE_TILES], tune.v[TUNE_REGS]);
-    for (int v = first; v < last; v++) {
-        tk_status st = tk_check_body(op, v, ctx->err, sizeof ctx->err);
+                      "(0: default) */\n", v[TK_SCHED_LANES], v[TK_SCHED_ROWS], v[TK_SCHED_WARP_ROWS],
+                      v[TK_SCHED_CHUNK], v[TK_SCHED_SPLIT], v[TK_SCHED_LDG], v[TK_SCHED_TILES], v[TK_SCHED_REGS]);
+    tk_plan *P = malloc(sizeof *P);
+    if (!P) b.oom = 1;
+    for (int k = first; k < last && P; k++) {
+        tk_status st = tk_plan_make(ctx, op, k, target, flags, s, P);
         if (st != TK_OK) {
+            free(P);
             free(b.p);
             return st;
         }
         emitter E;
-        emitter_init(&E, &b, op, v, target, flags, target == TK_TARGET_CUDA ? &tune : NULL);
+        emitter_init(&E, &b, P);
         kernel(&E);
+        if (per_thread) *per_thread = P->per_thread;
     }
+    free(P);
     if (b.oom) {
         free(b.p);
         snprintf(ctx->err, sizeof ctx->err, "out of memory");
@@ -329,39 +278,38 @@ static tk_status emit_variants(tk_ctx *ctx, const tk_op *cop, int first, int las
     return TK_OK;
 }
 
+/* tk_emit_scheduled with the schedule of TK_CUDA_TUNE (for CUDA). */
+static tk_status emit_env(tk_ctx *ctx, const tk_op *op, int first, int last, tk_target target, unsigned flags,
+                          char **out) {
+    if (!ctx) return TK_ERR_INVALID;
+    tk_schedule s;
+    if (target == TK_TARGET_CUDA) {
+        tk_status st = tk_schedule_from_env(&s, ctx->err, sizeof ctx->err);
+        if (st != TK_OK) return st;
+    }
+    return tk_emit_scheduled(ctx, op, first, last, target, flags, target == TK_TARGET_CUDA ? &s : NULL, out, NULL);
+}
+
 tk_status tk_emit(tk_ctx *ctx, const tk_op *op, tk_target target, char **out) {
-    return emit_variants(ctx, op, 0, op ? op->nvariants : 0, target, 0, out);
+    return emit_env(ctx, op, 0, op ? op->nvariants : 0, target, 0, out);
 }
 
 tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned flags, char **out) {
-    return emit_variants(ctx, op, 0, op ? op->nvariants : 0, target, flags, out);
+    return emit_env(ctx, op, 0, op ? op->nvariants : 0, target, flags, out);
 }
 
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, char **out) {
     if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
-    return emit_variants(ctx, op, variant, variant + 1, target, 0, out);
+    return emit_env(ctx, op, variant, variant + 1, target, 0, out);
 }
 
-int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *cop, int variant) {
-    if (!ctx || !cop || variant < 0 || variant >= cop->nvariants) return 0;
-    tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST */
-    if (tk_check_body(op, variant, ctx->err, sizeof ctx->err) != TK_OK) return 0;
-    gpu_tune tune;
-    if (gpu_tune_parse(&tune, ctx->err, sizeof ctx->err) != TK_OK) return 0;
-    tk_buf b = {0};
-    emitter E;
-    emitter_init(&E, &b, op, variant, TK_TARGET_CUDA, 0, &tune);
-    int n = 1;      /* as kernel() decides */
-    if (lane_plan(&E)) {
-        n = E.lanes * E.ngroup;
-        if (mirror_plan(&E)) n *= 2;                                  /* a tile and its mirror image */
-        if (split_plan(&E)) n = n / E.split > 1 ? n / E.split : 1;   /* S threads a tile */
-    } else {
-        E.lanes = 0;
-        E.ngroup = 1;
-        E.gdim = op->decl->nloop - 1;
-        if (chunk_plan(&E)) n = E.chunk;
-    }
-    free(b.p);
+int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant) {
+    if (!ctx || !op || variant < 0 || variant >= op->nvariants) return 0;
+    tk_schedule s;
+    if (tk_schedule_from_env(&s, ctx->err, sizeof ctx->err) != TK_OK) return 0;
+    tk_plan *P = malloc(sizeof *P);
+    if (!P) return 0;
+    int n = tk_plan_make(ctx, op, variant, TK_TARGET_CUDA, 0, &s, P) == TK_OK ? P->per_thread : 0;
+    free(P);
     return n;
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "plan.h"
 
 typedef struct tk_target_desc {
     const char *head;       /* before the kernel name */
@@ -19,6 +20,7 @@ typedef struct tk_target_desc {
 typedef struct emitter {
     tk_buf *b;
     const tk_op *op;
+    const tk_plan *plan;            /* the decisions (plan.h): the printers copy a body's into the fields below */
     const target_desc *tg;
     int variant;
     tk_vtype ftype;
@@ -51,6 +53,7 @@ typedef struct emitter {
     int nblocks;                    /* R: blocks of V lanes per tile (copies along the innermost dim) */
     int nacc;                       /* accumulators per lane (lane_plan) */
     int vx;                         /* tiles on explicit vectors: R may exceed 1 */
+    int vx_any;                     /* some lane loop runs on explicit vectors (the wide bodies exist) */
     int gcopy, rcopy;               /* the copy being emitted: group row g, lane block r */
     const char *mask;               /* assignments take effect only where this holds */
     int lane_fix;                   /* >= 0: lane index printed instead of tk_j (vector addresses) */
@@ -109,12 +112,36 @@ extern const char *const k_to_value_end[TK_DTYPE_COUNT];
 #endif
 
 /* emit.c */
+/* A fresh emitter for plan P, printing into b (the planner's scratch
+ * emitter: b NULL). */
+void emitter_init(emitter *E, tk_buf *b, const tk_plan *P);
 int expr_uses(const tk_expr *e, const char *name);
 int used(const emitter *E, const char *name);
 void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int), int arg);
 void prologue(emitter *E);
 void decompose(emitter *E, int skip_last);
 int has_top_level_for(const tk_opdecl *d);
+
+/* plan.c */
+/* Copies a body's plan into E's working fields (the printers may vary
+ * them while printing, e.g. the group rows of a remainder). */
+void plan_apply(emitter *E, const tk_body_plan *b);
+
+/* plan_lanes.c */
+int lane_invariant(const emitter *E, const tk_expr *e);
+int stmt_count(tk_stmt **body, int nb, const char *name);
+void assigned_locals(tk_stmt **body, int n, unsigned char *out);
+int lane_coef(const tk_expr *e, const char *v, int64_t *coef);
+int lane_blocks(const emitter *E, int G);
+int lane_plan(emitter *E);
+
+/* plan_run.c */
+void plan_run(emitter *E);
+
+/* plan_gpu.c */
+int split_plan(emitter *E);
+int mirror_plan(emitter *E);
+int chunk_plan(emitter *E);
 
 /* emit_expr.c */
 void line(emitter *E, const char *fmt, ...)
@@ -138,7 +165,6 @@ void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char *hi, in
 void block(emitter *E, tk_stmt **body, int n);
 
 /* emit_cpu.c */
-void plan_run(emitter *E);
 void run_block(emitter *E, int hoisted);
 int has_for(tk_stmt **body, int n);
 void stride_cond(emitter *E, const tk_param *p, int slot, int arg);
@@ -146,12 +172,6 @@ int unit_stride_test(emitter *E, const char *extra);
 void cpu_kernel(emitter *E);
 
 /* emit_lanes.c */
-int lane_invariant(const emitter *E, const tk_expr *e);
-int stmt_count(tk_stmt **body, int nb, const char *name);
-void assigned_locals(tk_stmt **body, int n, unsigned char *out);
-int lane_coef(const tk_expr *e, const char *v, int64_t *coef);
-int lane_blocks(const emitter *E, int G);
-int lane_plan(emitter *E);
 void set_copy(emitter *E, int c);
 int bound_set(const emitter *E, int c, int nb);
 void lane_head(emitter *E, int simd);
@@ -169,15 +189,12 @@ void vx_loop(emitter *E, const tk_stmt *s, int nb);
 
 /* emit_tile.c */
 void tile_block(emitter *E, tk_stmt **body, int n);
-int split_plan(emitter *E);
-int mirror_plan(emitter *E);
 void tile(emitter *E);
 
 /* emit_cuda.c */
 void gpu_loop(emitter *E);
 int gpu_window_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi);
 void gpu_tile_loop(emitter *E);
-int chunk_plan(emitter *E);
 int chunk_remainder(const emitter *E, const tk_expr *e);
 void gpu_chunk_loop(emitter *E);
 void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *));

@@ -541,49 +541,6 @@ void gpu_tile_loop(emitter *E) {
  * Bodies with loops keep one element per thread: they have few, heavy
  * elements and need the threads. */
 
-/* Counts the stores of each output: at the top level, and nested. */
-static void count_stores(tk_stmt **body, int n, int top, int *ntop, int *nnested) {
-    for (int i = 0; i < n; i++) {
-        const tk_stmt *s = body[i];
-        if (s->kind == TK_S_STORE) (top ? ntop : nnested)[s->ref]++;
-        count_stores(s->body, s->nbody, 0, ntop, nnested);
-        count_stores(s->orelse, s->norelse, 0, ntop, nnested);
-    }
-}
-
-/* Decides the chunk: K, the stepped divisions, the gathered stores;
- * returns 0 when the body does not qualify. */
-int chunk_plan(emitter *E) {
-    const tk_op *op = E->op;
-    const tk_opdecl *d = op->decl;
-    E->chunk = 0;
-    memset(E->vst, 0, sizeof E->vst);
-    if (E->plain || d->nloop == 0 || has_for(d->body, d->nbody) || d->noutputs > TK_MAX_TENSORS) return 0;
-    size_t widest = 1;
-    for (int i = 0; i < d->noutputs; i++) {
-        size_t sz = tk_dtype_size(tk_variant_out_dtype(op, E->variant, i));
-        if (sz > widest) widest = sz;
-    }
-    /* 32 bytes (16 for 1-byte outputs) unless tuned; at most 32 elements */
-    const int cbytes = E->tune_chunk ? E->tune_chunk : widest == 1 ? 16 : 32;
-    E->chunk = cbytes / (int)widest > 32 ? 32 : cbytes / (int)widest;
-    plan_run(E);
-    if (!E->segmented) E->nmemo = 0;   /* a numerator that does not grow by one: divided per element */
-    E->segmented = 0;
-    const char *t = d->loop_vars[d->nloop - 1];
-    int ntop[TK_MAX_TENSORS] = {0}, nnested[TK_MAX_TENSORS] = {0};
-    count_stores(d->body, d->nbody, 1, ntop, nnested);
-    for (int i = 0; i < d->nbody; i++) {
-        const tk_stmt *s = d->body[i];
-        if (s->kind != TK_S_STORE || ntop[s->ref] != 1 || nnested[s->ref] != 0 || s->nindex == 0) continue;
-        int ok = strcmp(s->index[s->nindex - 1]->name, t) == 0;
-        for (int k = 0; k < s->nindex - 1; k++) ok = ok && strcmp(s->index[k]->name, t) != 0;
-        size_t bytes = (size_t)E->chunk * tk_dtype_size(tk_variant_out_dtype(op, E->variant, s->ref));
-        if (ok && bytes % 16 == 0) E->vst[s->ref] = s;
-    }
-    return 1;
-}
-
 /* ---- remainders spelled out (GPU chunks) -------------------------------------
  * A spec that divides by hand writes the remainder of a memo site out:
  * brick_pad's x2 = x1 - u*TW - v*stagger is (x1 - v*stagger) - u*TW with

@@ -219,6 +219,7 @@ int tk_op_batch_param(const tk_op *op);
 /* Kernels: one per combination of the op's dtype variables (variant). */
 int tk_op_nvariants(const tk_op *op);
 const char *tk_op_kernel_name(const tk_op *op, int variant); /* "tk_rwkv_forward__f32" */
+const char *tk_op_variant_code(const tk_op *op, int variant); /* "f32", "f16_i64"; "" if none */
 tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn);
 tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant);  /* NULL if none */
 tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name);
@@ -283,6 +284,30 @@ tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,
  * numel / that. 0 on error (tk_ctx_error). */
 int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant);
 void tk_free(void *p);
+
+/* A CUDA schedule: the items of a spec's `schedule` line, in the order of
+ * tk_sched_keys (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs;
+ * docs/spec.md); 0: not given. */
+typedef struct tk_schedule {
+    int v[8];
+} tk_schedule;
+/* Parses text in TK_CUDA_TUNE's syntax ("lanes=8,rows=2"; "" or NULL: no
+ * item) into *s. A malformed item is TK_ERR_INVALID with a message in err. */
+tk_status tk_schedule_parse(const char *text, tk_schedule *s, char *err, size_t errlen);
+/* tk_schedule_parse of the environment's TK_CUDA_TUNE. */
+tk_status tk_schedule_from_env(tk_schedule *s, char *err, size_t errlen);
+/* The source of variants [first, last) of op for target with the caller's
+ * schedule sched (NULL: the spec's alone), and for CUDA the elements of the
+ * index space one thread computes (*per_thread, may be NULL; as
+ * tk_emit_cuda_per_thread; the last variant's). tk_emit, tk_emit_ex and
+ * tk_emit_variant are this with the schedule of TK_CUDA_TUNE. */
+tk_status tk_emit_scheduled(tk_ctx *ctx, const tk_op *op, int first, int last, tk_target target, unsigned flags,
+                            const tk_schedule *sched, char **out, int *per_thread);
+/* The plan of variant `variant` of op for target, as text (`tkc plan`): how
+ * the printers will tile and lay out each kernel body, and why. *out is
+ * malloc'd (tk_free). */
+tk_status tk_plan_text(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, unsigned flags,
+                       const tk_schedule *sched, char **out);
 
 /* The text of tk_kernel.h, as compiled into the library. */
 const char *tk_kernel_header(void);

@@ -4,6 +4,12 @@
  *   tkc emit-c [--plain] SPEC       print the C source of every op in SPEC
  *   tkc emit-cuda [--plain] SPEC    print the CUDA C source (--plain: without
  *                                   tiles, windows, hoisting or unrolling)
+ *   tkc plan [--target cpu|cuda] [--dtype CODE] [--plain] SPEC...
+ *                                   print what the planner decided for each
+ *                                   kernel: tiles, lanes, copies, split
+ *                                   reductions, chunks, a thread's elements
+ *                                   (--dtype: the variants whose code is CODE,
+ *                                   "f32", "f16_i64"...; default every one)
  *   tkc gen-builtin [--plain | --cuda-emu] [--table NAME] [--parts N] -o OUT SPEC...
  *                                   write the built-in kernel table for libtk
  *                                   (--plain: unoptimised kernels named *_plain;
@@ -16,6 +22,9 @@
  *                                   size, so a parallel build compiles them
  *                                   side by side) and OUT keeps the tables)
  *
+ * CUDA kernels (emit-cuda, plan --target cuda, gen-builtin --cuda-emu) take
+ * the schedule of TK_CUDA_TUNE (compiler/schedule.c) over the specs' own.
+ *
  * Exit status: 0 on success, 1 on a spec error (message on stderr as
  * file:line:col: error: ...), 2 on a usage or I/O error. */
 #include <stdio.h>
@@ -23,6 +32,9 @@
 #include <string.h>
 
 #include "core.h"
+
+/* TK_CUDA_TUNE, read once by main: the CUDA kernels' schedule */
+static tk_schedule g_sched;
 
 /* Reads a whole file; NULL (and a message) on error. */
 static char *read_file(const char *path, size_t *len) {
@@ -106,7 +118,8 @@ static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, int emu, FILE
     static const char head[] = "extern \"C\" __global__ ";
     for (int i = 0; i < tk_op_count(ctx); i++) {
         char *src;
-        if (tk_emit_ex(ctx, tk_op_at(ctx, i), target, flags, &src) != TK_OK) {
+        const tk_op *op = tk_op_at(ctx, i);
+        if (tk_emit_scheduled(ctx, op, 0, tk_op_nvariants(op), target, flags, &g_sched, &src, NULL) != TK_OK) {
             fprintf(stderr, "%s\n", tk_ctx_error(ctx));
             return 1;
         }
@@ -233,7 +246,8 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
                 const char *k = tk_op_kernel_name(tk_op_at(ctx, i), v);
                 /* threads as fibers only where they exchange values (warp shuffles) */
                 char *src = NULL;
-                if (tk_emit_variant(ctx, tk_op_at(ctx, i), v, TK_TARGET_CUDA, &src) != TK_OK) return 1;
+                if (tk_emit_scheduled(ctx, tk_op_at(ctx, i), v, v + 1, TK_TARGET_CUDA, 0, &g_sched, &src, NULL) != TK_OK)
+                    return 1;
                 int fibers = strstr(src, "__shfl") != NULL;
                 free(src);
                 fprintf(out, "static void %s_emu(const tk_kargs *a, tk_i64 begin, tk_i64 end) "
@@ -258,8 +272,35 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
     return 0;
 }
 
+/* Prints the plan of every variant (or those coded `dtype`) of every op. */
+static int plan_all(tk_ctx *ctx, tk_target target, unsigned flags, const char *dtype) {
+    for (int i = 0; i < tk_op_count(ctx); i++) {
+        const tk_op *op = tk_op_at(ctx, i);
+        int shown = 0;
+        for (int v = 0; v < tk_op_nvariants(op); v++) {
+            if (dtype && strcmp(tk_op_variant_code(op, v), dtype) != 0) continue;
+            char *text = NULL;
+            if (tk_plan_text(ctx, op, v, target, flags, &g_sched, &text) != TK_OK) {
+                fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+                return 1;
+            }
+            fputs(text, stdout);
+            tk_free(text);
+            shown++;
+        }
+        if (!shown) {
+            fprintf(stderr, "tkc: op %s has no variant %s; its variants:", tk_op_name(op), dtype);
+            for (int v = 0; v < tk_op_nvariants(op); v++) fprintf(stderr, " %s", tk_op_variant_code(op, v));
+            fputs("\n", stderr);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int usage(void) {
     fputs("usage: tkc check SPEC... | emit-c [--plain] SPEC... | emit-cuda [--plain] SPEC... |\n"
+          "       plan [--target cpu|cuda] [--dtype CODE] [--plain] SPEC... |\n"
           "       gen-builtin [--plain | --cuda-emu] [--table NAME] [--parts N] -o OUT SPEC...\n", stderr);
     return 2;
 }
@@ -269,7 +310,26 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1], *outpath = NULL, *table = "tk_builtin";
     unsigned flags = 0;
     int first = 2, emu = 0, nparts = 0;
-    if (strcmp(cmd, "gen-builtin") == 0) {
+    tk_target target = TK_TARGET_C;
+    const char *dtype = NULL;
+    char bad[512];
+    if (tk_schedule_from_env(&g_sched, bad, sizeof bad) != TK_OK) {
+        fprintf(stderr, "tkc: %s\n", bad);
+        return 2;
+    }
+    if (strcmp(cmd, "plan") == 0) {
+        for (; first < argc && argv[first][0] == '-'; first++) {
+            if (strcmp(argv[first], "--plain") == 0) flags |= TK_EMIT_PLAIN;
+            else if (strcmp(argv[first], "--target") == 0 && first + 1 < argc) {
+                const char *tg = argv[++first];
+                if (strcmp(tg, "cpu") == 0) target = TK_TARGET_C;
+                else if (strcmp(tg, "cuda") == 0) target = TK_TARGET_CUDA;
+                else return usage();
+            } else if (strcmp(argv[first], "--dtype") == 0 && first + 1 < argc) dtype = argv[++first];
+            else return usage();
+        }
+        if (first >= argc) return usage();
+    } else if (strcmp(cmd, "gen-builtin") == 0) {
         for (; first < argc && argv[first][0] == '-'; first++) {
             if (strcmp(argv[first], "--plain") == 0) flags |= TK_EMIT_PLAIN;
             else if (strcmp(argv[first], "--cuda-emu") == 0) emu = 1;
@@ -295,12 +355,15 @@ int main(int argc, char **argv) {
     if (!ctx || !texts) return 2;
     int rc = load_all(ctx, n, argv + first, texts);
     /* check and gen-builtin see every spec: backward clauses must link */
-    if (rc == 0 && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda") && tk_ctx_link(ctx) != TK_OK) {
+    if (rc == 0 && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda") && strcmp(cmd, "plan") &&
+        tk_ctx_link(ctx) != TK_OK) {
         fprintf(stderr, "%s\n", tk_ctx_error(ctx));
         rc = 1;
     }
     if (rc == 0) {
-        if (strcmp(cmd, "check") == 0) {
+        if (strcmp(cmd, "plan") == 0) {
+            rc = plan_all(ctx, target, flags, dtype);
+        } else if (strcmp(cmd, "check") == 0) {
             for (int i = 0; i < tk_op_count(ctx); i++) printf("tk::%s\n", tk_op_schema(tk_op_at(ctx, i)));
         } else if (outpath) {
             char tmp[4096];

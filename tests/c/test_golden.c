@@ -1,5 +1,6 @@
 /* test_golden.c - the generated C and CUDA source of every op in ops/ must
- * equal tests/golden/<spec>.c and .cu byte for byte. Regenerate the golden
+ * equal tests/golden/<spec>.c and .cu byte for byte, and its plans (`tkc
+ * plan`, every variant, CPU then CUDA) tests/golden/<spec>.plan. Regenerate the golden
  * files with `make golden` after an intended change to the emitters.
  * Usage: test_golden OPS_DIR TESTS_DIR */
 #define _POSIX_C_SOURCE 200809L
@@ -9,7 +10,23 @@
 #include "tk.h"
 #include "tk_test.h"
 
-/* Emits every op of one spec file for target and compares with golden. */
+/* A growing string. */
+typedef struct {
+    char *p;
+    size_t len;
+} tk_buf_t;
+
+static void append(tk_buf_t *b, const char *s) {
+    size_t n = strlen(s);
+    char *q = realloc(b->p, b->len + n + 1);
+    if (!q) return;
+    memcpy(q + b->len, s, n + 1);
+    b->p = q;
+    b->len += n;
+}
+
+/* Emits every op of one spec file for each target and compares with the
+ * golden sources, then its plans with the golden plans. */
 static void check_spec(const char *ops_dir, const char *tests_dir, const char *name) {
     size_t len;
     char *text = read_spec(ops_dir, name, &len);
@@ -50,6 +67,28 @@ static void check_spec(const char *ops_dir, const char *tests_dir, const char *n
             free(all);
         }
     }
+    /* the plans (tkc plan --target cpu, then cuda): every variant, the spec's schedule alone */
+    tk_buf_t plan = {0};
+    for (int target = 0; st == TK_OK && target < 2; target++)
+        for (int i = 0; i < tk_op_count(ctx); i++)
+            for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++) {
+                char *t = NULL;
+                CHECK(tk_plan_text(ctx, tk_op_at(ctx, i), v, (tk_target)target, 0, NULL, &t) == TK_OK);
+                if (t) append(&plan, t);
+                tk_free(t);
+            }
+    if (st == TK_OK) {
+        snprintf(gold_name, sizeof gold_name, "golden/%.*s.plan", (int)(strlen(name) - 3), name);
+        size_t glen;
+        char *gold = read_spec(tests_dir, gold_name, &glen);
+        int same = gold && plan.p && glen == plan.len && memcmp(gold, plan.p, glen) == 0;
+        if (!same)
+            fprintf(stderr, "tests/%s differs from the plans (run `make golden` if the change is intended)\n",
+                    gold_name);
+        CHECK(same);
+        free(gold);
+    }
+    free(plan.p);
     tk_ctx_free(ctx);
     free(text);
 }

@@ -693,6 +693,29 @@ static void test_prefixes(void) {
     CHECK(tk_parse(&arena, "t.tk", src, n, errbuf, sizeof errbuf) != NULL);
 }
 
+/* The caller's schedule (TK_CUDA_TUNE's syntax): items by key, the rest 0;
+ * every malformed form refused with the text quoted. */
+static void test_schedule_parse(void) {
+    tk_schedule s;
+    char err[512];
+    CHECK(tk_schedule_parse("lanes=8,rows=2,warp_rows=16,chunk=64,split=4,ldg=8,tiles=1,regs=128", &s, err,
+                            sizeof err) == TK_OK);
+    CHECK(s.v[TK_SCHED_LANES] == 8 && s.v[TK_SCHED_ROWS] == 2 && s.v[TK_SCHED_WARP_ROWS] == 16);
+    CHECK(s.v[TK_SCHED_CHUNK] == 64 && s.v[TK_SCHED_SPLIT] == 4 && s.v[TK_SCHED_LDG] == 8);
+    CHECK(s.v[TK_SCHED_TILES] == 1 && s.v[TK_SCHED_REGS] == 128);
+    CHECK(tk_schedule_parse("split=2", &s, err, sizeof err) == TK_OK);
+    CHECK(s.v[TK_SCHED_SPLIT] == 2 && s.v[TK_SCHED_LANES] == 0 && s.v[TK_SCHED_REGS] == 0);
+    CHECK(tk_schedule_parse("", &s, err, sizeof err) == TK_OK && s.v[TK_SCHED_SPLIT] == 0);
+    CHECK(tk_schedule_parse(NULL, &s, err, sizeof err) == TK_OK);
+    const char *bad[] = {"lanes=3", "lanes=8,lanes=8", "lane=8", "lanes=", "lanes=8,", "lanes=-8", "regs=100",
+                         "chunk=7", "lanes=8 rows=2", "=8", ","};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        CHECK(tk_schedule_parse(bad[i], &s, err, sizeof err) == TK_ERR_INVALID);
+        CHECK(strstr(err, bad[i]) != NULL && strstr(err, "TK_CUDA_TUNE") != NULL);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "ops";
     test_brick_pad(dir);
@@ -702,6 +725,7 @@ int main(int argc, char **argv) {
     test_valid_odd();
     test_errors();
     test_prefixes();
+    test_schedule_parse();
     CHECK_STR(tk_opc_text(TK_OPC_FLOORDIV), "//");
     CHECK_STR(tk_opc_text(TK_OPC_NOT), "not");
     CHECK_STR(tk_opc_text(TK_OPC_GE), ">=");

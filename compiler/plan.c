@@ -1,0 +1,259 @@
+/* plan.c - the planner's entry (tk_plan_make), the hand-over of a body's
+ * plan to the printers (plan_apply), and the plan as text (tk_plan_text,
+ * `tkc plan`). The decisions themselves are made by lane_plan
+ * (plan_lanes.c), plan_run (plan_run.c), split_plan, mirror_plan and
+ * chunk_plan (plan_gpu.c), which work on a scratch emitter (the state the
+ * printers' analyses read); only the planner calls them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+
+/* Records the decisions the planning functions left in E. */
+static void snapshot(const emitter *E, tk_body_plan *b) {
+    b->lanes = E->lanes;
+    b->group = E->ngroup;
+    b->gdim = E->gdim;
+    b->blocks = E->nblocks;
+    b->nacc = E->nacc;
+    b->vx = E->vx;
+    b->vx_any = E->vx_any;
+    b->lane_rev = E->lane_rev;
+    memcpy(b->arr, E->arr, sizeof b->arr);
+    b->copies = E->ncopies;
+    memcpy(b->hoisted, E->hoisted, sizeof b->hoisted);
+    memcpy(b->hoisted_local, E->hoisted_local, sizeof b->hoisted_local);
+    memcpy(b->def, E->def, sizeof b->def);
+    memcpy(b->memo, E->memo, sizeof b->memo);
+    b->nmemo = E->nmemo;
+    b->segmented = E->segmented;
+    b->split = E->split;
+    b->split_loop = E->split_loop;
+    memcpy(b->split_acc, E->split_acc, sizeof b->split_acc);
+    b->mirror = E->mirror;
+    b->chunk = E->chunk;
+    memcpy(b->vst, E->vst, sizeof b->vst);
+}
+
+void plan_apply(emitter *E, const tk_body_plan *b) {
+    E->lanes = b->lanes;
+    E->ngroup = b->group;
+    E->gdim = b->gdim;
+    E->nblocks = b->blocks;
+    E->nacc = b->nacc;
+    E->vx = b->vx;
+    E->vx_any = b->vx_any;
+    E->lane_rev = b->lane_rev;
+    memcpy(E->arr, b->arr, sizeof E->arr);
+    E->ncopies = b->copies;
+    memcpy(E->hoisted, b->hoisted, sizeof E->hoisted);
+    memcpy(E->hoisted_local, b->hoisted_local, sizeof E->hoisted_local);
+    memcpy(E->def, b->def, sizeof E->def);
+    memcpy(E->memo, b->memo, sizeof E->memo);
+    E->nmemo = b->nmemo;
+    E->segmented = b->segmented;
+    E->split = b->split;
+    E->split_loop = b->split_loop;
+    memcpy(E->split_acc, b->split_acc, sizeof E->split_acc);
+    E->mirror = b->mirror;
+    E->chunk = b->chunk;
+    memcpy(E->vst, b->vst, sizeof E->vst);
+}
+
+/* A CPU body for `wide` (TK_BODY_*): lane tiles where the body fits them,
+ * else unroll-and-jam copies and the run plan. */
+static void plan_cpu_body(tk_plan *P, int wide, tk_buf *scratch) {
+    emitter E;
+    emitter_init(&E, scratch, P);
+    E.wide = wide;
+    if (!lane_plan(&E)) {
+        const tk_opdecl *d = P->op->decl;
+        E.lanes = 0;
+        E.ngroup = 1;
+        E.gdim = d->nloop - 1;
+        E.ncopies = !E.plain && has_top_level_for(d) && d->nloop > 0 ? 4 : 1;
+        plan_run(&E);
+    }
+    snapshot(&E, &P->body[wide]);
+}
+
+/* The CUDA kernel: lane tiles (a thread's registers) with split reductions
+ * and mirrored tiles, else chunks of the innermost dim, else one element a
+ * thread; and how many elements that makes a thread. */
+static void plan_cuda(tk_plan *P, tk_buf *scratch) {
+    emitter E;
+    emitter_init(&E, scratch, P);
+    int n = 1;
+    if (lane_plan(&E)) {
+        split_plan(&E);
+        mirror_plan(&E);
+        n = E.lanes * E.ngroup;
+        if (E.mirror) n *= 2;                                   /* a tile and its mirror image */
+        if (E.split) n = n / E.split > 1 ? n / E.split : 1;     /* S threads a tile */
+    } else {
+        E.lanes = 0;
+        E.ngroup = 1;
+        E.gdim = P->op->decl->nloop - 1;
+        if (chunk_plan(&E)) n = E.chunk;
+    }
+    P->per_thread = n;
+    snapshot(&E, &P->body[0]);
+}
+
+tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target target, unsigned flags,
+                       const tk_schedule *sched, tk_plan *P) {
+    if (!ctx || !cop || !P || variant < 0 || variant >= cop->nvariants || (unsigned)target > TK_TARGET_CUDA)
+        return TK_ERR_INVALID;
+    tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST for the variant */
+    tk_status st = tk_check_body(op, variant, ctx->err, sizeof ctx->err);
+    if (st != TK_OK) return st;
+    memset(P, 0, sizeof *P);
+    P->op = op;
+    P->variant = variant;
+    P->target = target;
+    P->plain = (flags & TK_EMIT_PLAIN) != 0;
+    if (target == TK_TARGET_CUDA)   /* the caller's items, else the spec's schedule line, else the defaults */
+        for (int k = 0; k < TK_SCHED_KEYS; k++) {
+            int mine = sched ? sched->v[k] : 0;
+            P->sched[k] = mine ? mine : op->decl->schedule[k];
+            P->sched_from[k] = mine ? 2 : op->decl->schedule[k] ? 1 : 0;
+        }
+    tk_buf scratch = {0};           /* the planning functions print nothing */
+    if (target == TK_TARGET_CUDA) {
+        plan_cuda(P, &scratch);
+    } else {
+        plan_cpu_body(P, TK_BODY_NARROW, &scratch);
+        if (!P->plain) {
+            plan_cpu_body(P, TK_BODY_WIDE, &scratch);
+            /* the explicit-vector bodies exist where the wide one tiles on them */
+            P->wide = P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
+            if (P->wide) plan_cpu_body(P, TK_BODY_MID, &scratch);
+        }
+    }
+    int printed = scratch.len != 0;
+    free(scratch.p);
+    if (printed) {
+        snprintf(ctx->err, sizeof ctx->err, "tk: internal error: planning %s printed code", op->decl->name);
+        return TK_ERR_INVALID;
+    }
+    return TK_OK;
+}
+
+/* ---- the plan as text ------------------------------------------------------------ */
+
+/* The local names set in flags[] (a local slot each), comma-separated. */
+static void locals_list(tk_buf *b, const tk_op *op, const unsigned char *flags) {
+    int n = 0;
+    for (int r = 0; r < op->nlocals; r++)
+        if (flags[r]) tk_buf_printf(b, "%s%s", n++ ? ", " : "", op->locals[r].name);
+    if (!n) tk_buf_puts(b, "none");
+}
+
+/* One body's tiles (or copies and run plan) as indented lines. */
+static void body_text(tk_buf *b, const tk_plan *P, const tk_body_plan *B, int gpu) {
+    const tk_opdecl *d = P->op->decl;
+    const char *inner = d->nloop ? d->loop_vars[d->nloop - 1] : "-";
+    if (B->lanes) {
+        tk_buf_printf(b, "    lane tile: %d lanes along %s%s", B->lanes, inner,
+                      gpu ? " (registers of one thread)" : B->vx ? " (explicit vectors)" : B->vx_any ? " (explicit vectors where a loop allows)" : " (omp simd loops)");
+        if (B->group > 1) tk_buf_printf(b, " x %d rows along %s", B->group, d->loop_vars[B->gdim]);
+        if (B->blocks > 1) tk_buf_printf(b, " x %d lane blocks", B->blocks);
+        tk_buf_printf(b, "\n    accumulators a lane: %d\n", B->nacc);
+        if (B->lane_rev) tk_buf_puts(b, "    lanes run backwards: the reads descend along the innermost dim\n");
+        tk_buf_puts(b, "    locals held per lane: ");
+        locals_list(b, P->op, B->arr);
+        tk_buf_puts(b, "\n");
+        return;
+    }
+    if (!gpu || B->chunk) {
+        if (gpu) tk_buf_printf(b, "    chunk: %d consecutive elements of %s a thread, positions stepped\n", B->chunk, inner);
+        else if (B->copies > 1) tk_buf_printf(b, "    no lane tiles; %d copies of the body along %s (unroll and jam)\n",
+                                              B->copies, inner);
+        else tk_buf_printf(b, "    no lane tiles; one element an iteration of %s\n", inner);
+        int nh = 0;
+        for (int i = 0; i < d->nbody && i < (int)sizeof B->hoisted; i++) nh += B->hoisted[i];
+        tk_buf_printf(b, "    statements hoisted out of the run along %s: %d of %d", inner, nh, d->nbody);
+        if (nh) {
+            tk_buf_puts(b, " (");
+            locals_list(b, P->op, B->hoisted_local);
+            tk_buf_puts(b, ")");
+        }
+        tk_buf_printf(b, "\n    floor divisions stepped along the run: %d%s\n", B->nmemo,
+                      B->segmented ? ", in segments of constant quotient" : "");
+        if (gpu) {
+            int ng = 0;
+            for (int i = 0; i < d->noutputs && i < TK_MAX_TENSORS; i++)
+                if (B->vst[i]) tk_buf_printf(b, "%s%s", ng++ ? ", " : "    stores gathered in registers: ", d->outputs[i].name);
+            if (ng) tk_buf_puts(b, "\n");
+        }
+        return;
+    }
+    tk_buf_puts(b, "    one element a thread (grid-stride loop)\n");
+}
+
+/* " (spec)" / " (TK_CUDA_TUNE)" after a schedule item. */
+static const char *source_of(int from) { return from == 2 ? " (caller: TK_CUDA_TUNE)" : from == 1 ? " (spec)" : ""; }
+
+static void plan_text(tk_buf *b, const tk_plan *P) {
+    const tk_op *op = P->op;
+    const tk_opdecl *d = op->decl;
+    int gpu = P->target == TK_TARGET_CUDA;
+    tk_buf_printf(b, "plan %s, variant %s (%d of %d), target %s%s\n", d->name, op->variant_codes[P->variant],
+                  P->variant + 1, op->nvariants, gpu ? "cuda" : "cpu", P->plain ? ", plain" : "");
+    const tk_param *o = &d->outputs[op->loop_out];
+    tk_buf_puts(b, "  parallel domain: ");
+    for (int i = 0; i < d->nloop; i++) tk_buf_printf(b, "%s%s", i ? ", " : "", d->loop_vars[i]);
+    tk_buf_printf(b, "%s over %s's last %d dims", d->nloop ? "" : "(none)", o->name, d->nloop);
+    if (d->nloop) tk_buf_printf(b, "; innermost %s", d->loop_vars[d->nloop - 1]);
+    tk_buf_puts(b, "\n");
+    if (!gpu) {
+        static const char *const names[TK_NBODIES] = {"narrow (every instruction set, strided calls)",
+                                                     "wide (512-bit vectors, unit strides)",
+                                                     "mid (256-bit vectors, unit strides)"};
+        static const int order[TK_NBODIES] = {TK_BODY_WIDE, TK_BODY_MID, TK_BODY_NARROW};
+        if (!P->plain && !P->wide)
+            tk_buf_puts(b, "  no explicit-vector bodies: the narrow body serves every CPU\n");
+        for (int k = 0; k < TK_NBODIES; k++) {
+            int w = order[k];
+            if (w != TK_BODY_NARROW && !P->wide) continue;
+            tk_buf_printf(b, "  body %s:\n", names[w]);
+            body_text(b, P, &P->body[w], 0);
+        }
+        return;
+    }
+    tk_buf_puts(b, "  schedule:");
+    int any = 0;
+    for (int k = 0; k < TK_SCHED_KEYS; k++)
+        if (P->sched[k]) tk_buf_printf(b, " %s=%d%s", tk_sched_keys[k].key, P->sched[k], source_of(P->sched_from[k])), any = 1;
+    tk_buf_puts(b, any ? "\n" : " defaults\n");
+    const tk_body_plan *B = &P->body[0];
+    tk_buf_puts(b, "  kernel:\n");
+    body_text(b, P, B, 1);
+    if (B->split) {
+        tk_buf_printf(b, "    split reduction: %d threads share the loop over %s, adding their sums by warp shuffles "
+                      "(", B->split, B->split_loop->name);
+        locals_list(b, op, B->split_acc);
+        tk_buf_puts(b, ")\n");
+    }
+    if (B->mirror) tk_buf_printf(b, "    mirrored tiles: a thread takes tile p of a row and tile n - 1 - p\n");
+    tk_buf_printf(b, "    elements a thread computes: %d (the launcher's grid is numel / that)\n", P->per_thread);
+}
+
+tk_status tk_plan_text(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, unsigned flags,
+                       const tk_schedule *sched, char **out) {
+    if (!ctx || !op || !out) return TK_ERR_INVALID;
+    tk_plan *P = malloc(sizeof *P);
+    if (!P) return TK_ERR_NOMEM;
+    tk_status st = tk_plan_make(ctx, op, variant, target, flags, sched, P);
+    tk_buf b = {0};
+    if (st == TK_OK) plan_text(&b, P);
+    free(P);
+    if (st == TK_OK && (b.oom || !b.p)) st = TK_ERR_NOMEM;
+    if (st != TK_OK) {
+        free(b.p);
+        return st;
+    }
+    *out = b.p;
+    return TK_OK;
+}

@@ -1,0 +1,71 @@
+/* plan.h - what the planner decides for one kernel, as plain data.
+ *
+ *   checked op + (variant, target, flags, schedule) --tk_plan_make--> tk_plan
+ *   tk_plan --the printers (emit*.c)--> C or CUDA C source
+ *
+ * The planner makes every decision about the shape of a kernel once: the
+ * parallel domain and how it is tiled (lanes, group rows, lane blocks,
+ * accumulators, explicit vectors), the run plan of untiled CPU loops
+ * (hoisted statements, incremental divisions, segments), and on the GPU
+ * split reductions, mirrored tiles, chunks and the elements a thread
+ * computes. The printers copy a body's plan into their working state
+ * (plan_apply) and print; `tkc plan` prints the plan as text
+ * (tk_plan_text in tk.h). Not part of the public API. */
+#ifndef TK_PLAN_H
+#define TK_PLAN_H
+
+#include "core.h"
+
+/* The bodies of a CPU kernel, indexed by their vector width (the
+ * emitter's `wide`): the narrow body (omp simd lane loops, every
+ * instruction set and strided calls), the wide one (512-bit explicit
+ * vectors) and the mid one (256-bit). A CUDA kernel has one, [0]. */
+enum { TK_BODY_NARROW, TK_BODY_WIDE, TK_BODY_MID, TK_NBODIES };
+
+/* One body's decisions. Pointers point into the op's (const) AST. */
+typedef struct tk_body_plan {
+    /* lane tiles: V consecutive elements of the innermost dim times G rows
+     * of the group dim gdim, R lane blocks; lanes == 0: no tiles */
+    int lanes, group, gdim, blocks;
+    int nacc;                           /* accumulators a lane */
+    int vx;                             /* every lane loop on explicit vectors */
+    int vx_any;                         /* some lane loop on explicit vectors */
+    int lane_rev;                       /* lanes run backwards (reads mostly descend) */
+    unsigned char arr[TK_MAX_LOCALS];   /* locals held per lane */
+    /* no tiles: unroll-and-jam copies along the innermost dim, and the run
+     * plan of the innermost dim (emit_cpu.c, plan_run) */
+    int copies;
+    unsigned char hoisted[256];         /* top-level statement i runs once a run */
+    unsigned char hoisted_local[TK_MAX_LOCALS];
+    const tk_stmt *def[TK_MAX_LOCALS];  /* top-level single-assignment locals */
+    const tk_expr *memo[16];            /* floor divisions computed incrementally */
+    int nmemo, segmented;
+    /* GPU: split reductions, mirrored tiles, chunks */
+    int split;                          /* S threads share the tile's loop split_loop */
+    const tk_stmt *split_loop;
+    unsigned char split_acc[TK_MAX_LOCALS];
+    int mirror;                         /* a thread takes tile p and n - 1 - p */
+    int chunk;                          /* K elements a thread, stores gathered in vst */
+    const tk_stmt *vst[TK_MAX_TENSORS];
+} tk_body_plan;
+
+typedef struct tk_plan {
+    const tk_op *op;
+    int variant;
+    tk_target target;
+    int plain;                          /* TK_EMIT_PLAIN */
+    int sched[TK_SCHED_KEYS];           /* CUDA: the items in force (the caller's over the spec's); 0: default */
+    int sched_from[TK_SCHED_KEYS];      /* 0 default, 1 the spec's schedule line, 2 the caller's (TK_CUDA_TUNE) */
+    tk_body_plan body[TK_NBODIES];
+    int wide;                           /* CPU: the wide and mid bodies exist (explicit-vector loops) */
+    int per_thread;                     /* CUDA: elements of the index space a thread computes */
+} tk_plan;
+
+/* Plans variant `variant` of op for target: annotates the op's AST for the
+ * variant (tk_check_body) and fills *plan. sched: the caller's schedule
+ * (TK_CUDA_TUNE), NULL for none; it overrides the spec's line item by
+ * item. Errors in ctx. */
+tk_status tk_plan_make(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, unsigned flags,
+                       const tk_schedule *sched, tk_plan *plan);
+
+#endif
