@@ -1,81 +1,12 @@
-/* api.c - contexts, op accessors, dtypes and the growable buffer: the parts
- * of the public API (tk.h) that are not binding (bind.c) or emitting. */
+/* api.c - contexts, op accessors, views and arguments: the parts of the
+ * public API (tk.h) that are not checking, binding (bind.c) or emitting.
+ * The leaf helpers every file uses are dtype.c and buf.c. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
-
-/* ORDER DTYPE */
-static const struct {
-    const char *name, *code;
-    size_t size;
-} k_dtypes[TK_DTYPE_COUNT] = {
-    {"bool", "b8", 1},      {"uint8", "u8", 1},   {"int8", "i8", 1},
-    {"int16", "i16", 2},    {"int32", "i32", 4},  {"int64", "i64", 8},
-    {"float16", "f16", 2},  {"bfloat16", "bf16", 2},
-    {"float32", "f32", 4},  {"float64", "f64", 8},
-};
-
-const char *tk_dtype_name(tk_dtype d) {
-    return (unsigned)d < TK_DTYPE_COUNT ? k_dtypes[d].name : "?";
-}
-
-const char *tk_dtype_code(tk_dtype d) {
-    return (unsigned)d < TK_DTYPE_COUNT ? k_dtypes[d].code : "?";
-}
-
-size_t tk_dtype_size(tk_dtype d) {
-    return (unsigned)d < TK_DTYPE_COUNT ? k_dtypes[d].size : 0;
-}
-
-int tk_dtype_from_name(const char *name, tk_dtype *out) {
-    for (int i = 0; i < TK_DTYPE_COUNT; i++)
-        if (strcmp(k_dtypes[i].name, name) == 0) {
-            *out = (tk_dtype)i;
-            return 1;
-        }
-    return 0;
-}
-
-/* ---- buffers ------------------------------------------------------------- */
-
-static int buf_reserve(tk_buf *b, size_t extra) {
-    if (b->oom) return 0;
-    if (b->len + extra + 1 <= b->cap) return 1;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = 1;
-        return 0;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 1;
-}
-
-void tk_buf_puts(tk_buf *b, const char *s) {
-    size_t n = strlen(s);
-    if (!buf_reserve(b, n)) return;
-    memcpy(b->p + b->len, s, n + 1);
-    b->len += n;
-}
-
-void tk_buf_printf(tk_buf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || !buf_reserve(b, (size_t)n)) return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void tk_free(void *p) { free(p); }
 
 /* ---- views and arguments ------------------------------------------------- */
 
@@ -305,29 +236,4 @@ tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn) {
 
 tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant) {
     return op && variant >= 0 && variant < op->nvariants ? op->cpu_fns[variant] : NULL;
-}
-
-/* Attaches fn to the variant of some op whose kernel is named name. */
-static int attach_kernel(tk_ctx *ctx, const char *name, tk_cpu_fn fn) {
-    for (int i = 0; i < ctx->nops; i++)
-        for (int v = 0; v < ctx->ops[i]->nvariants; v++)
-            if (strcmp(ctx->ops[i]->kernel_names[v], name) == 0) {
-                ctx->ops[i]->cpu_fns[v] = fn;
-                return 1;
-            }
-    return 0;
-}
-
-tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nspecs,
-                              const tk_builtin_kernel *kernels, int nkernels) {
-    if (!ctx) return TK_ERR_INVALID;
-    for (int i = 0; i < nspecs; i++) {
-        tk_status st = tk_load_spec(ctx, specs[i].file, specs[i].text, strlen(specs[i].text));
-        if (st != TK_OK) return st;
-    }
-    for (int k = 0; k < nkernels; k++)
-        if (!attach_kernel(ctx, kernels[k].name, kernels[k].fn))
-            return ctx_fail(ctx, TK_ERR_NOTFOUND, "built-in kernel %s matches no op variant "
-                                                  "(stale generated code?)", kernels[k].name);
-    return tk_ctx_link(ctx);
 }

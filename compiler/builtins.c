@@ -1,0 +1,34 @@
+/* builtins.c - loads the specs compiled into a library (the ops/ specs in libtk),
+ * attaches their CPU kernels and links their backward ops: the one place
+ * that loads, checks and links together. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+/* Attaches fn to the op variant whose kernel is called name; 0 if none. */
+static int attach_kernel(tk_ctx *ctx, const char *name, tk_cpu_fn fn) {
+    for (int i = 0; i < ctx->nops; i++)
+        for (int v = 0; v < ctx->ops[i]->nvariants; v++)
+            if (strcmp(ctx->ops[i]->kernel_names[v], name) == 0) {
+                ctx->ops[i]->cpu_fns[v] = fn;
+                return 1;
+            }
+    return 0;
+}
+
+tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nspecs,
+                              const tk_builtin_kernel *kernels, int nkernels) {
+    if (!ctx) return TK_ERR_INVALID;
+    for (int i = 0; i < nspecs; i++) {
+        tk_status st = tk_load_spec(ctx, specs[i].file, specs[i].text, strlen(specs[i].text));
+        if (st != TK_OK) return st;
+    }
+    for (int k = 0; k < nkernels; k++)
+        if (!attach_kernel(ctx, kernels[k].name, kernels[k].fn)) {
+            snprintf(ctx->err, sizeof ctx->err, "built-in kernel %s matches no op variant (stale generated code?)",
+                     kernels[k].name);
+            return TK_ERR_NOTFOUND;
+        }
+    return tk_ctx_link(ctx);
+}
