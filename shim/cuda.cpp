@@ -1,6 +1,6 @@
 // cuda.cpp - running tk ops on CUDA tensors, with no CUDA header or library
 // at build time: one libtk.so serves CPU-only and CUDA builds of torch.
-//   - the core's launcher (compiler/tk_cuda.h) opens the driver and NVRTC
+//   - the core's launcher (runtime/tk_cuda.h) opens the driver and NVRTC
 //     at run time, compiles each op's variant once per device and launches it;
 //   - torch's current stream comes from torch's C shim function
 //     aoti_torch_get_current_cuda_stream (libtorch_cuda.so of CUDA builds;

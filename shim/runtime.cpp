@@ -1,7 +1,7 @@
 // runtime.cpp - specs registered while the process runs (torch_tk.kernel,
 // torch_tk.load). A spec is checked in a scratch context first (its errors,
 // backward links, name clashes), its CPU kernels are compiled by the system C
-// compiler (compiler/tk_cc.h) outside any lock, and only then is it loaded
+// compiler (runtime/tk_cc.h) outside any lock, and only then is it loaded
 // into the process context and registered on a FRAGMENT library of its own
 // with the generic kernels every op uses (register_op). docs/runtime.md.
 #include <torch/library.h>

@@ -1,4 +1,4 @@
-/* test_cache_faults.c - the NVRTC kernel disk cache (compiler/cache.c) under
+/* test_cache_faults.c - the NVRTC kernel disk cache (runtime/cache.c) under
  * faults: every truncation and every flipped byte of an entry, entries that
  * are folders, FIFOs or device files, headers that claim huge payloads, a
  * missing, read-only or full cache folder (a tiny tmpfs when this process

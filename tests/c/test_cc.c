@@ -1,4 +1,4 @@
-/* test_cc.c - CPU kernels of run-time specs (compiler/tk_cc.h): a spec
+/* test_cc.c - CPU kernels of run-time specs (runtime/tk_cc.h): a spec
  * compiled by the system C compiler and run through the C API; the disk
  * cache (a second tk_cc finds the entry, a damaged entry is rebuilt, an
  * unwritable folder falls back to a temporary one); the errors for a missing

@@ -49,9 +49,9 @@ int main(int argc, char **argv) {
 }
 C
 cc=${CC:-cc}
-inc="-I$root/compiler -I$root/tests/c -I$tmp"
+inc="-I$root/compiler -I$root/runtime -I$root/tests/c -I$tmp"
 echo 'const char *tk_kernel_header(void); const char *tk_kernel_header(void) { return ""; }' > "$tmp/hdr.c"
-core=$(ls "$root"/compiler/*.c | grep -v '/tkc\.c$')
+core=$(ls "$root"/compiler/*.c "$root"/runtime/*.c | grep -v '/tkc\.c$')
 for t in check parse; do
   $cc -std=c11 -w $inc "$tmp/${t}_tables.c" $core "$tmp/hdr.c" -o "$tmp/$t" -lm -ldl -lpthread
   mkdir -p "$tmp/out"
