@@ -689,6 +689,12 @@ static void test_per_thread(tk_ctx *ctx) {
         if (n != cases[i].n) fprintf(stderr, "%s %s: %d elements a thread, expected %d\n", cases[i].op, cases[i].code, n,
                                      cases[i].n);
         CHECK(n == cases[i].n);
+        /* the launcher's way: source and geometry from one plan */
+        char *src = NULL;
+        int m = 0;
+        CHECK(tk_emit_scheduled(ctx, op, v, v + 1, TK_TARGET_CUDA, 0, NULL, &src, &m) == TK_OK);
+        CHECK(m == cases[i].n && src != NULL);
+        tk_free(src);
     }
     CHECK(tk_emit_cuda_per_thread(ctx, tk_op_find(ctx, "brick_pad"), 999) == 0);
     CHECK(tk_emit_cuda_per_thread(ctx, NULL, 0) == 0);
