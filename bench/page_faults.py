@@ -9,7 +9,7 @@ makes N calls of brick_pad at the seed configuration (136 MB output) and
 prints every call's time. With no pause
 it also times rwkv_forward (B=32, C=768, T=768, 75 MB output). A fresh
 process per case: the setting is read once per process, and the first
-huge-page faults of a process are the ones that differ (bench/README.md,
+huge-page faults of a process are the ones that differ (bench/LOG.md,
 "Huge pages"). Prints one table; takes about a minute.
 """
 import argparse

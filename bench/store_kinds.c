@@ -1,6 +1,6 @@
 /* store_kinds.c - what the CPU's stores cost for an output the size of
  * brick_pad's seed configuration (4144 x 8224 float32, 136 MB), one thread:
- * the machine facts behind two decisions of the CPU emitter (bench/README.md).
+ * the machine facts behind two decisions of the CPU emitter (bench/LOG.md).
  *
  *   1. Plain 512-bit stores, streaming (non-temporal) stores and memset, into
  *      pages already touched ("warm") and into pages fresh from mmap, as a

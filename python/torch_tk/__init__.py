@@ -9,6 +9,8 @@ Ops from spec text at run time: torch_tk.kernel(text) / torch_tk.load(path)
 
 Importing the package loads libtk.so (see torch_tk._lib for where it looks).
 """
+import os
+
 import torch
 
 from ._lib import library_path
@@ -17,7 +19,13 @@ from .memory import cpu_cache_info, empty_cache
 from .runtime import SpecError, kernel, load
 
 __version__ = "0.1.0"
-__all__ = ["ops", "kernel", "load", "SpecError", "library_path", "cpu_cache_info", "empty_cache", "__version__"]
+__all__ = ["ops", "kernel", "load", "SpecError", "library_path", "cpu_cache_info", "empty_cache",
+           "cmake_prefix_path", "__version__"]
+
+#: For C++ programs built against an installed package: CMake finds the tk
+#: package (find_package(tk CONFIG), target tk::tk) under this folder, its
+#: share/cmake/tk. Pass it as -DCMAKE_PREFIX_PATH (examples/cpp_load).
+cmake_prefix_path = os.path.dirname(os.path.abspath(__file__))
 
 _load_library()
 

@@ -65,7 +65,7 @@ def time_median(fn, device: str, repeat: int, warmup_s: float = 1.0, max_warmup:
     timed after warming up: at least one call, and calls until warmup_s have
     passed (at most max_warmup). One call is not always enough: a process's
     first huge-page faults can be much slower than later ones (on a VM whose
-    host takes back free memory, bench/README.md "Huge pages")."""
+    host takes back free memory, bench/LOG.md "Huge pages")."""
     result = fn()
     sync(device)
     start, calls = time.perf_counter(), 1

@@ -6,8 +6,8 @@
 2. brick_pad at the seed configuration (a 48x32 gradient tile repeated over
    a 4144x8224 image with a stagger of 10); must equal the seed's torch_pad
    bit for bit (max error 0). The wall is written to DIR/brick_wall.png in
-   the seed's colours, v -> RGB (sin(pi v), cos(pi v / 2), 0), at 1/4
-   resolution (every 4th row and column; --full-size writes all pixels),
+   the seed's colours, v -> RGB (sin(pi v), cos(pi v / 2), 0), at 1/4 size
+   (each pixel the mean colour of a 4x4 block; --full-size writes all pixels),
    and its top-left 240x320 corner at full size to DIR/brick_wall_detail.png.
 Both run on the CPU, and on CUDA when torch.cuda.is_available(). Each
 implementation is timed (median of N runs after a warm-up; 3N for all but
@@ -27,23 +27,28 @@ from . import reference as ref
 from .bench import rel_err, time_median
 
 
-def brick_wall_rgb(image: torch.Tensor) -> torch.Tensor:
-    """(H, W) values in [0, 1) -> (H, W, 3) uint8 in the seed's colours."""
+def brick_wall_rgb(image: torch.Tensor, scale: int = 1) -> torch.Tensor:
+    """(H, W) values in [0, 1) -> (H // scale, W // scale, 3) uint8 in the
+    seed's colours. With scale > 1 each output pixel is the mean colour of a
+    scale x scale block (a box filter): keeping every scale-th pixel instead
+    aliases the 48x32 bricks into a moire pattern."""
     v = image.to(torch.float32)
-    rgb = torch.stack((torch.sin(math.pi * v), torch.cos(math.pi * v / 2), torch.zeros_like(v)), dim=-1)
-    return (rgb.clamp(0, 1) * 255).round().to(torch.uint8)
+    rgb = torch.stack((torch.sin(math.pi * v), torch.cos(math.pi * v / 2), torch.zeros_like(v)), dim=0)
+    if scale > 1:
+        h, w = v.shape[0] // scale * scale, v.shape[1] // scale * scale
+        rgb = torch.nn.functional.avg_pool2d(rgb[:, :h, :w], scale)
+    return (rgb.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)
 
 
-def write_png(image: torch.Tensor, path: str, stride: int = 1) -> str:
-    """Writes image[::stride, ::stride] as an RGB PNG; returns a description."""
+def write_png(image: torch.Tensor, path: str, scale: int = 1) -> str:
+    """Writes image as an RGB PNG, shrunk scale times by averaging; returns a description."""
     from PIL import Image
 
-    small = image.cpu()[::stride, ::stride]
-    pixels = brick_wall_rgb(small).contiguous().numpy()
+    pixels = brick_wall_rgb(image.cpu(), scale).contiguous().numpy()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     Image.fromarray(pixels).save(path)
-    scale = "full size" if stride == 1 else f"1/{stride} resolution, every {stride}th pixel"
-    return f"{path} ({small.shape[1]}x{small.shape[0]}, {scale})"
+    size = "full size" if scale == 1 else f"1/{scale} size, each pixel the mean of {scale}x{scale}"
+    return f"{path} ({pixels.shape[1]}x{pixels.shape[0]}, {size})"
 
 
 def demo_cases(device: str):

@@ -2,7 +2,7 @@
 
 Used by the tests, the demo and the bench. Nothing here calls torch.ops.tk.
 
-brick_pad (semantics: shared/seed/NOTES.md, example 1)
+brick_pad (semantics: docs/seed_ops.md, section 1)
     seed_tile()         the seed's (48, 32) float32 gradient tile
     SEED                the seed configuration (TW, TH, pw, ph, stagger, H, W)
     torch_pad(...)      the seed's tensor-algebra formulation: coordinate grid,
@@ -10,7 +10,7 @@ brick_pad (semantics: shared/seed/NOTES.md, example 1)
                         tile's strides, index_select -> flat (..., H*W)
     brick_pad_index(...) exact integer formulation (floor_divide, gather) -> (..., H, W)
 
-rwkv_forward (semantics: shared/seed/NOTES.md, example 2)
+rwkv_forward (semantics: docs/seed_ops.md, section 2)
     out[b, c, t] = eps + sum_{u=0..t} w[c, (T-1)-(t-u)] * k[b, c, u]
     rwkv_loop(...)      float64 Python loops (tiny sizes only)
     rwkv_conv1d(...)    eps + conv1d(k zero-padded on the left by T-1, w, groups=C)

@@ -1,6 +1,6 @@
 /* test_builtin_cpu.c - runs the built-in ops' generated CPU kernels through
  * the C API on plain buffers and compares them with C references written
- * from the formulas in shared/seed/NOTES.md. Outputs are poisoned first so
+ * from the formulas in docs/seed_ops.md. Outputs are poisoned first so
  * unwritten elements show. Usage: test_builtin_cpu OPS_DIR TESTS_DIR */
 #include <math.h>
 #include <stdint.h>

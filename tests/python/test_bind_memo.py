@@ -3,7 +3,7 @@
 The shim keeps, per thread, the last few binds with their arguments; a call
 whose arguments have the same kinds, values, dtypes, sizes, strides and
 devices copies the bound call and points it at the new data instead of
-running tk_bind again (1.4x -> 1.2-1.3x aten.add per call, bench/README.md).
+running tk_bind again (1.4x -> 1.2-1.3x aten.add per call, bench/LOG.md).
 These tests change one thing at a time between calls (data only, a scalar,
 strides, dtype, shape, more shapes than remembered, threads) and check
 every result against an independent reference, so a stale bind (old data,

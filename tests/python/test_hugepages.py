@@ -3,7 +3,7 @@
 With TK_HUGEPAGES=1 the shim calls madvise(MADV_HUGEPAGE) on the 2 MiB-aligned
 interior of every CPU output of 8 MiB or more before the kernel first writes
 it (shim/kernels.cpp, advise_huge_pages); by default it does not (why:
-bench/README.md, "Huge pages"). Each case runs in a fresh process (the
+bench/LOG.md, "Huge pages"). Each case runs in a fresh process (the
 variable is read once per process), which reports where its output's first
 whole huge page lies; the test reads that mapping's flags from
 /proc/<pid>/smaps (`hg`: MADV_HUGEPAGE) and the child checks its outputs

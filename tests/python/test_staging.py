@@ -5,7 +5,7 @@ strided one. When a tensor argument's innermost stride is not 1 and it has
 at most 1/8 as many elements as the op's index space, the shim runs the
 kernel on a contiguous copy (shim/kernels.cpp, worth_staging): the seed's
 brick_pad tile is a transposed view, and the copy makes the seed
-configuration 1.6x faster (bench/README.md). These tests see the copy in the
+configuration 1.6x faster (bench/LOG.md). These tests see the copy in the
 profiler (aten::contiguous under the tk op), on both sides of the threshold,
 and check the results and gradients against independent references with the
 inputs left untouched.
