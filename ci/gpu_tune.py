@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CUDA tile shapes measured side by side (ci/gpu-check.sh's tune step): each
-shape of TK_CUDA_TUNE (see compiler/emit.c) in a fresh process, every kernel
+shape of TK_CUDA_TUNE (see compiler/schedule.c) in a fresh process, every kernel
 checked against a float64 reference, then timed with CUDA events (median of
 --repeat after a warm-up), at the seed sizes:
 

@@ -112,7 +112,7 @@ typedef struct tk_param {
     tk_expr *default_value;     /* NULL if none */
 } tk_param;
 
-/* The items of a 'schedule' line and of TK_CUDA_TUNE (compiler/emit.c): the
+/* The items of a 'schedule' line and of TK_CUDA_TUNE (compiler/schedule.c): the
  * CUDA tile shape. Each value is in [lo, hi], a power of two, or a multiple
  * of step when step is not 0. */
 #define TK_SCHED_KEYS 8

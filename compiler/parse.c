@@ -707,7 +707,7 @@ static void parse_backward(parser *p, tk_opdecl *op) {
 }
 
 /* 'schedule' NAME '=' INT {',' NAME '=' INT} NEWLINE: the CUDA tile shape
- * (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs; see compiler/emit.c). 'schedule' is a
+ * (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs; see compiler/schedule.c). 'schedule' is a
  * word only here, where nothing else but 'backward' or the loop may stand. */
 static void parse_schedule(parser *p, tk_opdecl *op) {
     tk_loc loc = p->tok.loc;

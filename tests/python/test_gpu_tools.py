@@ -231,7 +231,7 @@ def test_gpu_static_register_cap(lib_path, tmp_path):
 
 
 def test_cuda_tune_shapes_and_errors(lib_path, tmp_path):
-    """TK_CUDA_TUNE (compiler/emit.c) changes the CUDA tile shape the
+    """TK_CUDA_TUNE (compiler/schedule.c) changes the CUDA tile shape the
     emitter writes, NVRTC compiles the result, and a malformed value is an
     error naming the variable, from tkc and from the library."""
     tkc = os.path.join(os.path.dirname(lib_path), "tkc")
