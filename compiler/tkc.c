@@ -24,13 +24,10 @@
 
 #include "core.h"
 
-/* Reads a whole file; NULL (and a message) on error. */
-static char *read_file(const char *path, size_t *len) {
+/* Reads a whole file; NULL on error. */
+static char *read_file_quiet(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "tkc: cannot open %s\n", path);
-        return NULL;
-    }
+    if (!f) return NULL;
     size_t cap = 4096, n = 0;
     char *p = malloc(cap);
     while (p) {
@@ -43,12 +40,18 @@ static char *read_file(const char *path, size_t *len) {
     int bad = ferror(f);
     fclose(f);
     if (!p || bad) {
-        fprintf(stderr, "tkc: cannot read %s\n", path);
         free(p);
         return NULL;
     }
     p[n < cap ? n : cap - 1] = 0;
     *len = n;
+    return p;
+}
+
+/* Reads a whole file; NULL (and a message) on error. */
+static char *read_file(const char *path, size_t *len) {
+    char *p = read_file_quiet(path, len);
+    if (!p) fprintf(stderr, "tkc: cannot read %s\n", path);
     return p;
 }
 
@@ -100,6 +103,36 @@ static void put_c_string(FILE *out, const char *s) {
     fputs("\"", out);
 }
 
+/* "<path>.tmp": where an output is written before install_output. */
+static char *tmp_path(const char *path) {
+    size_t len = strlen(path) + 5;
+    char *p = malloc(len);
+    if (p) snprintf(p, len, "%s.tmp", path);
+    return p;
+}
+
+/* Whether files a and b hold the same bytes (0 if either cannot be read). */
+static int same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *pa = read_file_quiet(a, &la), *pb = pa ? read_file_quiet(b, &lb) : NULL;
+    int same = pa && pb && la == lb && memcmp(pa, pb, la) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+/* Moves the finished file tmp to path, unless path already holds the same
+ * bytes: then tmp goes and path keeps its time stamp, so the build (whose
+ * generated-source steps restat their outputs) does not compile kernels
+ * again when a change to tkc left them as they were. 0, or 2 on an error. */
+static int install_output(const char *tmp, const char *path) {
+    if (same_file(tmp, path)) return remove(tmp) == 0 ? 0 : 2;
+    if (rename(tmp, path) == 0) return 0;
+    fprintf(stderr, "tkc: cannot write %s\n", path);
+    remove(tmp);
+    return 2;
+}
+
 /* The name of part k of OUT: "gen/tkv_opt.c" -> "gen/tkv_opt.part2.c". */
 static char *part_path(const char *outpath, int k) {
     size_t len = strlen(outpath);
@@ -138,8 +171,8 @@ static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int npa
         load[least] += len[big];
     }
     for (int k = 0; k < nparts && rc == 0; k++) {
-        char *path = part_path(outpath, k);
-        FILE *f = path ? fopen(path, "w") : NULL;
+        char *path = part_path(outpath, k), *tmp = path ? tmp_path(path) : NULL;
+        FILE *f = tmp ? fopen(tmp, "w") : NULL;
         if (!f) {
             fprintf(stderr, "tkc: cannot write %s\n", path ? path : outpath);
             rc = 2;
@@ -150,8 +183,14 @@ static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int npa
             for (int i = 0; i < nops; i++)
                 if (part[i] == k + 1) fputs(src[i], f);
             written++;
-            if (fclose(f) != 0) rc = 2;
+            if (fclose(f) != 0) {
+                remove(tmp);
+                rc = 2;
+            } else {
+                rc = install_output(tmp, path);
+            }
         }
+        free(tmp);
         free(path);
     }
     for (int k = 0; k < written && rc; k++) {   /* none left half written */
@@ -269,15 +308,21 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, "check") == 0) {
             for (int i = 0; i < tk_op_count(ctx); i++) printf("tk::%s\n", tk_op_schema(tk_op_at(ctx, i)));
         } else if (outpath) {
-            FILE *out = fopen(outpath, "w");
+            char *tmp = tmp_path(outpath);
+            FILE *out = tmp ? fopen(tmp, "w") : NULL;
             if (!out) {
                 fprintf(stderr, "tkc: cannot write %s\n", outpath);
                 rc = 2;
             } else {
                 rc = gen_builtin(ctx, n, argv + first, texts, flags, emu, table, outpath, nparts, out);
                 if (fclose(out) != 0 && rc == 0) rc = 2;
-                if (rc) remove(outpath);
+                if (rc == 0) rc = install_output(tmp, outpath);
+                if (rc) {
+                    remove(tmp);
+                    remove(outpath);
+                }
             }
+            free(tmp);
         } else {
             rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, flags, 0, stdout);
         }
