@@ -291,11 +291,11 @@ static tk_status check_defaults(checker *c) {
         }
         int neg = e->kind == TK_E_UNARY && e->op == TK_OPC_NEG;
         const tk_expr *lit = neg ? e->args[0] : e;
-        int ok = (p->kind == TK_P_INT && lit->kind == TK_E_INT) ||
-                 (p->kind == TK_P_BOOL && lit->kind == TK_E_BOOL && !neg);
-        if (!ok)
-            return fail(c, e->loc, "the default of '%s' must be a literal of its type "
-                                   "(use 'int? = expr' for a computed default)", p->name);
+        if (p->kind == TK_P_BOOL && (lit->kind != TK_E_BOOL || neg))
+            return fail(c, e->loc, "the default of bool '%s' must be True or False", p->name);
+        if (p->kind == TK_P_INT && lit->kind != TK_E_INT)
+            return fail(c, e->loc, "the default of int '%s' must be an integer such as 3 or -1 (use "
+                                   "'%s: int? = expr' for one computed from dims)", p->name, p->name);
     }
     return TK_OK;
 }

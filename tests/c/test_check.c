@@ -67,8 +67,10 @@ static const bad_spec k_bad[] = {
     {"op f(x: float32[N], h: float?) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:21: error: optional float 'h' needs a default, which None then means: 'h: float? = 1e-5'"},
     {"op f(x: float32[N], h: int = 0.5) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
-     "bad.tk:1:30: error: the default of 'h' must be a literal of its type (use 'int? = expr' for a computed "
-     "default)"},
+     "bad.tk:1:30: error: the default of int 'h' must be an integer such as 3 or -1 (use 'h: int? = expr' for one "
+     "computed from dims)"},
+    {"op f(x: float32[N], h: bool = 1) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:31: error: the default of bool 'h' must be True or False"},
     {"op f(x: float32[N], h: float = 1e999) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:32: error: float literal '1e999' is out of range"},
     /* the variant suffix: only for errors that depend on the dtypes */

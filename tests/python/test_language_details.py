@@ -98,8 +98,8 @@ BAD_DEFAULTS = [
     ("op bd_d(x: float[N], eps: float?) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:1:22: error: optional float 'eps' needs a default, which None then means: 'eps: float? = 1e-5'"),
     ("op bd_e(x: float[N], n: int = 1.5) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
-     "bad.tk:1:31: error: the default of 'n' must be a literal of its type (use 'int? = expr' for a computed "
-     "default)"),
+     "bad.tk:1:31: error: the default of int 'n' must be an integer such as 3 or -1 (use 'n: int? = expr' for one "
+     "computed from dims)"),
     ("op bd_f(x: float[N], f: bool? = True) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:1:22: error: only int and float parameters can be optional ('int?', 'float?')"),
 ]
