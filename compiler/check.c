@@ -195,8 +195,8 @@ static tk_status check_params(checker *c) {
                 return fail(c, p->loc, "too many int parameters (limit %d)", TK_MAX_INTS);
             op->slot[i] = op->nints++;
         }
-        if (p->optional && p->kind != TK_P_INT)
-            return fail(c, p->loc, "only int parameters can be optional ('int?')");
+        if (p->optional && p->kind != TK_P_INT && p->kind != TK_P_FLOAT)
+            return fail(c, p->loc, "only int and float parameters can be optional ('int?', 'float?')");
     }
     for (int j = 0; j < op->ndims; j++) op->dims[j].slot = op->nints + j;
     if (op->nints + op->ndims > TK_MAX_INTS)
@@ -249,26 +249,53 @@ static tk_status check_int_expr(checker *c, const tk_expr *e, int limit, const c
     }
 }
 
-/* Checks defaults: optional ints take int expressions; others literals. */
+/* Whether e is a number literal, possibly negated: 1e-5, -2, 0.5. */
+static int is_number_literal(const tk_expr *e) {
+    if (e->kind == TK_E_UNARY && e->op == TK_OPC_NEG) e = e->args[0];
+    return e->kind == TK_E_INT || e->kind == TK_E_FLOAT;
+}
+
+double tk_float_default(const tk_param *p) {
+    const tk_expr *e = p->default_value;
+    int neg = e->kind == TK_E_UNARY && e->op == TK_OPC_NEG;
+    const tk_expr *lit = neg ? e->args[0] : e;
+    double v = lit->kind == TK_E_INT ? (double)lit->ival : lit->fval;
+    return neg ? -v : v;
+}
+
+/* Checks defaults: optional ints take int expressions of dims and the
+ * parameters before them; a float (optional or not) a number literal, an
+ * int one read as a float as Python does (`= 1` is 1.0); an optional float
+ * needs one (None means it); plain ints and bools a literal of their type. */
 static tk_status check_defaults(checker *c) {
     const tk_opdecl *d = c->op->decl;
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
         const tk_expr *e = p->default_value;
-        if (!e) continue;
+        if (!e) {
+            if (p->optional && p->kind == TK_P_FLOAT)
+                return fail(c, p->loc, "optional float '%s' needs a default, which None then means: "
+                                       "'%s: float? = 1e-5'", p->name, p->name);
+            continue;
+        }
         if (p->kind == TK_P_TENSOR) return fail(c, e->loc, "a tensor parameter cannot have a default");
-        if (p->optional) {
+        if (p->kind == TK_P_INT && p->optional) {
             TRY(check_int_expr(c, e, i, "a default"));
+            continue;
+        }
+        if (p->kind == TK_P_FLOAT) {
+            if (!is_number_literal(e))
+                return fail(c, e->loc, "the default of float '%s' must be a number such as 1e-5 or -0.5, "
+                                       "not an expression", p->name);
             continue;
         }
         int neg = e->kind == TK_E_UNARY && e->op == TK_OPC_NEG;
         const tk_expr *lit = neg ? e->args[0] : e;
-        int ok = (p->kind == TK_P_INT && lit->kind == TK_E_INT) ||
-                 (p->kind == TK_P_FLOAT && (lit->kind == TK_E_FLOAT || lit->kind == TK_E_INT)) ||
-                 (p->kind == TK_P_BOOL && lit->kind == TK_E_BOOL && !neg);
-        if (!ok)
-            return fail(c, e->loc, "the default of '%s' must be a literal of its type "
-                                   "(use 'int? = expr' for a computed default)", p->name);
+        if (p->kind == TK_P_BOOL && (lit->kind != TK_E_BOOL || neg))
+            return fail(c, e->loc, "the default of bool '%s' must be True or False", p->name);
+        if (p->kind == TK_P_INT && lit->kind != TK_E_INT)
+            return fail(c, e->loc, "the default of int '%s' must be an integer such as 3 or -1 (use "
+                                   "'%s: int? = expr' for one computed from dims)", p->name, p->name);
     }
     return TK_OK;
 }
@@ -425,13 +452,32 @@ static tk_status make_variants(checker *c, tk_arena *a) {
 
 /* ---- schema -------------------------------------------------------------- */
 
-static void schema_default(tk_buf *b, const tk_expr *e) {
+/* A float as the shortest text that reads back as the same double, with a
+ * '.' or an exponent so it reads as a float (1e-05, 0.5, 2.0, -0.0): as
+ * Python's repr, which torch's schema parser reads. */
+static void float_text(tk_buf *b, double v) {
+    char s[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(s, sizeof s, "%.*g", prec, v);
+        if (strtod(s, NULL) == v) break;
+    }
+    if (!strpbrk(s, ".en")) strcat(s, ".0");
+    tk_buf_puts(b, s);
+}
+
+/* The schema text of scalar parameter p's default (p->default_value set,
+ * not an optional int's: that one is '=None'). */
+static void schema_default(tk_buf *b, const tk_param *p) {
+    const tk_expr *e = p->default_value;
+    if (p->kind == TK_P_FLOAT) {
+        float_text(b, tk_float_default(p));
+        return;
+    }
     if (e->kind == TK_E_UNARY) {
         tk_buf_puts(b, "-");
         e = e->args[0];
     }
     if (e->kind == TK_E_INT) tk_buf_printf(b, "%lld", (long long)e->ival);
-    else if (e->kind == TK_E_FLOAT) tk_buf_printf(b, "%.17g", e->fval);
     else if (e->kind == TK_E_BOOL) tk_buf_puts(b, e->ival ? "True" : "False");
 }
 
@@ -445,10 +491,10 @@ static char *make_schema(const tk_opdecl *d, tk_arena *a) {
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
         tk_buf_printf(&b, "%s%s%s %s", i ? ", " : "", types[p->kind], p->optional ? "?" : "", p->name);
-        if (p->optional) tk_buf_puts(&b, "=None");
+        if (p->optional && p->kind == TK_P_INT) tk_buf_puts(&b, "=None");
         else if (p->default_value) {
             tk_buf_puts(&b, "=");
-            schema_default(&b, p->default_value);
+            schema_default(&b, p);
         }
     }
     tk_buf_puts(&b, ") -> ");
@@ -856,6 +902,67 @@ static tk_status rename_reused_locals(tk_op *op, tk_arena *a) {
     return TK_OK;
 }
 
+/* ---- reads made in every iteration ------------------------------------------ */
+
+/* Records in op->read_always the first read of each tensor that evaluating
+ * e always makes: every part of e is evaluated except the arms of a
+ * conditional expression and the right side of and/or. */
+static void mark_reads_always(tk_op *op, const tk_expr *e) {
+    int idx;
+    if (!e) return;
+    if (e->kind == TK_E_COND) {
+        mark_reads_always(op, e->args[1]);
+        return;
+    }
+    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_AND || e->op == TK_OPC_OR)) {
+        mark_reads_always(op, e->args[0]);
+        return;
+    }
+    if (e->kind == TK_E_INDEX && tk_resolve_header(op, e->name, &idx) == TK_SYM_TENSOR &&
+        op->read_always[idx].line == 0)
+        op->read_always[idx] = e->loc;
+    for (int i = 0; i < e->nargs; i++) mark_reads_always(op, e->args[i]);
+}
+
+/* Fills op->read_always from the top-level statements of the loop body:
+ * each runs in every iteration (the language has no break, continue or
+ * return), so its expressions are evaluated there, except the bodies of
+ * its `if` and `for` (an `if`'s condition and a `for`'s bounds are). */
+static void find_reads_always(tk_op *op) {
+    const tk_opdecl *d = op->decl;
+    memset(op->read_always, 0, sizeof op->read_always);
+    for (int i = 0; i < d->nbody; i++) {
+        const tk_stmt *s = d->body[i];
+        for (int k = 0; k < s->nindex; k++) mark_reads_always(op, s->index[k]);
+        mark_reads_always(op, s->value);
+        mark_reads_always(op, s->lo);
+        mark_reads_always(op, s->hi);
+    }
+}
+
+/* Type-checks the body in every variant. The error is the first failing
+ * variant's, followed by " (in the f16 variant)" only when it depends on
+ * the dtypes: an earlier variant passes, or a later one passes or fails
+ * with another message. An error in every variant alike (an unknown name,
+ * a write outside the loop index) is the spec's, whatever the dtypes. */
+static tk_status check_variants(tk_op *op, char *err, size_t errlen) {
+    tk_status st = TK_OK;
+    int bad = 0;
+    while (bad < op->nvariants && (st = tk_check_body(op, bad, err, errlen)) == TK_OK) bad++;
+    if (st == TK_OK) return TK_OK;
+    int depends = bad > 0;
+    char *other = depends || op->nvariants == 1 ? NULL : malloc(errlen);
+    if (!depends && op->nvariants > 1 && !other) depends = 1;   /* (out of memory: say which variant) */
+    for (int v = bad + 1; !depends && v < op->nvariants; v++)
+        depends = tk_check_body(op, v, other, errlen) == TK_OK || strcmp(other, err) != 0;
+    free(other);
+    if (depends) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (in the %s variant)", op->variant_codes[bad]);
+    }
+    return st;
+}
+
 tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size_t errlen) {
     tk_op *op = tk_arena_alloc(&ctx->arena, sizeof *op);
     if (!op) {
@@ -877,16 +984,8 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size
     tk_status st = make_variants(&c, &ctx->arena);
     if (st == TK_ERR_NOMEM) snprintf(err, errlen, "%s: error: out of memory", decl->file);
     if (st != TK_OK) return st;
-    for (int v = 0; v < op->nvariants; v++) {
-        st = tk_check_body(op, v, err, errlen);
-        if (st != TK_OK) {
-            if (op->nvariants > 1) {
-                size_t n = strlen(err);
-                snprintf(err + n, errlen - n, " (in the %s variant)", op->variant_codes[v]);
-            }
-            return st;
-        }
-    }
+    TRY(check_variants(op, err, errlen));
+    find_reads_always(op);
     if (rename_reused_locals(op, &ctx->arena) != TK_OK) {
         snprintf(err, errlen, "%s: error: out of memory", decl->file);
         return TK_ERR_NOMEM;

@@ -57,6 +57,11 @@ struct tk_op {
     char **kernel_names;                 /* per variant */
     tk_cpu_fn *cpu_fns;                  /* per variant, NULL if none */
     char (*variant_codes)[64];           /* per variant: "f32", "f16_i64"... */
+    /* per parameter: where the loop body reads tensor parameter i in every
+     * iteration (outside every `for` and `if`, the arms of a conditional
+     * expression and the right side of and/or): its first such read; line
+     * 0 when it has none, so that an empty tensor is never read (tk_bind) */
+    tk_loc read_always[TK_MAX_TENSORS * 4];
     /* scratch of the last tk_check_body: locals and their types */
     tk_local locals[TK_MAX_LOCALS];
     int nlocals;
@@ -87,6 +92,10 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size
  * slots). Used by tk_check_op for every variant and by the emitters. */
 tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen);
 
+
+/* The value of float parameter p's default (p->default_value is set: a
+ * number literal, possibly negated, as tk_check_op checked). */
+double tk_float_default(const tk_param *p);
 
 /* Resolves a header-level name (param, output, dim); TK_SYM_NONE if none. */
 tk_sym_kind tk_resolve_header(const tk_op *op, const char *name, int *index);

@@ -265,6 +265,11 @@ static tk_status bind_scalar(binder *b, int i) {
     if (p->kind == TK_P_FLOAT) {
         if (a->kind != TK_P_FLOAT && a->kind != TK_P_INT)
             return call_fail(b->call, "argument '%s': expected a float", p->name);
+        if (a->is_none) {   /* 'float? = 1e-5': None means the default */
+            if (!p->optional) return call_fail(b->call, "argument '%s': None is not allowed", p->name);
+            b->call->kargs.f[slot] = tk_float_default(p);
+            return TK_OK;
+        }
         b->call->kargs.f[slot] = a->kind == TK_P_INT ? (double)a->i : a->f;
         return TK_OK;
     }
@@ -403,17 +408,23 @@ static tk_status bind_outputs(binder *b) {
     return TK_OK;
 }
 
-/* An input with no elements cannot be read by a non-empty index space. */
+/* An input with no elements may be passed while the body never reads it:
+ * it reads it only inside a `for` whose range is then empty (a mean over
+ * an empty row: 0 / 0) or under a condition that is then false, or the
+ * output is empty too (nothing runs). An input the body reads in every
+ * iteration (op->read_always) cannot be empty when the output is not. */
 static tk_status check_empty_inputs(binder *b) {
     if (b->call->kargs.numel == 0) return TK_OK;
     const tk_opdecl *d = b->op->decl;
     for (int i = 0; i < d->nparams; i++) {
-        if (d->params[i].kind != TK_P_TENSOR) continue;
+        tk_loc at = b->op->read_always[i];
+        if (d->params[i].kind != TK_P_TENSOR || at.line == 0) continue;
         const tk_tensor_view *v = &b->args[i].t;
         for (int k = 0; k < v->ndim; k++)
             if (v->sizes[k] == 0)
                 return call_fail(b->call, "argument '%s' has no elements (dim %d is 0) but the output is not "
-                                          "empty", d->params[i].name, k);
+                                          "empty, and every element reads it (%s:%d:%d)",
+                                 d->params[i].name, k, d->file, at.line, at.col);
     }
     return TK_OK;
 }

@@ -28,7 +28,7 @@ DIM_BATCH, DIM_NAME, DIM_FIXED = 0, 1, 2    # tk_op_param_dim
 class Param:
     name: str
     kind: str                       # "tensor", "int", "float" or "bool"
-    optional: bool = False          # 'int?': may be None
+    optional: bool = False          # 'int?' or 'float?': may be None
     dtypes: tuple = ()              # allowed torch dtypes (tensors)
     dtype_group: int = -1           # the parameter whose dtype this one shares (itself if a class)
     dims: tuple = ()                # per declared dim: "...", a dim name, or an int

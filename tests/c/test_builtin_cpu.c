@@ -176,6 +176,39 @@ static void test_bind_errors(const tk_op *bp, const tk_op *rw) {
     CHECK(bind_error(bp, b4, 6, "output 'out' is too large"));
 }
 
+/* Empty inputs that no iteration reads: rwkv_backward_w sums over the
+ * batch, so with no batch rows its gradient (C, T) is 0; the inputs' data
+ * pointers are NULL (a read would crash). brick_pad reads its tile in every
+ * iteration: an empty tile with a non-empty output stays an error, and so
+ * does None for rwkv_forward's eps (a plain float). */
+static void test_empty_inputs(const tk_ctx *ctx, const tk_op *bp, const tk_op *rw) {
+    enum { C = 3, T = 7 };
+    const tk_op *bw = tk_op_find(ctx, "rwkv_backward_w");
+    CHECK(bw != NULL);
+    if (!bw) return;
+    int64_t sz[3] = {0, C, T}, st[3] = {C * T, T, 1}, osz[2] = {C, T}, ost[2] = {T, 1};
+    tk_arg args[2] = {tk_arg_tensor(tk_view(NULL, TK_F32, 3, sz, st)), tk_arg_tensor(tk_view(NULL, TK_F32, 3, sz, st))};
+    float out[C * T];
+    for (int i = 0; i < C * T; i++) out[i] = NAN;
+    tk_call call;
+    CHECK(tk_bind(bw, args, 2, &call) == TK_OK && call.kargs.numel == C * T);
+    CHECK(tk_set_output(&call, 0, tk_view(out, TK_F32, 2, osz, ost)) == TK_OK);
+    CHECK(tk_run_cpu(&call, 0, call.kargs.numel) == TK_OK);
+    int zeros = 0;
+    for (int i = 0; i < C * T; i++) zeros += out[i] == 0.0f;
+    CHECK(zeros == C * T);
+    int64_t e2[2] = {3, 0}, st2[2] = {1, 1};
+    tk_arg b1[6] = {tk_arg_tensor(tk_view(NULL, TK_F32, 2, e2, st2)), tk_arg_int(1), tk_arg_int(1), tk_arg_int(0),
+                    tk_arg_none(), tk_arg_none()};
+    CHECK(bind_error(bp, b1, 6, "tk.brick_pad: argument 'tile' has no elements (dim 1 is 0) but the output is not "
+                                "empty, and every element reads it (ops/brick_pad.tk:15:25)"));
+    float buf[C * T] = {0};
+    int64_t wsz[2] = {C, T}, ksz[3] = {1, C, T};
+    tk_arg r1[3] = {tk_arg_tensor(tk_view(buf, TK_F32, 2, wsz, ost)), tk_arg_tensor(tk_view(buf, TK_F32, 3, ksz, st)),
+                    tk_arg_none()};
+    CHECK(bind_error(rw, r1, 3, "tk.rwkv_forward: argument 'eps': None is not allowed"));
+}
+
 /* tk_arg_same_binding tells apart everything a bind depends on, and a call
  * re-targeted with tk_rebind_data computes from the new data (poisoned
  * output, float64 reference) with its outputs cleared until set again. */
@@ -358,6 +391,7 @@ int main(void) {
         test_rwkv(rw, TK_F64);
         test_bind_errors(bp, rw);
         test_rebind(rw);
+        test_empty_inputs(ctx, bp, rw);
     }
     test_half_conversions();
     test_python_division();

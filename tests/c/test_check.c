@@ -43,10 +43,10 @@ static const bad_spec k_bad[] = {
      "batch shape: keep a dim of size 1)"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        s = 0.0\n        for j in range(N):\n"
      "            for j in range(N):\n                s += 1.0\n        y[i] = s\n",
-     "bad.tk:5:13: error: loop variable 'j' hides the variable of an enclosing loop (in the f16 variant)"},
+     "bad.tk:5:13: error: loop variable 'j' hides the variable of an enclosing loop"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        s = 0.0\n        for i in range(N):\n"
      "            s += 1.0\n        y[i] = s\n",
-     "bad.tk:4:9: error: loop variable 'i' hides the variable of the top-level loop (in the f16 variant)"},
+     "bad.tk:4:9: error: loop variable 'i' hides the variable of the top-level loop"},
     {"op f(x: float32[N]) -> y: float32[N]:\n    for i in x:\n        y[i] = 0.0\n",
      "bad.tk:2:14: error: the top-level loop must run over an output, and 'x' is not one"},
     {"op f(x: float32[N], k: q.dtype[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
@@ -55,8 +55,35 @@ static const bad_spec k_bad[] = {
      "bad.tk:1:21: error: 'x' is declared twice (first at line 1)"},
     {"op f(x: float32[N, ...]) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:20: error: '...' may only be the first dim of 'x'"},
-    {"op f(x: float32[N], h: float? = 1.0) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
-     "bad.tk:1:21: error: only int parameters can be optional ('int?')"},
+    {"op f(x: float32[N], h: bool? = True) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:21: error: only int and float parameters can be optional ('int?', 'float?')"},
+    /* float defaults: a number literal, possibly negated, required for 'float?' */
+    {"op f(x: float32[N], h: float? = N) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:33: error: the default of float 'h' must be a number such as 1e-5 or -0.5, not an expression"},
+    {"op f(x: float32[N], h: float = 2.0 * 3.0) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:36: error: the default of float 'h' must be a number such as 1e-5 or -0.5, not an expression"},
+    {"op f(x: float32[N], h: float? = False) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:33: error: the default of float 'h' must be a number such as 1e-5 or -0.5, not an expression"},
+    {"op f(x: float32[N], h: float?) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:21: error: optional float 'h' needs a default, which None then means: 'h: float? = 1e-5'"},
+    {"op f(x: float32[N], h: int = 0.5) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:30: error: the default of int 'h' must be an integer such as 3 or -1 (use 'h: int? = expr' for one "
+     "computed from dims)"},
+    {"op f(x: float32[N], h: bool = 1) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:31: error: the default of bool 'h' must be True or False"},
+    {"op f(x: float32[N], h: float = 1e999) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
+     "bad.tk:1:32: error: float literal '1e999' is out of range"},
+    /* the variant suffix: only for errors that depend on the dtypes */
+    {"op f(x: any[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = cos(x[i])\n",
+     "bad.tk:3:16: error: unknown function 'cos'"},
+    {"op f(x: int32|float32[N]) -> y: float32[N]:\n    for i in y:\n        n = x[i]\n        n = 0.5\n"
+     "        y[i] = n\n",
+     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the i32 variant)"},
+    {"op f(x: float32|int16[N], k: int[N]) -> y: float32[N]:\n    for i in y:\n        n = x[i] + k[i]\n"
+     "        n = 0.5\n        y[i] = n\n",
+     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the i16_u8 variant)"},
+    {"op f(x: float32|float64[N]) -> y: int32[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:3:16: error: output 'y' (int32) is an int; converting a float32 needs int(...) (in the f32 variant)"},
     {"op f(x: float32[N], h: int? = N / 2) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:33: error: a default must be an int expression: use '//' instead of '/'"},
     {"op f(x: float32[N]) -> y: float32|float64[N]:\n    for i in y:\n        y[i] = 0.0\n",
@@ -83,6 +110,14 @@ static const bad_spec k_bad_link[] = {
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'x' is an int but 'x' is a tensor in 'f'"},
     {FWD BW("grad_y: float[N], n: int", "grad_x: grad_y.dtype[N]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'n' must be 'int?' like 'n' of 'f' (it may be None)"},
+    {"op f(x: float[N], e: float? = 0.5) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n"
+     "        y[i] = x[i]\n" BW("grad_y: float[N], e: float = 0.5", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'e' must be 'float?' like 'e' of 'f' (it may be "
+     "None)"},
+    {"op f(x: float[N], e: float? = 0.5) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n"
+     "        y[i] = x[i]\n" BW("grad_y: float[N], e: float? = 1e-05", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'e' defaults to 1e-05 but 'e' of 'f' to 0.5 (None "
+     "passed for it must mean one value)"},
     {FWD BW("x: float[N]", "grad_x: x.dtype[N]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': it takes no incoming gradient (a parameter named grad_y)"},
     {FWD BW("grad_y: float", "grad_x: float32[1]"),
@@ -226,6 +261,13 @@ static const good_spec k_good[] = {
      "            pass\n"
      "        y[i] = sigmoid(v) + eps + abs(floor(v) // 3 % 2) + sqrt(exp(log(2.0))) ** 2\n",
      "g(Tensor x, bool flag=True, float eps=-0.5, SymInt n=3) -> Tensor"},
+    /* float defaults: the shortest text that reads back, always a float */
+    {"op fd(x: float[N], a: float = 1e-5, b: float? = 2, c: float? = -0.0, d: float = 0.1,\n"
+     "      e: float = 123456789.125, f: float? = 1e300, g: int? = N, h: float = -7.5e-12) -> y: x.dtype[N]:\n"
+     "    for i in y:\n"
+     "        y[i] = x[i] * a + b + c + d + e + f + float(g) + h\n",
+     "fd(Tensor x, float a=1e-05, float? b=2.0, float? c=-0.0, float d=0.1, float e=123456789.125, "
+     "float? f=1e+300, SymInt? g=None, float h=-7.5e-12) -> Tensor"},
     {"op two(a: int32[..., K]) -> (p: int64[..., K], q: float32[..., K]):\n"
      "    for k in p:\n"
      "        p[k] = a[k] // 2\n"

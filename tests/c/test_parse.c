@@ -664,6 +664,26 @@ static void test_errors(void) {
     }
 }
 
+/* Float parameters with defaults: 'float = lit' and 'float? = lit', a
+ * negative literal one unary minus over the literal; the checker decides
+ * what a default may be (test_check.c). */
+static void test_float_defaults(void) {
+    tk_module *m = parse("op f(x: float[N], eps: float? = 1e-5, a: float = -2, b: float? = -0.5) -> y: x.dtype[N]:\n"
+                         "    for i in y:\n        y[i] = x[i]\n");
+    CHECK(m != NULL && m->nops == 1);
+    if (!m || m->nops != 1) return;
+    const tk_opdecl *op = m->ops[0];
+    CHECK(op->nparams == 4);
+    if (op->nparams != 4) return;
+    CHECK(op->params[1].kind == TK_P_FLOAT && op->params[1].optional);
+    CHECK(op->params[1].default_value->kind == TK_E_FLOAT && op->params[1].default_value->fval == 1e-5);
+    CHECK(op->params[1].default_value->loc.line == 1 && op->params[1].default_value->loc.col == 33);
+    CHECK(op->params[2].kind == TK_P_FLOAT && !op->params[2].optional);
+    CHECK_STR(es(op->params[2].default_value), "(neg 2)");
+    CHECK(op->params[3].kind == TK_P_FLOAT && op->params[3].optional);
+    CHECK_STR(es(op->params[3].default_value), "(neg 0.5f)");
+}
+
 /* Every prefix of a valid spec must parse or fail cleanly. */
 static void test_prefixes(void) {
     const char *src =
@@ -726,6 +746,7 @@ int main(int argc, char **argv) {
     test_errors();
     test_prefixes();
     test_schedule_parse();
+    test_float_defaults();
     CHECK_STR(tk_opc_text(TK_OPC_FLOORDIV), "//");
     CHECK_STR(tk_opc_text(TK_OPC_NOT), "not");
     CHECK_STR(tk_opc_text(TK_OPC_GE), ">=");

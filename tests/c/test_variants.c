@@ -144,6 +144,8 @@ static int64_t rand_int(const tk_op *op) {
     }
 }
 
+static long empty_input_runs;   /* calls that ran with an empty input (and a non-empty output) */
+
 static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, int v) {
     const tk_opdecl *d = opt->decl;
     int64_t dimsize[TK_MAX_INTS];
@@ -160,11 +162,17 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
         for (int j = 0; j < opt->ndims; j++) dimsize[j] = rand_in(1, 9);
         dimsize[rand_in(0, opt->ndims - 1)] = rand_in(96, 300);
     }
+    /* one trial in 8: a dim of size 0, one in 16 an empty batch. An empty
+     * input's data pointer is NULL, so a kernel that reads it crashes: the
+     * binder lets it be empty only when the body never reads it (its reads
+     * sit in loops whose ranges are then empty, or under false conditions)
+     * or nothing runs (an empty output) */
+    if (opt->ndims > 0 && rand_in(0, 7) == 0) dimsize[rand_in(0, opt->ndims - 1)] = 0;
     int nb = (int)rand_in(0, 2);
-    int64_t bsize[2] = {rand_in(1, 3), rand_in(1, 3)};
+    int64_t bsize[2] = {rand_in(0, 15) == 0 ? 0 : rand_in(1, 3), rand_in(1, 3)};
     tk_arg args[32];
     buffer inbufs[TK_MAX_TENSORS];
-    int nin = 0;
+    int nin = 0, empty_input = 0;
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
         if (p->kind == TK_P_INT) args[i] = p->optional && rand_in(0, 1) ? tk_arg_none() : tk_arg_int(rand_int(opt));
@@ -193,7 +201,9 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
         }
         tk_dtype dt = tk_variant_dtype(opt, v, i);
         size_t es = tk_dtype_size(dt);
-        unsigned char *data = buf_new(&inbufs[nin++], (size_t)total * es, 0);
+        unsigned char *data = NULL;   /* (total is 0 when a size is) */
+        if (total > 0) data = buf_new(&inbufs[nin++], (size_t)total * es, 0);
+        else empty_input = 1;
         for (int64_t e = 0; e < total; e++) rand_elem(data + (size_t)e * es, dt);
         args[i] = tk_arg_tensor(tk_view(data, dt, nd, sizes, strides));
     }
@@ -249,6 +259,7 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             free(out3[o].base);
         }
         ran = 1;
+        empty_input_runs += empty_input && c1.kargs.numel > 0;
     }
     for (int k = 0; k < nin; k++) free(inbufs[k].base);
     return ran;
@@ -284,7 +295,9 @@ int main(void) {
             CHECK(ran >= 10 && (TK_TUNED_TRIALS == 0 || ran_t >= 7));
         }
     }
-    printf("test_variants: %d random calls compared over %d ops\n", total, tk_op_count(opt));
+    printf("test_variants: %d random calls compared over %d ops, %ld of them with an empty input\n", total,
+           tk_op_count(opt), empty_input_runs);
+    CHECK(empty_input_runs > 0);
     /* the CUDA chunks' 16-byte stores ran (aligned rows occur) and never
      * to an address a GPU would fault on */
     printf("test_variants: %ld emulated vector stores, %ld vector loads, %ld misaligned\n", tk_emu_vector_stores,

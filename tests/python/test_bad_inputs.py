@@ -198,8 +198,10 @@ def _mixed_devices(info):
 
 @case("zero_size")
 def _zero_size(info):
-    """A zero dim: an empty result of the shape the Meta kernel gives, or (if
-    the output would not be empty) an error naming an argument with no elements."""
+    """A zero dim: a result of the shape the Meta kernel gives (empty; or
+    not, when no iteration reads the empty inputs: rwkv_backward_w with no
+    batch rows), or (when every iteration would read an empty input) an
+    error naming an argument with no elements."""
     names = sorted({d for p in tensor_params(info) for d in p.dims if isinstance(d, str) and d != "..."})
     variants = [(n, {n: 0}, (2,)) for n in names]
     if any(p.has_batch for p in tensor_params(info)):
@@ -215,7 +217,6 @@ def _zero_size(info):
                 expect_error(c, [p.name for p in tensor_params(c.info)], also=["no elements"])
                 return
             out = as_tuple(c.run())
-            assert any(w.numel() == 0 for w in want)
             for o, w in zip(out, want):
                 assert o.shape == w.shape and o.dtype == w.dtype and o.device.type == "cpu"
             assert c.inputs_unchanged()

@@ -276,7 +276,7 @@ def test_indented_spec_text():
                 for i in y:
                     y[i] = x[i] + z
         """)
-    assert str(info.value).splitlines() == ["<string>:4:23: error: unknown name 'z' (in the f16 variant)",
+    assert str(info.value).splitlines() == ["<string>:4:23: error: unknown name 'z'",
                                             "        y[i] = x[i] + z", "                      ^"]
 
 
@@ -371,7 +371,7 @@ MALFORMED = [
      "op bad_e(x: floaty[N]) -> y: x.dtype[N]:\n"
      "            ^"),
     (ID.format(n="bad_f") + "        y[0] = x[i]\n",
-     "bad.tk:3:9: error: an output can only be written at the loop index: y[i] (in the f16 variant)\n"
+     "bad.tk:3:9: error: an output can only be written at the loop index: y[i]\n"
      "        y[0] = x[i]\n"
      "        ^"),
     (ID.format(n="bad_g") + "        n = 1\n        n = x[i]\n        y[i] = n\n",
@@ -379,7 +379,7 @@ MALFORMED = [
      "        n = x[i]\n"
      "        ^"),
     (ID.format(n="bad_h") + "        y[i] = x[i, i]\n",
-     "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 2 (in the f16 variant)\n"
+     "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 2\n"
      "        y[i] = x[i, i]\n"
      "               ^"),
     ("op bad_i(x: float[N]) -> y: x.dtype[N]:\n    backward bad_i_grad\n    for i in y:\n        y[i] = x[i]\n",
@@ -387,11 +387,11 @@ MALFORMED = [
      "    backward bad_i_grad\n"
      "             ^"),
     (ID.format(n="bad_j") + "        x[i] = 1.0\n",
-     "bad.tk:3:9: error: input 'x' is read-only (in the f16 variant)\n"
+     "bad.tk:3:9: error: input 'x' is read-only\n"
      "        x[i] = 1.0\n"
      "        ^"),
     (ID.format(n="bad_k") + "        y[i] = cos(x[i])\n",
-     "bad.tk:3:16: error: unknown function 'cos' (in the f16 variant)\n"
+     "bad.tk:3:16: error: unknown function 'cos'\n"
      "        y[i] = cos(x[i])\n"
      "               ^"),
     ("op bad_l(x: float[N], x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
@@ -433,7 +433,7 @@ def test_spec_error_from_a_file(tmp_path):
         torch_tk.load(path)
     err = info.value
     assert (err.file, err.line, err.col) == (str(path), 3, 23)
-    assert str(err).splitlines() == [f"{path}:3:23: error: unknown name 'q' (in the f16 variant)",
+    assert str(err).splitlines() == [f"{path}:3:23: error: unknown name 'q'",
                                      "        y[i] = x[i] * q", "                      ^"]
 
 
