@@ -11,7 +11,10 @@ the clock starts) with TK_CACHE_DIR set to a temporary folder:
   ... warm     the same again in a new process, the cache now filled
 
 Times: `register` is torch_tk.kernel, `first call` the first op call after
-it, `total` both (the figure the targets are about). The child runs with
+it, `total` both (the figure the targets are about), all wall-clock;
+`cc cpu` the CPU time (user + sys) of the programs the child ran meanwhile
+(the C compiler, `cc --version`): on a loaded machine the wall-clock times
+grow with the load average (printed), the CPU time much less. The child runs with
 TK_DEBUG=1, whose report on stderr gives the emitted C of every compile:
 `files` is how many C files were compiled, `C lines` their line count. With
 --cc-time every compiled file is compiled again, alone, with the same
@@ -45,7 +48,7 @@ op my_prefix(x: float[N]) -> y: x.dtype[N]:
 # The child: registers the spec, calls the op once, checks the result
 # against torch, prints the times as JSON on its last stdout line.
 CHILD = r"""
-import json, sys, time
+import json, resource, sys, time
 import torch, torch_tk
 case, text = sys.argv[1], sys.stdin.read()
 g = torch.Generator().manual_seed(0)
@@ -59,14 +62,20 @@ else:
     x = torch.randn(1000, generator=g)
     args = (x,)
     want = torch.cumsum(x.double(), 0)
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+c0 = children_cpu()
 t0 = time.perf_counter()
 op = torch_tk.kernel(text)
 t1 = time.perf_counter()
 got = op(*args)
 t2 = time.perf_counter()
+c1 = children_cpu()
 err = ((got.double() - want).abs().max() / want.abs().max()).item()
 assert err < 1e-4, f"{case}: relative error {err}"
-print(json.dumps({"register": t1 - t0, "first_call": t2 - t1, "total": t2 - t0, "rel_err": err}))
+print(json.dumps({"register": t1 - t0, "first_call": t2 - t1, "total": t2 - t0, "child_cpu": c1 - c0,
+                  "rel_err": err}))
 """
 
 
@@ -85,9 +94,10 @@ def compiles(stderr: str) -> list[tuple[list[str], str]]:
     return found
 
 
-def cc_time(command: list[str], source: str) -> float:
-    """Seconds the compiler takes on source alone, with the command tk ran
-    (its output and input paths replaced by a scratch folder's)."""
+def cc_time(command: list[str], source: str) -> tuple[float, float]:
+    """Seconds (wall, CPU) the compiler takes on source alone, with the
+    command tk ran (its output and input paths replaced by a scratch
+    folder's)."""
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.c")
         with open(src, "w", encoding="utf-8") as f:
@@ -100,8 +110,13 @@ def cc_time(command: list[str], source: str) -> float:
         cmd[cmd.index("-o") + 1] = os.path.join(d, "k.so")
         cmd = [src if a.endswith(".c") else a for a in cmd]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
-        return time.perf_counter() - t0
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode})")
+        return wall, usage.ru_utime + usage.ru_stime
 
 
 def run_case(case: str, text: str, cache: str, with_cc_time: bool) -> dict:
@@ -125,15 +140,19 @@ def main() -> None:
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     results = {}
+    print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     for case, text in (("rwkv", rwkv_copy()), ("prefix", PREFIX_SPEC)):
         with tempfile.TemporaryDirectory(prefix="tk-compile-time-") as cache:
             results[case + " cold"] = run_case(case, text, cache, args.cc_time)
             results[case + " warm"] = run_case(case, text, cache, False)
-    print(f"{'case':<12} {'register s':>10} {'first call s':>12} {'total s':>9} {'files':>5}  C lines (cc s)")
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    print(f"{'case':<12} {'register s':>10} {'first call s':>12} {'total s':>9} {'cc cpu s':>8} {'files':>5}  "
+          f"C lines{' (cc alone: wall s, cpu s)' if args.cc_time else ''}")
     for name, r in results.items():
-        lines = ", ".join(f"{n}" + (f" ({t:.2f})" if "cc_s" in r else "")
-                          for n, t in zip(r["c_lines"], r.get("cc_s", r["c_lines"])))
-        print(f"{name:<12} {r['register']:>10.3f} {r['first_call']:>12.3f} {r['total']:>9.3f} {r['files']:>5}  {lines}")
+        lines = ", ".join(f"{n}" + (f" ({w:.2f}, {c:.2f})" if "cc_s" in r else "")
+                          for n, (w, c) in zip(r["c_lines"], r.get("cc_s", [(0, 0)] * len(r["c_lines"]))))
+        print(f"{name:<12} {r['register']:>10.3f} {r['first_call']:>12.3f} {r['total']:>9.3f} {r['child_cpu']:>8.2f} "
+              f"{r['files']:>5}  {lines}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
