@@ -13,8 +13,9 @@ the clock starts) with TK_CACHE_DIR set to a temporary folder:
 Times: `register` is torch_tk.kernel, `first call` the first op call after
 it, `total` both (the figure the targets are about), all wall-clock;
 `cc cpu` the CPU time (user + sys) of the programs the child ran meanwhile
-(the C compiler, `cc --version`): on a loaded machine the wall-clock times
-grow with the load average (printed), the CPU time much less. The child runs with
+(the C compiler, `cc --version`), `tk cpu` the child's own (all threads):
+on a loaded machine the wall-clock times grow with the load average
+(printed), the CPU times much less. The child runs with
 TK_DEBUG=1, whose report on stderr gives the emitted C of every compile:
 `files` is how many C files were compiled, `C lines` their line count. With
 --cc-time every compiled file is compiled again, alone, with the same
@@ -62,19 +63,19 @@ else:
     x = torch.randn(1000, generator=g)
     args = (x,)
     want = torch.cumsum(x.double(), 0)
-def children_cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+def cpu(who):
+    r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
-c0 = children_cpu()
+c0, s0 = cpu(resource.RUSAGE_CHILDREN), cpu(resource.RUSAGE_SELF)
 t0 = time.perf_counter()
 op = torch_tk.kernel(text)
 t1 = time.perf_counter()
 got = op(*args)
 t2 = time.perf_counter()
-c1 = children_cpu()
+c1, s1 = cpu(resource.RUSAGE_CHILDREN), cpu(resource.RUSAGE_SELF)
 err = ((got.double() - want).abs().max() / want.abs().max()).item()
 assert err < 1e-4, f"{case}: relative error {err}"
-print(json.dumps({"register": t1 - t0, "first_call": t2 - t1, "total": t2 - t0, "child_cpu": c1 - c0,
+print(json.dumps({"register": t1 - t0, "first_call": t2 - t1, "total": t2 - t0, "child_cpu": c1 - c0, "self_cpu": s1 - s0,
                   "rel_err": err}))
 """
 
@@ -146,12 +147,12 @@ def main() -> None:
             results[case + " cold"] = run_case(case, text, cache, args.cc_time)
             results[case + " warm"] = run_case(case, text, cache, False)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
-    print(f"{'case':<12} {'register s':>10} {'first call s':>12} {'total s':>9} {'cc cpu s':>8} {'files':>5}  "
+    print(f"{'case':<12} {'register s':>10} {'first call s':>12} {'total s':>9} {'cc cpu s':>8} {'tk cpu s':>8} {'files':>5}  "
           f"C lines{' (cc alone: wall s, cpu s)' if args.cc_time else ''}")
     for name, r in results.items():
         lines = ", ".join(f"{n}" + (f" ({w:.2f}, {c:.2f})" if "cc_s" in r else "")
                           for n, (w, c) in zip(r["c_lines"], r.get("cc_s", [(0, 0)] * len(r["c_lines"]))))
-        print(f"{name:<12} {r['register']:>10.3f} {r['first_call']:>12.3f} {r['total']:>9.3f} {r['child_cpu']:>8.2f} "
+        print(f"{name:<12} {r['register']:>10.3f} {r['first_call']:>12.3f} {r['total']:>9.3f} {r['child_cpu']:>8.2f} {r['self_cpu']:>8.3f} "
               f"{r['files']:>5}  {lines}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
