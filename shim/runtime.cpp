@@ -41,13 +41,13 @@ struct Spec {
 
 using Scratch = std::unique_ptr<tk_ctx, void (*)(tk_ctx*)>;
 
-// A registered run-time spec's scratch context, kept to emit the C of its
-// ops' variants on demand: emitting annotates an op's AST, and the process
-// context's copies are CUDA's to emit (tk_cuda serialises those).
+// A registered run-time spec's own context (source_context), kept to emit
+// the C of its ops' variants on demand: emitting annotates an op's AST, and
+// the process context's copies are CUDA's to emit (tk_cuda serialises those).
 struct SourceSpec {
-  explicit SourceSpec(Scratch s) : scratch(std::move(s)) {}
-  Scratch scratch;
-  std::mutex emit_mutex;  // one emit at a time in scratch
+  explicit SourceSpec(Scratch c) : ctx(std::move(c)) {}
+  Scratch ctx;
+  std::mutex emit_mutex;  // one emit at a time in ctx
 };
 
 // One dtype variant of a run-time op: its compile is serialised, and counted.
@@ -57,8 +57,8 @@ struct Variant {
 };
 
 // A run-time op whose CPU kernels are compiled on demand: the process
-// context's op (that calls run), its copy in the spec's scratch context
-// (that is emitted), a Variant per dtype variant.
+// context's op (that calls run), its copy in the spec's own context (that is
+// emitted), a Variant per dtype variant.
 struct LazyOp {
   tk_op* op;
   tk_op* source;
@@ -137,21 +137,31 @@ void check_links(const Runtime& rt, tk_ctx* scratch) {
   if (st != TK_OK) throw Failure{st, tk_ctx_error(scratch)};
 }
 
+// A context holding the spec alone, to emit its ops' C from: the scratch
+// context also holds every spec registered before (loaded to link), which
+// kept per spec would grow with the square of their number. Linking only
+// checks, so the C is the same. The scratch itself if the copy fails.
+Scratch source_context(Scratch scratch, const std::string& file, const std::string& text) {
+  Scratch alone(tk_ctx_new(), tk_ctx_free);
+  if (alone && tk_load_spec(alone.get(), file.c_str(), text.c_str(), text.size()) == TK_OK) return alone;
+  return scratch;
+}
+
 // Loads the spec into the process context, makes its ops lazy (their CPU
-// kernels come from the scratch copies' C on first use: the scratch context
-// is kept for that), and registers them with torch. Under rt.mutex.
+// kernels come from the C of a copy of the spec on first use), and
+// registers them with torch. Under rt.mutex.
 void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names, const std::string& file,
             const std::string& text) {
   tk_ctx* ctx = const_cast<tk_ctx*>(context());
   if (tk_load_spec(ctx, file.c_str(), text.c_str(), text.size()) != TK_OK || tk_ctx_link(ctx) != TK_OK)
     throw Failure{TK_ERR_INVALID, std::string("tk: internal error: ") + tk_ctx_error(ctx)};
-  auto spec = std::make_shared<SourceSpec>(std::move(scratch));
+  auto spec = std::make_shared<SourceSpec>(source_context(std::move(scratch), file, text));
   std::vector<const tk_op*> ops;
   for (const std::string& name : names) {
     tk_op* op = tk_op_find_mut(ctx, name.c_str());
     auto lazy = std::make_unique<LazyOp>();
     lazy->op = op;
-    lazy->source = tk_op_find_mut(spec->scratch.get(), name.c_str());
+    lazy->source = tk_op_find_mut(spec->ctx.get(), name.c_str());
     lazy->spec = spec;
     lazy->variants = std::make_unique<Variant[]>(static_cast<size_t>(tk_op_nvariants(op)));
     {
@@ -209,10 +219,10 @@ LazyOp* lazy_op(Runtime& rt, const tk_op* op) {
 // message (a bug in tk: the spec was checked when it was registered).
 char* emit_variant(LazyOp& lazy, int variant) {
   std::lock_guard<std::mutex> lock(lazy.spec->emit_mutex);
-  tk_ctx* scratch = lazy.spec->scratch.get();
+  tk_ctx* ctx = lazy.spec->ctx.get();
   char* src = nullptr;
-  TORCH_CHECK(tk_emit_variant(scratch, lazy.source, variant, TK_TARGET_C, &src) == TK_OK, "tk: generating C for ",
-              tk_op_name(lazy.op), " (", tk_op_variant_code(lazy.op, variant), ") failed: ", tk_ctx_error(scratch));
+  TORCH_CHECK(tk_emit_variant(ctx, lazy.source, variant, TK_TARGET_C, &src) == TK_OK, "tk: generating C for ",
+              tk_op_name(lazy.op), " (", tk_op_variant_code(lazy.op, variant), ") failed: ", tk_ctx_error(ctx));
   return src;
 }
 
