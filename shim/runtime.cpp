@@ -236,11 +236,16 @@ void ensure_cpu_kernel(const tk_op* op, int variant) {
   std::lock_guard<std::mutex> lock(v.mutex);
   if (tk_op_cpu_kernel(op, variant) != nullptr) return;  // another thread's first call compiled it meanwhile
   std::unique_ptr<char, void (*)(void*)> src(emit_variant(*lazy, variant), &std::free);
-  std::string msg(32768, '\0');
-  const tk_status st = tk_cc_compile_variant_source(rt.cc, lazy->op, variant, src.get(), &msg[0], msg.size());
-  if (st == TK_ERR_NOTFOUND)  // the compiler went missing after registration: say which op wanted it
-    TORCH_CHECK(false, "tk.", tk_op_name(op), " (", tk_op_variant_code(op, variant), "): ", msg.c_str());
-  TORCH_CHECK(st == TK_OK, msg.c_str());  // names the op: "tk: compiling the CPU kernels of <op> (<variant>) ..."
+  std::string buf(32768, '\0');
+  const tk_status st = tk_cc_compile_variant_source(rt.cc, lazy->op, variant, src.get(), &buf[0], buf.size());
+  if (st != TK_OK) {
+    // a failed compile names the op ("tk: compiling the CPU kernels of <op>
+    // (<variant>) failed ..."); a compiler gone missing since registration
+    // or a file that does not load gets the op and the variant in front
+    const std::string msg = buf.c_str();
+    if (msg.find(std::string(" ") + tk_op_name(op) + " (") != std::string::npos) TORCH_CHECK(false, msg);
+    TORCH_CHECK(false, "tk.", tk_op_name(op), " (", tk_op_variant_code(op, variant), "): ", msg);
+  }
   v.loads.fetch_add(1);
 }
 

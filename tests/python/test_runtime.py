@@ -749,3 +749,19 @@ def test_registration_compiles_nothing(tmp_path):
     assert again.stdout.splitlines() == ["2", "2", "2", "2", last]
     assert "compiling" not in again.stderr
     assert again.stderr.count("from the cache") == 2, again.stderr
+
+
+def test_a_kernel_that_does_not_load_names_the_op(tmp_path):
+    # a "compiler" that writes a file which is no shared object: the call
+    # says which op and dtype, and what dlopen said
+    fake = tmp_path / "fake-cc"
+    fake.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake cc 1.0"; exit 0; fi\n'
+                    'while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then echo junk > "$2"; fi; shift; done\n')
+    fake.chmod(0o755)
+    code = ("import torch, torch_tk\nop = torch_tk.kernel('op rt_badso(x: float[N]) -> y: x.dtype[N]:\\n"
+            "    for i in y:\\n        y[i] = x[i]\\n')\ntry:\n    op(torch.ones(2, dtype=torch.float64))\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    r = run_python(code, tmp_path, TK_CC=str(fake))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("tk.rt_badso (f64): tk: cannot load the compiled kernels "), r.stdout
+    assert str(tmp_path / "cache" / "cpu") in r.stdout and ".so: " in r.stdout, r.stdout
