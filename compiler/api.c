@@ -224,16 +224,17 @@ const char *tk_op_kernel_name(const tk_op *op, int variant) {
     return variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
 }
 
-const char *tk_op_variant_code(const tk_op *op, int variant) {
-    return op && variant >= 0 && variant < op->nvariants ? op->variant_codes[variant] : "";
-}
-
 tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn) {
     if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
-    op->cpu_fns[variant] = fn;
+    __atomic_store_n(&op->cpu_fns[variant], fn, __ATOMIC_RELEASE);
     return TK_OK;
 }
 
 tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant) {
-    return op && variant >= 0 && variant < op->nvariants ? op->cpu_fns[variant] : NULL;
+    return op && variant >= 0 && variant < op->nvariants ? __atomic_load_n(&op->cpu_fns[variant], __ATOMIC_ACQUIRE)
+                                                         : NULL;
+}
+
+const char *tk_op_variant_code(const tk_op *op, int variant) {
+    return op && variant >= 0 && variant < op->nvariants ? op->variant_codes[variant] : NULL;
 }

@@ -449,8 +449,8 @@ void cpu_kernel(emitter *E) {
     E->b = &nbody;
     cpu_body(E, "_body", TK_BODY_NARROW);
     E->b = out;
-    if (wide) {   /* GNU C vectors: only where TK_VX (TK_VXH) */
-        tk_buf_puts(out, "#if TK_VX\n");
+    if (wide) {   /* GNU C vectors: only where TK_VXW (TK_VXH) */
+        tk_buf_puts(out, "#if TK_VXW\n");
         buf_move(out, &wpre);
         buf_move(out, &wbody);
         tk_buf_puts(out, "#endif\n#if TK_VXH\n");

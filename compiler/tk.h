@@ -219,9 +219,12 @@ int tk_op_batch_param(const tk_op *op);
 /* Kernels: one per combination of the op's dtype variables (variant). */
 int tk_op_nvariants(const tk_op *op);
 const char *tk_op_kernel_name(const tk_op *op, int variant); /* "tk_rwkv_forward__f32" */
-const char *tk_op_variant_code(const tk_op *op, int variant); /* "f32", "f16_i64"; "" if none */
+/* A kernel may be attached while other threads run the op (a variant
+ * compiled on its first call): set and get are a release store and an
+ * acquire load, and tk_run_cpu reads the kernel the same way. */
 tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn);
 tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant);  /* NULL if none */
+const char *tk_op_variant_code(const tk_op *op, int variant); /* "f32", "f16_i64"; NULL if none */
 tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name);
 
 /* A bound call: validated arguments, output shapes, kernel arguments. */

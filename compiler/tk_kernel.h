@@ -405,6 +405,15 @@ TK_FN tk_u16 tk_f32_to_f16(float f) { return tk_f32_to_f16_lanes(f); }
 #else
 #define TK_VXH 0
 #endif
+/* the 512-bit bodies: compiled only where they can be picked (the run-time
+ * choice, a compiler targeting AVX-512, TK_FORCE_WIDE); a run-time spec
+ * compiled with -march=native on an AVX2 CPU leaves them out (issue 26:
+ * they were half of its compile and nothing could call them) */
+#if TK_WIDE_DISPATCH || defined(TK_WIDE_STATIC)
+#define TK_VXW 1
+#else
+#define TK_VXW 0
+#endif
 /* an explicit-vector loop runs in a function of its own (see emit.c) */
 #define TK_NOINLINE __attribute__((noinline, unused))
 #if !defined(__clang__)
@@ -579,6 +588,7 @@ static inline tk_vu16x8 tk_vld_u16x8(const tk_u16 *p) { tk_vu16x8 v; __builtin_m
 #else
 #define TK_VX 0
 #define TK_VXH 0
+#define TK_VXW 0
 #endif
 
 #endif

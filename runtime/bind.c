@@ -554,7 +554,7 @@ tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs) {
 
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (!call || !call->op) return TK_ERR_INVALID;
-    tk_cpu_fn fn = call->op->cpu_fns[call->variant];
+    tk_cpu_fn fn = __atomic_load_n(&call->op->cpu_fns[call->variant], __ATOMIC_ACQUIRE);   /* may be attached late */
     if (!fn) return call_fail(call, "no CPU kernel is loaded for %s", call->op->kernel_names[call->variant]);
     if (begin < 0 || end > call->kargs.numel || begin > end)
         return call_fail(call, "range [%lld, %lld) is outside the index space [0, %lld)", (long long)begin,

@@ -378,31 +378,44 @@ static tk_status compile_file(tk_cc *cc, const char *build, const char *hex, con
     return st;
 }
 
-/* dlopens path and attaches every variant's kernel; on failure msg says why. */
-static tk_status load_kernels(const char *path, tk_op *const *ops, int nops, char *msg, size_t n) {
+/* Which kernels a compiled file holds: every variant of ops[0..nops) when
+ * variant < 0, else that variant of ops[0] (nops is 1). */
+typedef struct kernel_set {
+    tk_op *const *ops;
+    int nops;
+    int variant;
+} kernel_set;
+
+/* dlopens path and attaches the kernels of set (all of them found, or
+ * none attached); on failure msg says why. */
+static tk_status load_kernels(const char *path, const kernel_set *set, char *msg, size_t n) {
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *e = dlerror();
         tk_put(msg, n, "tk: cannot load the compiled kernels %s: %s", path, e ? e : "unknown error");
         return TK_ERR_COMPILE;
     }
-    for (int i = 0; i < nops; i++)
-        for (int v = 0; v < tk_op_nvariants(ops[i]); v++) {
-            tk_cpu_fn fn;
-            *(void **)&fn = dlsym(lib, tk_op_kernel_name(ops[i], v));
-            if (!fn) {
-                tk_put(msg, n, "tk: %s has no kernel %s", path, tk_op_kernel_name(ops[i], v));
-                return TK_ERR_COMPILE;   /* lib stays loaded: harmless */
+    for (int pass = 0; pass < 2; pass++)   /* look every kernel up, then attach them */
+        for (int i = 0; i < set->nops; i++) {
+            int all = set->variant < 0, first = all ? 0 : set->variant;
+            int last = all ? tk_op_nvariants(set->ops[i]) : set->variant + 1;
+            for (int v = first; v < last; v++) {
+                tk_cpu_fn fn;
+                *(void **)&fn = dlsym(lib, tk_op_kernel_name(set->ops[i], v));
+                if (!fn) {
+                    tk_put(msg, n, "tk: %s has no kernel %s", path, tk_op_kernel_name(set->ops[i], v));
+                    return TK_ERR_COMPILE;   /* lib stays loaded: harmless */
+                }
+                if (pass) tk_op_set_cpu_kernel(set->ops[i], v, fn);
             }
-            tk_op_set_cpu_kernel(ops[i], v, fn);
         }
     return TK_OK;
 }
 
 /* Builds <hex>.so and loads it: moved into the cache when the build folder is
  * in it, else loaded from the private folder. */
-static tk_status build_and_load(tk_cc *cc, const char *src, const char *hex, const char *what, tk_op *const *ops,
-                                int nops, char *msg, size_t n) {
+static tk_status build_and_load(tk_cc *cc, const char *src, const char *hex, const char *what,
+                                const kernel_set *set, char *msg, size_t n) {
     char build[4200], sopath[4300], final[4300];   /* cache_dir < 4096 bytes: these fit */
     int in_cache;
     if (!make_build_dir(cc, build, sizeof build, &in_cache, msg, n)) return TK_ERR_COMPILE;
@@ -410,10 +423,38 @@ static tk_status build_and_load(tk_cc *cc, const char *src, const char *hex, con
     fmt(sopath, sizeof sopath, "%s/%s.so", build, hex);
     fmt(final, sizeof final, "%s/%s.so", cc->cache_dir, hex);
     if (st == TK_OK && in_cache && rename(sopath, final) != 0) in_cache = 0;
-    if (st == TK_OK) st = load_kernels(in_cache ? final : sopath, ops, nops, msg, n);
+    if (st == TK_OK) st = load_kernels(in_cache ? final : sopath, set, msg, n);
     if (st == TK_OK && cc->debug && in_cache) fprintf(stderr, "tk: cached %s\n", final);
     remove_build_dir(build, hex);   /* a loaded file may be unlinked */
     return st;
+}
+
+/* Loads the kernels of set from the cache entry of src, else compiles src
+ * into it (or into a private folder) and loads them from there. The
+ * compiler's identity is known (identity() succeeded). what names the
+ * kernels in messages. */
+static tk_status compile_source(tk_cc *cc, const char *src, const char *what, const kernel_set *set, char *msg,
+                                size_t msglen) {
+    char hex[2 * TK_SHA256_SIZE + 1], cached[4300];
+    key_of(cc, src, hex);
+    tk_status st = TK_ERR_NOTFOUND;
+    if (cc->cache_dir[0]) {
+        fmt(cached, sizeof cached, "%s/%s.so", cc->cache_dir, hex);
+        if (access(cached, R_OK) == 0) {
+            st = load_kernels(cached, set, msg, msglen);
+            if (cc->debug)
+                fprintf(stderr, "tk: CPU kernels of %s: %s %s\n", what, st == TK_OK ? "from the cache" : "rebuilding:",
+                        st == TK_OK ? cached : msg);
+        }
+    }
+    if (st != TK_OK) st = build_and_load(cc, src, hex, what, set, msg, msglen);
+    return st;
+}
+
+tk_status tk_cc_check(tk_cc *cc, char *msg, size_t msglen) {
+    if (msg && msglen) msg[0] = 0;
+    if (!cc) return TK_ERR_INVALID;
+    return identity(cc, msg, msglen) ? TK_OK : TK_ERR_NOTFOUND;
 }
 
 tk_status tk_cc_compile(tk_cc *cc, tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_t msglen) {
@@ -425,19 +466,33 @@ tk_status tk_cc_compile(tk_cc *cc, tk_ctx *ctx, tk_op *const *ops, int nops, cha
     if (!identity(cc, msg, msglen)) return TK_ERR_NOTFOUND;
     char *src = emit_all(ctx, ops, nops, msg, msglen);
     if (!src) return TK_ERR_COMPILE;
-    char hex[2 * TK_SHA256_SIZE + 1], cached[4300];
-    key_of(cc, src, hex);
-    tk_status st = TK_ERR_NOTFOUND;
-    if (cc->cache_dir[0]) {
-        fmt(cached, sizeof cached, "%s/%s.so", cc->cache_dir, hex);
-        if (access(cached, R_OK) == 0) {
-            st = load_kernels(cached, ops, nops, msg, msglen);
-            if (cc->debug)
-                fprintf(stderr, "tk: CPU kernels of %s: %s %s\n", what, st == TK_OK ? "from the cache" : "rebuilding:",
-                        st == TK_OK ? cached : msg);
-        }
+    kernel_set set = {ops, nops, -1};
+    tk_status st = compile_source(cc, src, what, &set, msg, msglen);
+    free(src);
+    return st;
+}
+
+tk_status tk_cc_compile_variant_source(tk_cc *cc, tk_op *op, int variant, const char *src, char *msg,
+                                       size_t msglen) {
+    if (msg && msglen) msg[0] = 0;
+    if (!cc || !op || !src || variant < 0 || variant >= tk_op_nvariants(op)) return TK_ERR_INVALID;
+    char what[512];
+    fmt(what, sizeof what, "%s (%s)", tk_op_name(op), tk_op_variant_code(op, variant));
+    if (!identity(cc, msg, msglen)) return TK_ERR_NOTFOUND;
+    kernel_set set = {&op, 1, variant};
+    return compile_source(cc, src, what, &set, msg, msglen);
+}
+
+tk_status tk_cc_compile_variant(tk_cc *cc, tk_ctx *ctx, tk_op *op, int variant, char *msg, size_t msglen) {
+    if (msg && msglen) msg[0] = 0;
+    if (!cc || !ctx || !op || variant < 0 || variant >= tk_op_nvariants(op)) return TK_ERR_INVALID;
+    char *src = NULL;
+    if (tk_emit_variant(ctx, op, variant, TK_TARGET_C, &src) != TK_OK) {
+        tk_put(msg, msglen, "tk: generating C for %s (%s) failed: %s", tk_op_name(op),
+               tk_op_variant_code(op, variant), tk_ctx_error(ctx));
+        return TK_ERR_COMPILE;
     }
-    if (st != TK_OK) st = build_and_load(cc, src, hex, what, ops, nops, msg, msglen);
+    tk_status st = tk_cc_compile_variant_source(cc, op, variant, src, msg, msglen);
     free(src);
     return st;
 }

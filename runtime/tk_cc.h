@@ -20,7 +20,9 @@
  * needs no C compiler. examples/c_api/example.c is a complete program.
  *
  * The compile: every variant of the ops is emitted with tk_emit into one C
- * file, compiled for this machine's CPU (-march=native, no per-ISA clones:
+ * file (tk_cc_compile), or one variant of one op with tk_emit_variant
+ * (tk_cc_compile_variant: what the PyTorch shim compiles, on an op's first
+ * CPU call per dtype), compiled for this machine's CPU (-march=native, no per-ISA clones:
  * a third of the compile time of the portable build; the portable flags when
  * /proc/cpuinfo cannot be read); key = SHA-256 of (that source, tk_kernel.h,
  * the compiler's identity (first line of `cc --version`), the flags, the CPU
@@ -79,6 +81,30 @@ const char *tk_cc_cache_dir(const tk_cc *cc);  /* "" when the disk cache is off 
  * (msg): no compiler (TK_ERR_NOTFOUND), the compiler's output for a failed
  * compile, a file that does not load (TK_ERR_COMPILE). */
 tk_status tk_cc_compile(tk_cc *cc, tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_t msglen);
+
+/* Compiles the CPU kernel of one variant of op (tk_emit_variant: its C
+ * alone, a fraction of tk_cc_compile's file), or finds it in the cache (an
+ * entry of its own, keyed by that source), and attaches it. For callers
+ * that compile a variant when it is first needed (the PyTorch shim does, on
+ * an op's first CPU call per dtype). Emitting annotates op: nothing else may
+ * emit it meanwhile. Errors as tk_cc_compile; messages name the op and the
+ * variant: "tk: compiling the CPU kernels of axpy (f32) failed ...". */
+tk_status tk_cc_compile_variant(tk_cc *cc, tk_ctx *ctx, tk_op *op, int variant, char *msg, size_t msglen);
+
+/* tk_cc_compile_variant from a source the caller emitted with
+ * tk_emit_variant(ctx, op2, variant, TK_TARGET_C, &src): for callers that
+ * emit under a lock of their own and compile outside it. The kernel is
+ * attached to op, which may be another context's copy of op2 (same spec
+ * text: same kernel names). Thread-safe for different ops or variants; the
+ * caller makes sure two threads do not compile the same one (harmless but
+ * wasted: the second attaches an identical kernel). */
+tk_status tk_cc_compile_variant_source(tk_cc *cc, tk_op *op, int variant, const char *src, char *msg,
+                                       size_t msglen);
+
+/* Whether the compiler runs (`command --version`, asked once per tk_cc):
+ * TK_OK, or TK_ERR_NOTFOUND with the message tk_cc_compile would give. A
+ * cheap check for callers that compile later (a few ms, once). */
+tk_status tk_cc_check(tk_cc *cc, char *msg, size_t msglen);
 
 /* tk_load_spec + tk_ctx_link + tk_cc_compile of the ops the spec added: one
  * call from spec text to runnable ops. A spec error (TK_ERR_SYNTAX,

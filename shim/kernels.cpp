@@ -468,6 +468,8 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
   Call c;
   c.op = find_op(handle);
   bind_args(handle, *stack, c, device);
+  if (execute && device.is_cpu() && c.call.kargs.numel > 0 && tk_op_cpu_kernel(c.op, c.call.variant) == nullptr)
+    ensure_cpu_kernel(c.op, c.call.variant);  // a run-time op's first CPU call in this dtype: compile it
   allocate_outputs(c, device);
   if (execute && device.is_cpu()) stage_inputs(handle, *stack, c);
   if (execute && device.is_cuda()) run_cuda(c.call);

@@ -1,11 +1,15 @@
 // runtime.cpp - specs registered while the process runs (torch_tk.kernel,
 // torch_tk.load). A spec is checked in a scratch context first (its errors,
-// backward links, name clashes), its CPU kernels are compiled by the system C
-// compiler (runtime/tk_cc.h) outside any lock, and only then is it loaded
-// into the process context and registered on a FRAGMENT library of its own
-// with the generic kernels every op uses (register_op). docs/runtime.md.
+// backward links, name clashes), then loaded into the process context and
+// registered on a FRAGMENT library of its own with the generic kernels every
+// op uses (register_op). Its CPU kernels are compiled by the system C
+// compiler (runtime/tk_cc.h) one (op, dtype variant) at a time, on the
+// first CPU call that needs one (ensure_cpu_kernel), outside any lock but
+// that variant's own. docs/runtime.md.
 #include <torch/library.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +39,33 @@ struct Spec {
   bool builtin;
 };
 
+using Scratch = std::unique_ptr<tk_ctx, void (*)(tk_ctx*)>;
+
+// A registered run-time spec's own context (source_context), kept to emit
+// the C of its ops' variants on demand: emitting annotates an op's AST, and
+// the process context's copies are CUDA's to emit (tk_cuda serialises those).
+struct SourceSpec {
+  explicit SourceSpec(Scratch c) : ctx(std::move(c)) {}
+  Scratch ctx;
+  std::mutex emit_mutex;  // one emit at a time in ctx
+};
+
+// One dtype variant of a run-time op: its compile is serialised, and counted.
+struct Variant {
+  std::mutex mutex;            // held while the variant compiles: concurrent first calls compile once
+  std::atomic<int> loads{0};   // kernels compiled or loaded from the disk cache for it
+};
+
+// A run-time op whose CPU kernels are compiled on demand: the process
+// context's op (that calls run), its copy in the spec's own context (that is
+// emitted), a Variant per dtype variant.
+struct LazyOp {
+  tk_op* op;
+  tk_op* source;
+  std::shared_ptr<SourceSpec> spec;
+  std::unique_ptr<Variant[]> variants;
+};
+
 // What is registered: every spec in the process context (built-in ones
 // first), which spec owns each op name, the libraries (kept for the life of
 // the process: destroying one would deregister its ops).
@@ -44,6 +75,12 @@ struct Runtime {
   std::map<std::string, size_t> owner;
   std::vector<std::unique_ptr<torch::Library>> libraries;
   tk_cc* cc = nullptr;
+  // run-time ops by process op, in registration order; entries are never
+  // removed, so a LazyOp* stays valid (own lock: a first call never waits
+  // for a registration's parsing)
+  std::mutex lazy_mutex;
+  std::map<const tk_op*, std::unique_ptr<LazyOp>> lazy;
+  std::vector<const LazyOp*> lazy_order;
 };
 
 Runtime& runtime() {
@@ -61,8 +98,6 @@ Runtime& runtime() {
   }();
   return *rt;
 }
-
-using Scratch = std::unique_ptr<tk_ctx, void (*)(tk_ctx*)>;
 
 std::vector<std::string> names_of(const tk_ctx* ctx, int n) {
   std::vector<std::string> names;
@@ -102,18 +137,38 @@ void check_links(const Runtime& rt, tk_ctx* scratch) {
   if (st != TK_OK) throw Failure{st, tk_ctx_error(scratch)};
 }
 
-// Loads the spec into the process context, gives its ops the kernels
-// compiled for the scratch copies, and registers them with torch. Under rt.mutex.
-void commit(Runtime& rt, const tk_ctx* scratch, const std::vector<std::string>& names, const std::string& file,
+// A context holding the spec alone, to emit its ops' C from: the scratch
+// context also holds every spec registered before (loaded to link), which
+// kept per spec would grow with the square of their number. Linking only
+// checks, so the C is the same. The scratch itself if the copy fails.
+Scratch source_context(Scratch scratch, const std::string& file, const std::string& text) {
+  Scratch alone(tk_ctx_new(), tk_ctx_free);
+  if (alone && tk_load_spec(alone.get(), file.c_str(), text.c_str(), text.size()) == TK_OK) return alone;
+  return scratch;
+}
+
+// Loads the spec into the process context, makes its ops lazy (their CPU
+// kernels come from the C of a copy of the spec on first use), and
+// registers them with torch. Under rt.mutex.
+void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names, const std::string& file,
             const std::string& text) {
   tk_ctx* ctx = const_cast<tk_ctx*>(context());
   if (tk_load_spec(ctx, file.c_str(), text.c_str(), text.size()) != TK_OK || tk_ctx_link(ctx) != TK_OK)
     throw Failure{TK_ERR_INVALID, std::string("tk: internal error: ") + tk_ctx_error(ctx)};
+  auto spec = std::make_shared<SourceSpec>(source_context(std::move(scratch), file, text));
   std::vector<const tk_op*> ops;
   for (const std::string& name : names) {
     tk_op* op = tk_op_find_mut(ctx, name.c_str());
-    const tk_op* compiled = tk_op_find(scratch, name.c_str());
-    for (int v = 0; v < tk_op_nvariants(op); ++v) tk_op_set_cpu_kernel(op, v, tk_op_cpu_kernel(compiled, v));
+    auto lazy = std::make_unique<LazyOp>();
+    lazy->op = op;
+    lazy->source = tk_op_find_mut(spec->ctx.get(), name.c_str());
+    lazy->spec = spec;
+    lazy->variants = std::make_unique<Variant[]>(static_cast<size_t>(tk_op_nvariants(op)));
+    {
+      std::lock_guard<std::mutex> lock(rt.lazy_mutex);  // before register_op: no call can come first
+      rt.lazy_order.push_back(lazy.get());
+      rt.lazy[op] = std::move(lazy);
+    }
     ops.push_back(op);
   }
   rt.specs.push_back({file, text, false});
@@ -142,17 +197,58 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
     if (already_registered(rt, names, text)) return names;
     check_links(rt, scratch.get());
   }
-  std::vector<tk_op*> ops;
-  for (int i = 0; i < n; ++i) ops.push_back(const_cast<tk_op*>(tk_op_at(scratch.get(), i)));
-  std::string msg(32768, '\0');
-  st = tk_cc_compile(rt.cc, scratch.get(), ops.data(), n, &msg[0], msg.size());
+  // Nothing is compiled here (ensure_cpu_kernel does, per variant, at its
+  // first CPU call), but a missing C compiler is reported now: `cc
+  // --version`, run once per process, a few milliseconds.
+  std::string msg(4096, '\0');
+  st = tk_cc_check(rt.cc, &msg[0], msg.size());
   if (st != TK_OK) throw Failure{st, msg.c_str()};
   std::lock_guard<std::mutex> lock(rt.mutex);
-  if (!already_registered(rt, names, text)) commit(rt, scratch.get(), names, file, text);
+  if (!already_registered(rt, names, text)) commit(rt, std::move(scratch), names, file, text);
   return names;
 }
 
+// The lazy entry of op, nullptr for an op that is not a run-time one.
+LazyOp* lazy_op(Runtime& rt, const tk_op* op) {
+  std::lock_guard<std::mutex> lock(rt.lazy_mutex);
+  auto it = rt.lazy.find(op);
+  return it == rt.lazy.end() ? nullptr : it->second.get();
+}
+
+// The C of one variant of lazy's op, malloc'd; throws with the emitter's
+// message (a bug in tk: the spec was checked when it was registered).
+char* emit_variant(LazyOp& lazy, int variant) {
+  std::lock_guard<std::mutex> lock(lazy.spec->emit_mutex);
+  tk_ctx* ctx = lazy.spec->ctx.get();
+  char* src = nullptr;
+  TORCH_CHECK(tk_emit_variant(ctx, lazy.source, variant, TK_TARGET_C, &src) == TK_OK, "tk: generating C for ",
+              tk_op_name(lazy.op), " (", tk_op_variant_code(lazy.op, variant), ") failed: ", tk_ctx_error(ctx));
+  return src;
+}
+
 }  // namespace
+
+void ensure_cpu_kernel(const tk_op* op, int variant) {
+  Runtime& rt = runtime();
+  LazyOp* lazy = lazy_op(rt, op);
+  if (lazy == nullptr || variant < 0 || variant >= tk_op_nvariants(op)) return;  // tk_run_cpu says what is missing
+  Variant& v = lazy->variants[variant];
+  std::lock_guard<std::mutex> lock(v.mutex);
+  if (tk_op_cpu_kernel(op, variant) != nullptr) return;  // another thread's first call compiled it meanwhile
+  std::unique_ptr<char, void (*)(void*)> src(emit_variant(*lazy, variant), &std::free);
+  std::string buf(32768, '\0');
+  const tk_status st = tk_cc_compile_variant_source(rt.cc, lazy->op, variant, src.get(), &buf[0], buf.size());
+  if (st != TK_OK) {
+    // a failed compile names the op ("tk: compiling the CPU kernels of <op>
+    // (<variant>) failed ..."); a compiler gone missing since registration
+    // or a file that does not load gets the op and the variant in front
+    const std::string msg = buf.c_str();
+    if (msg.find(std::string(" ") + tk_op_name(op) + " (") != std::string::npos) TORCH_CHECK(false, msg);
+    TORCH_CHECK(false, "tk.", tk_op_name(op), " (", tk_op_variant_code(op, variant), "): ", msg);
+  }
+  v.loads.fetch_add(1);
+}
+
 }  // namespace tk_shim
 
 // For torch_tk.kernel / torch_tk.load (ctypes): registers every op of the
@@ -176,6 +272,27 @@ extern "C" __attribute__((visibility("default"))) int tk_shim_register(const cha
   }
   if (out != nullptr && outlen > 0) snprintf(out, outlen, "%s", result.c_str());
   return status;
+}
+
+// For torch_tk.runtime_kernels(): one line "<op> <variant> <loads>" per
+// dtype variant of every run-time op, in registration order, loads being
+// how many times its CPU kernel was compiled or loaded from the disk cache
+// in this process (0: not yet called on the CPU; 1 afterwards). Writes at
+// most outlen bytes (NUL-terminated) and returns the length of the whole text.
+extern "C" __attribute__((visibility("default"))) size_t tk_shim_runtime_kernels(char* out, size_t outlen) {
+  std::string text;
+  try {
+    tk_shim::Runtime& rt = tk_shim::runtime();
+    std::lock_guard<std::mutex> lock(rt.lazy_mutex);
+    for (const tk_shim::LazyOp* lazy : rt.lazy_order)
+      for (int v = 0; v < tk_op_nvariants(lazy->op); ++v)
+        text += std::string(tk_op_name(lazy->op)) + " " + tk_op_variant_code(lazy->op, v) + " " +
+                std::to_string(lazy->variants[v].loads.load()) + "\n";
+  } catch (const std::exception&) {
+    text.clear();
+  }
+  if (out != nullptr && outlen > 0) snprintf(out, outlen, "%s", text.c_str());
+  return text.size();
 }
 
 // The CPU kernel cache folder of run-time specs ("" when off), for docs and info.

@@ -88,6 +88,15 @@ const tk_op* op_of(const c10::OperatorHandle& op);
 std::optional<tk_dtype> tk_dtype_of(at::ScalarType s);
 at::ScalarType scalar_type_of(tk_dtype d);
 
+// Makes sure a run-time op (runtime.cpp) has the CPU kernel of `variant`:
+// on its first CPU call per variant, that variant's C is emitted and compiled
+// by the system C compiler (or found in the disk cache) and attached. Called
+// by the CPU kernel when tk_op_cpu_kernel(op, variant) is NULL; thread-safe
+// (concurrent first calls compile once, under a lock of that variant only).
+// Throws c10::Error naming the op when the compile fails; does nothing for
+// an op that is not a run-time one.
+void ensure_cpu_kernel(const tk_op* op, int variant);
+
 // Launches a bound call whose tensors are on cuda:<call.device_index>
 // (cuda.cpp): compiled with NVRTC on first use, cached on disk.
 void run_cuda(const tk_call& call);

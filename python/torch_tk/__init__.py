@@ -16,10 +16,10 @@ import torch
 from ._lib import library_path
 from ._lib import load as _load_library
 from .memory import cpu_cache_info, empty_cache
-from .runtime import SpecError, kernel, load
+from .runtime import SpecError, kernel, load, runtime_kernels
 
 __version__ = "0.1.0"
-__all__ = ["ops", "kernel", "load", "SpecError", "library_path", "cpu_cache_info", "empty_cache",
+__all__ = ["ops", "kernel", "load", "SpecError", "runtime_kernels", "library_path", "cpu_cache_info", "empty_cache",
            "cmake_prefix_path", "__version__"]
 
 #: For C++ programs built against an installed package: CMake finds the tk

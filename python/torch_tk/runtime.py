@@ -8,10 +8,11 @@
     ''')
     scale(torch.ones(3), 2.0)            # torch.ops.tk.scale: a real PyTorch operator
 
-The spec is parsed and checked, its CPU kernels are compiled by the system C
-compiler into a cached shared object, and every op in it is registered as
+The spec is parsed and checked, and every op in it is registered as
 torch.ops.tk.<name> with CPU, CUDA (NVRTC), Meta and Autograd kernels: it works
-from Python, inside torch.compile(fullgraph=True) and in torch.jit.script.
+from Python, inside torch.compile(fullgraph=True) and in torch.jit.script. An
+op's CPU kernel for a dtype is compiled by the system C compiler on its first
+CPU call with that dtype (a cached shared object per op and dtype).
 docs/runtime.md has the details (cache, environment variables, errors).
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 from . import _lib
 
-__all__ = ["SpecError", "kernel", "load"]
+__all__ = ["SpecError", "kernel", "load", "runtime_kernels"]
 
 # tk_status values (compiler/tk.h)
 _TK_OK, _TK_ERR_SYNTAX, _TK_ERR_CHECK = 0, 1, 2
@@ -115,8 +116,12 @@ def kernel(spec: str, file: str = "<string>") -> torch._ops.OpOverloadPacket:
     Registering the same text again returns the same op and does nothing
     else. A name already registered from a different spec, or a built-in
     op's name, raises RuntimeError. A malformed spec raises SpecError
-    (file:line:col, the line and a caret); a failing C compile raises
-    RuntimeError with the compiler's output.
+    (file:line:col, the line and a caret); a missing C compiler raises
+    RuntimeError.
+
+    Registration compiles nothing (it checks that the C compiler runs): an
+    op's CPU kernel for a dtype is compiled on its first CPU call with that
+    dtype, which raises RuntimeError naming the op if the compile fails.
     """
     if not isinstance(spec, str):
         raise TypeError(f"torch_tk.kernel: the spec must be a str, got {type(spec).__name__}")
@@ -130,3 +135,26 @@ def load(path: str | os.PathLike) -> torch._ops.OpOverloadPacket:
         text = f.read()
     names = _register_spec(text, os.fspath(path))
     return getattr(torch.ops.tk, names[0])
+
+
+def runtime_kernels() -> dict[str, dict[str, int]]:
+    """The CPU kernels of the ops registered at run time in this process:
+    {op name: {variant: loads}}, variant being the dtype code of a kernel
+    ("f32", "f64", "f16_i64"...), loads how many times its kernel was
+    compiled or loaded from the disk cache (0 until the op's first CPU call
+    with those dtypes, then 1). Ops in registration order."""
+    fn = ctypes.CDLL(_lib.load()).tk_shim_runtime_kernels
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_size_t
+    size = 1 << 12
+    while True:
+        out = ctypes.create_string_buffer(size)
+        need = fn(out, size)
+        if need < size:
+            break
+        size = need + 1   # ops registered meanwhile may need more: try again
+    kernels: dict[str, dict[str, int]] = {}
+    for line in out.value.decode("utf-8").splitlines():
+        name, variant, loads = line.split()
+        kernels.setdefault(name, {})[variant] = int(loads)
+    return kernels

@@ -1,8 +1,10 @@
 /* test_cc.c - CPU kernels of run-time specs (runtime/tk_cc.h): a spec
  * compiled by the system C compiler and run through the C API; the disk
  * cache (a second tk_cc finds the entry, a damaged entry is rebuilt, an
- * unwritable folder falls back to a temporary one); the errors for a missing
- * compiler, a failing compile and a spec error. Needs `cc` on PATH.
+ * unwritable folder falls back to a temporary one); one variant at a time
+ * (tk_cc_compile_variant: an entry per variant, only that kernel attached,
+ * another context's op served from the emitted source); the errors for a
+ * missing compiler, a failing compile and a spec error. Needs `cc` on PATH.
  * Usage: test_cc OPS_DIR TESTS_DIR */
 #define _GNU_SOURCE
 #include <math.h>
@@ -125,6 +127,68 @@ static void test_unwritable_cache(void) {
     tk_ctx_free(ctx);
 }
 
+/* The variant of op whose dtype code is code, -1 if none. */
+static int variant_of(const tk_op *op, const char *code) {
+    for (int v = 0; v < tk_op_nvariants(op); v++)
+        if (strcmp(tk_op_variant_code(op, v), code) == 0) return v;
+    return -1;
+}
+
+/* One variant at a time: its own cache entry, only its kernel attached. */
+static void test_compile_variant(void) {
+    char dir[300], msg[16384];
+    snprintf(dir, sizeof dir, "%s/variants", cache_root);
+    tk_ctx *ctx = tk_ctx_new();
+    tk_cc *cc = new_cc(NULL, dir);
+    CHECK(tk_load_spec(ctx, "axpy.tk", k_axpy, strlen(k_axpy)) == TK_OK);
+    CHECK(tk_ctx_link(ctx) == TK_OK);
+    CHECK(tk_cc_check(cc, msg, sizeof msg) == TK_OK && msg[0] == 0);
+    tk_op *axpy = tk_op_find_mut(ctx, "axpy");
+    int f32 = variant_of(axpy, "f32"), f64 = variant_of(axpy, "f64");
+    CHECK(f32 >= 0 && f64 >= 0 && f32 != f64 && tk_op_variant_code(axpy, tk_op_nvariants(axpy)) == NULL);
+    tk_status st = tk_cc_compile_variant(cc, ctx, axpy, f32, msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "%s\n", msg);
+    CHECK(st == TK_OK);
+    CHECK(count_entries(dir) == 1);
+    for (int v = 0; v < tk_op_nvariants(axpy); v++) CHECK((tk_op_cpu_kernel(axpy, v) != NULL) == (v == f32));
+    CHECK(tk_op_cpu_kernel(tk_op_find(ctx, "axpy_backward_x"), 0) == NULL);
+    run_axpy(ctx);
+    CHECK(tk_cc_compile_variant(cc, ctx, axpy, f64, msg, sizeof msg) == TK_OK);
+    CHECK(count_entries(dir) == 2);
+    CHECK(tk_cc_compile_variant(cc, ctx, axpy, tk_op_nvariants(axpy), msg, sizeof msg) == TK_ERR_INVALID);
+
+    /* a second context's op from the first one's source: the cached entry */
+    tk_ctx *other = tk_ctx_new();
+    CHECK(tk_load_spec(other, "axpy.tk", k_axpy, strlen(k_axpy)) == TK_OK);
+    CHECK(tk_ctx_link(other) == TK_OK);
+    char *src = NULL;
+    CHECK(tk_emit_variant(ctx, axpy, f32, TK_TARGET_C, &src) == TK_OK);
+    tk_op *copy = tk_op_find_mut(other, "axpy");
+    CHECK(tk_cc_compile_variant_source(cc, copy, f32, src, msg, sizeof msg) == TK_OK);
+    tk_free(src);
+    CHECK(count_entries(dir) == 2);
+    CHECK(tk_op_cpu_kernel(copy, f32) == tk_op_cpu_kernel(axpy, f32));   /* the same file, loaded once */
+    CHECK(tk_op_cpu_kernel(copy, f64) == NULL);
+    run_axpy(other);
+    tk_ctx_free(other);
+    tk_cc_free(cc);
+
+    /* failures name the op and the variant; nothing is attached */
+    cc = new_cc("cc -include /nonexistent/tk_missing.h", "");
+    tk_op *back = tk_op_find_mut(ctx, "axpy_backward_x");
+    int b32 = variant_of(back, "f32");
+    CHECK(tk_cc_compile_variant(cc, ctx, back, b32, msg, sizeof msg) == TK_ERR_COMPILE);
+    CHECK(strstr(msg, "tk: compiling the CPU kernels of axpy_backward_x (f32) failed (cc -include") == msg);
+    CHECK(tk_op_cpu_kernel(back, b32) == NULL);
+    tk_cc_free(cc);
+    cc = new_cc("/nonexistent/bin/cc", "");
+    CHECK(tk_cc_check(cc, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    CHECK(strstr(msg, "tk: no C compiler: '/nonexistent/bin/cc' could not be run") == msg);
+    CHECK(tk_cc_compile_variant(cc, ctx, back, b32, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+}
+
 static void test_errors(void) {
     char msg[16384];
     /* no such compiler */
@@ -168,6 +232,7 @@ int main(int argc, char **argv) {
     test_compile_and_cache();
     test_damaged_entry();
     test_unwritable_cache();
+    test_compile_variant();
     test_errors();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);

@@ -2,7 +2,7 @@
 #include "tk_kernel.h"
 
 /* rwkv_forward: w float16, k float16, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -6323,7 +6323,7 @@ void tk_rwkv_forward__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_forward: w bfloat16, k bfloat16, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -12644,7 +12644,7 @@ void tk_rwkv_forward__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_forward: w float32, k float32, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -18965,7 +18965,7 @@ void tk_rwkv_forward__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_forward: w float64, k float64, computing in float64 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -25288,7 +25288,7 @@ void tk_rwkv_forward__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #include "tk_kernel.h"
 
 /* rwkv_backward_w: k float16, grad_out float16, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -27850,7 +27850,7 @@ void tk_rwkv_backward_w__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_w: k bfloat16, grad_out bfloat16, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -30412,7 +30412,7 @@ void tk_rwkv_backward_w__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_w: k float32, grad_out float32, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -32974,7 +32974,7 @@ void tk_rwkv_backward_w__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_w: k float64, grad_out float64, computing in float64 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -35538,7 +35538,7 @@ void tk_rwkv_backward_w__f64(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #include "tk_kernel.h"
 
 /* rwkv_backward_k: w float16, grad_out float16, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -41880,7 +41880,7 @@ void tk_rwkv_backward_k__f16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_k: w bfloat16, grad_out bfloat16, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -48222,7 +48222,7 @@ void tk_rwkv_backward_k__bf16(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_k: w float32, grad_out float32, computing in float32 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"
@@ -54564,7 +54564,7 @@ void tk_rwkv_backward_k__f32(const tk_kargs *a, tk_i64 begin, tk_i64 end) {
 #endif
 
 /* rwkv_backward_k: w float64, grad_out float64, computing in float64 */
-#if TK_VX
+#if TK_VXW
 #if TK_VX
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-variable"

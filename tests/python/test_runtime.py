@@ -4,9 +4,11 @@ The three worked examples of examples/specs/ against their torch formulations
 (CPU; CUDA when there is a GPU), their gradients (gradcheck, float64),
 torch.compile(fullgraph=True) and torch.jit.script with a run-time op, the
 re-registration rules, malformed specs with their exact messages, four
-threads registering at once, and the C compiler's errors and disk cache (in
-fresh processes). Compiled kernels are cached (~/.cache/tk/cpu or
-$TK_CACHE_DIR/cpu), so a second run compiles nothing.
+threads registering at once, CPU kernels compiled per (op, dtype) on the
+first call that needs one (not at registration; once under concurrent first
+calls), and the C compiler's errors and disk cache (in fresh processes).
+Compiled kernels are cached (~/.cache/tk/cpu or $TK_CACHE_DIR/cpu), so a
+second run compiles nothing.
 """
 
 import os
@@ -497,12 +499,12 @@ print("ok")
 def test_kernels_are_cached_on_disk(tmp_path):
     first = run_python(CACHE_SCRIPT, tmp_path, TK_DEBUG="1")
     assert first.returncode == 0, first.stderr
-    assert "tk: compiling the CPU kernels of rt_cached:" in first.stderr
+    assert "tk: compiling the CPU kernels of rt_cached (f32):" in first.stderr
     entries = sorted(os.listdir(tmp_path / "cache" / "cpu"))
     assert len(entries) == 1 and entries[0].endswith(".so") and len(entries[0]) == 64 + 3, entries
     second = run_python(CACHE_SCRIPT, tmp_path, TK_DEBUG="1")
     assert second.returncode == 0, second.stderr
-    assert "tk: CPU kernels of rt_cached: from the cache" in second.stderr
+    assert "tk: CPU kernels of rt_cached (f32): from the cache" in second.stderr
     assert "compiling" not in second.stderr
 
 
@@ -518,13 +520,20 @@ def test_no_c_compiler(tmp_path):
 
 
 def test_compile_error_shows_the_compiler_output(tmp_path):
-    code = ("import torch_tk\ntry:\n    torch_tk.kernel('op rt_ccfail(x: float[N]) -> y: x.dtype[N]:\\n"
-            "    for i in y:\\n        y[i] = x[i]\\n')\nexcept RuntimeError as e:\n    print(e)\n")
+    # registration compiles nothing: the first CPU call fails, naming the op
+    # and the dtype, and so does the next one (nothing half-made is kept);
+    # the Meta kernel needs no CPU kernel
+    code = ("import torch, torch_tk\nop = torch_tk.kernel('op rt_ccfail(x: float[N]) -> y: x.dtype[N]:\\n"
+            "    for i in y:\\n        y[i] = x[i]\\n')\nprint('registered')\n"
+            "print(op(torch.ones(2, device='meta')).shape)\n"
+            "for _ in range(2):\n    try:\n        op(torch.ones(2))\n    except RuntimeError as e:\n"
+            "        print(str(e).splitlines()[0])\n        print('tk_missing.h' in str(e).split('\\n', 1)[1])\n"
+            "print(torch_tk.runtime_kernels()['rt_ccfail']['f32'])\n")
     r = run_python(code, tmp_path, TK_CC="cc -include /nonexistent/tk_missing.h")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("tk: compiling the CPU kernels of rt_ccfail failed (cc -include "
-                               "/nonexistent/tk_missing.h, exit status 1; TK_DEBUG=1 prints the source):\n")
-    assert "tk_missing.h" in r.stdout.split("\n", 1)[1]
+    failed = ("tk: compiling the CPU kernels of rt_ccfail (f32) failed (cc -include /nonexistent/tk_missing.h, "
+              "exit status 1; TK_DEBUG=1 prints the source):\nTrue\n")
+    assert r.stdout == "registered\ntorch.Size([2])\n" + failed + failed + "0\n"
 
 
 def test_shape_division_by_zero_under_compile():
@@ -612,3 +621,147 @@ def test_abs_in_a_shape_does_not_guard_on_the_sign():
         torch.testing.assert_close(compiled(x, k), ref, rtol=0, atol=0)
     assert len(frames) == 1, f"recompiled {len(frames) - 1} times"
     torch._dynamo.reset()
+
+
+# ---- CPU kernels compiled per (op, dtype) on first use -----------------------------------
+
+PREFIX_SPEC = """
+op rt_lazy_prefix{n}(x: float[..., N]) -> y: x.dtype[..., N]:
+    backward rt_lazy_prefix{n}_backward
+    for i in y:
+        s = 0.0
+        for u in range(i + 1):
+            s += x[u]
+        y[i] = s
+op rt_lazy_prefix{n}_backward(grad_y: float[..., N]) -> grad_x: grad_y.dtype[..., N]:
+    for i in grad_x:
+        s = 0.0
+        for u in range(i, N):
+            s += grad_y[u]
+        grad_x[i] = s
+"""
+
+
+def prefix_op(n):
+    """A fresh prefix-sum op (name suffix n) with its backward op, both
+    registered and not yet called."""
+    op = torch_tk.kernel(PREFIX_SPEC.format(n=n))
+    kernels = torch_tk.runtime_kernels()
+    for name in (f"rt_lazy_prefix{n}", f"rt_lazy_prefix{n}_backward"):
+        assert kernels[name] == {"f16": 0, "bf16": 0, "f32": 0, "f64": 0}, kernels[name]
+    return op
+
+
+def loads(name):
+    """{variant: loads} of the CPU kernels of run-time op `name`, the variants
+    never loaded left out."""
+    return {v: n for v, n in torch_tk.runtime_kernels()[name].items() if n}
+
+
+def test_float32_then_float64_each_compile_once():
+    op = prefix_op(1)
+    assert op(torch.ones(3, 0)).shape == (3, 0)                  # nothing to run: nothing compiled
+    assert op(torch.ones(2, 5, device="meta")).shape == (2, 5)   # the Meta kernel needs none
+    assert loads("rt_lazy_prefix1") == {}
+    for dtype, want_loads in ((torch.float32, {"f32": 1}), (torch.float64, {"f32": 1, "f64": 1})):
+        for seed in (1, 2):   # the second call of a dtype compiles nothing
+            x = torch.randn(3, 37, dtype=dtype, generator=gen(seed))
+            y = op(x)
+            assert y.dtype == dtype
+            torch.testing.assert_close(y, torch.cumsum(x.double(), -1).to(dtype))
+            assert loads("rt_lazy_prefix1") == want_loads
+    assert loads("rt_lazy_prefix1_backward") == {}   # never called
+
+
+def test_concurrent_first_calls_compile_once():
+    op = prefix_op(2)
+    nthreads = 6
+    barrier = threading.Barrier(nthreads)
+    inputs = [torch.randn(4, 29, generator=gen(10 + i)) for i in range(nthreads)]
+    results, errors = [None] * nthreads, []
+
+    def call(i):
+        try:
+            barrier.wait()
+            results[i] = op(inputs[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(nthreads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    for x, y in zip(inputs, results):
+        torch.testing.assert_close(y, torch.cumsum(x.double(), -1).float())
+    assert loads("rt_lazy_prefix2") == {"f32": 1}
+
+
+def test_backward_op_compiles_on_backward():
+    op = prefix_op(3)
+    x = torch.randn(2, 23, dtype=torch.float64, generator=gen(4), requires_grad=True)
+    y = op(x)
+    assert loads("rt_lazy_prefix3") == {"f64": 1} and loads("rt_lazy_prefix3_backward") == {}
+    g = torch.randn(2, 23, dtype=torch.float64, generator=gen(5))
+    y.backward(g)
+    assert loads("rt_lazy_prefix3_backward") == {"f64": 1}
+    # d/dx_u sum_i g_i y_i = sum_{i >= u} g_i: a reversed cumulative sum
+    torch.testing.assert_close(x.grad, g.flip(-1).cumsum(-1).flip(-1))
+    torch.testing.assert_close(y, torch.cumsum(x.detach(), -1))
+
+
+LAZY_SCRIPT = r"""
+import os, torch, torch_tk
+cpu = os.path.join(os.environ["TK_CACHE_DIR"], "cpu")
+def entries():
+    return len([f for f in os.listdir(cpu) if f.endswith(".so")]) if os.path.isdir(cpu) else 0
+op = torch_tk.kernel('''
+op rt_lazy_axpy(x: float[N], y: x.dtype[N], a: float) -> out: x.dtype[N]:
+    backward rt_lazy_axpy_backward
+    for i in out:
+        out[i] = a * x[i] + y[i]
+op rt_lazy_axpy_backward(grad_out: float[N], a: float) -> (grad_x: grad_out.dtype[N], grad_y: grad_out.dtype[N]):
+    for i in grad_x:
+        grad_x[i] = a * grad_out[i]
+        grad_y[i] = grad_out[i]
+''')
+print(entries())
+g = torch.Generator().manual_seed(0)
+for dtype in (torch.float32, torch.float32, torch.float64):
+    x, y = torch.randn(50, dtype=dtype, generator=g), torch.randn(50, dtype=dtype, generator=g)
+    assert torch.allclose(op(x, y, 0.5), 0.5 * x + y)
+    print(entries())
+print(sorted((op, sorted(v.items())) for op, v in torch_tk.runtime_kernels().items()))
+"""
+
+
+def test_registration_compiles_nothing(tmp_path):
+    """A two-op spec: no file in the cache after registration, one per
+    (op, dtype) called afterwards; a new process finds them there."""
+    r = run_python(LAZY_SCRIPT, tmp_path)
+    assert r.returncode == 0, r.stderr
+    last = str([("rt_lazy_axpy", [("bf16", 0), ("f16", 0), ("f32", 1), ("f64", 1)]),
+                ("rt_lazy_axpy_backward", [("bf16", 0), ("f16", 0), ("f32", 0), ("f64", 0)])])
+    assert r.stdout.splitlines() == ["0", "1", "1", "2", last]
+    again = run_python(LAZY_SCRIPT, tmp_path, TK_DEBUG="1")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == ["2", "2", "2", "2", last]
+    assert "compiling" not in again.stderr
+    assert again.stderr.count("from the cache") == 2, again.stderr
+
+
+def test_a_kernel_that_does_not_load_names_the_op(tmp_path):
+    # a "compiler" that writes a file which is no shared object: the call
+    # says which op and dtype, and what dlopen said
+    fake = tmp_path / "fake-cc"
+    fake.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake cc 1.0"; exit 0; fi\n'
+                    'while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then echo junk > "$2"; fi; shift; done\n')
+    fake.chmod(0o755)
+    code = ("import torch, torch_tk\nop = torch_tk.kernel('op rt_badso(x: float[N]) -> y: x.dtype[N]:\\n"
+            "    for i in y:\\n        y[i] = x[i]\\n')\ntry:\n    op(torch.ones(2, dtype=torch.float64))\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    r = run_python(code, tmp_path, TK_CC=str(fake))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("tk.rt_badso (f64): tk: cannot load the compiled kernels "), r.stdout
+    assert str(tmp_path / "cache" / "cpu") in r.stdout and ".so: " in r.stdout, r.stdout
