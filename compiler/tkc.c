@@ -89,11 +89,14 @@ static FILE *open_new(const char *path, char *tmp, size_t n) {
 }
 
 /* Closes f (opened by open_new as tmp) and moves it to path unless path
- * already holds the same bytes. 0, or 2 on an I/O error (tmp removed). */
+ * already holds the same bytes. 0, or 2 on an I/O error (tmp removed; the
+ * error is reported here unless rc already was one). */
 static int finish_new(FILE *f, const char *tmp, const char *path, int rc) {
+    int failed = rc;
     if (fclose(f) != 0 && rc == 0) rc = 2;
     if (rc == 0 && same_bytes(tmp, path)) return remove(tmp) == 0 ? 0 : 2;
     if (rc == 0 && rename(tmp, path) != 0) rc = 2;
+    if (rc && !failed) fprintf(stderr, "tkc: cannot write %s\n", path);
     if (rc) remove(tmp);
     return rc;
 }
