@@ -388,6 +388,7 @@ static tk_status bind_outputs(binder *b) {
     const tk_opdecl *d = op->decl;
     int nb = 0;
     const tk_tensor_view *bref = NULL;
+    call->index_work = 1;
     if (b->batch_param >= 0) {
         bref = &b->args[b->batch_param].t;
         nb = bref->ndim - tk_explicit_dims(&d->params[b->batch_param]);
@@ -437,7 +438,9 @@ static tk_status bind_outputs(binder *b) {
     if (op->row_loop) {
         tk_status st = check_row_dims(b, nb);
         if (st != TK_OK) return st;
+        int64_t all = numel;
         numel = row_domain(op, call, nb);
+        call->index_work = numel > 0 && all / numel > 1 ? all / numel : 1;
     }
     for (int o = 0; o < d->noutputs && !op->row_loop; o++) {
         int same = call->out_ndim[o] == call->out_ndim[lo];
