@@ -85,7 +85,7 @@ static const bad_spec k_bad[] = {
      "bad.tk:4:13: error: store to s[t, b] does not index any dim with the loop variable c: two iterations could "
      "write the same element"},
     {ROW "            s[c, b] = 1.0\n        if T > 0:\n            s[b, c] = 2.0\n",
-     "bad.tk:6:13: error: store to s[b, c] does not index dim 0 with the loop variable c as the access at 4:13 "
+     "bad.tk:6:13: error: store to s[b, c] does not index dim 1 with the loop variable b as the access at 4:13 "
      "does: two iterations could write the same element"},
     {ROW "            y[b, t, c] += 1.0\n",
      "bad.tk:4:13: error: a store takes '=': to update an element, read it back (y[...] = y[...] + v)"},
@@ -95,7 +95,7 @@ static const bad_spec k_bad[] = {
     {ROW "            y[b, t] = 1.0\n", "bad.tk:4:13: error: 'y' takes 3 indices (one per explicit dim), got 2"},
 #undef ROW
     {"op f(x: float32[..., N]) -> (y: float32[..., N], s: float32[N]):\n    for _ in y:\n        y[0] = 0.0\n",
-     "bad.tk:1:51: error: output 's' has no '...' and the loop output 'y' has: in a row loop every output has the "
+     "bad.tk:1:50: error: output 's' has no '...' and the loop output 'y' has: in a row loop every output has the "
      "loop output's batch dims or none"},
 };
 
