@@ -202,7 +202,14 @@ const char *tk_op_output_name(const tk_op *op, int i) {
 int tk_op_output_written(const tk_op *op, int i) {
     if (i < 0 || i >= op->decl->noutputs) return 0;
     /* a store at the top level of the loop body runs for every index (the
-     * language has no break, continue or return), at that index */
+     * language has no break, continue or return), at that index; in a row
+     * loop that covers the output only when loop variables index all its
+     * dims (`last[c, b]`), never the dims an iteration owns */
+    if (op->row_loop) {
+        int n = 0;
+        for (int v = 0; v < op->decl->nloop; v++) n += op->row_pos[i][v] >= 0;
+        if (n < tk_explicit_dims(&op->decl->outputs[i])) return 0;
+    }
     for (int k = 0; k < op->decl->nbody; k++) {
         const tk_stmt *s = op->decl->body[k];
         if (s->kind == TK_S_STORE && strcmp(s->name, op->decl->outputs[i].name) == 0) return 1;

@@ -65,6 +65,7 @@ typedef struct tk_expr {
     /* checker annotations */
     tk_vtype vtype;     /* value type in the instantiation being checked */
     int ref;            /* NAME/INDEX: index of the symbol it resolves to */
+    int is_out;         /* INDEX: a row loop reading back output `ref` (not an input) */
 } tk_expr;
 
 typedef enum tk_stmt_kind {

@@ -23,6 +23,8 @@ typedef struct checker {
     int scope[TK_MAX_LOCALS];   /* stack of visible locals (indices into op->locals) */
     int nscope;
     int loop_depth;
+    tk_loc row_first[TK_MAX_TENSORS];   /* row loops: the first access to each output (line 0: none yet) */
+    signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];   /* as tk_op's, found by this check */
 } checker;
 
 /* Formats "file:line:col: error: msg" into the checker's buffer; returns
@@ -49,6 +51,8 @@ static int is_function(const char *name) {
         if (strcmp(k_functions[i], name) == 0) return 1;
     return 0;
 }
+
+static int is_owned(const char *name) { return tk_owned_dim(name); }
 
 int tk_explicit_dims(const tk_param *p) {
     int n = 0;
@@ -350,7 +354,12 @@ static tk_status check_loop(checker *c) {
     if (d->nloop != n)
         return fail(c, d->loop_loc, "'%s' has %d explicit dims, so the loop needs %d variables, not %d",
                     o->name, n, n, d->nloop);
+    op->row_loop = 0;
     for (int i = 0; i < d->nloop; i++) {
+        if (is_owned(d->loop_vars[i])) {   /* '_': a dim the iteration owns */
+            op->row_loop = 1;
+            continue;
+        }
         if (tk_resolve_header(op, d->loop_vars[i], &idx) != TK_SYM_NONE || is_function(d->loop_vars[i]))
             return fail(c, d->loop_locs[i], "loop variable '%s' hides a parameter, dim or function",
                         d->loop_vars[i]);
@@ -358,10 +367,16 @@ static tk_status check_loop(checker *c) {
             if (strcmp(d->loop_vars[i], d->loop_vars[j]) == 0)
                 return fail(c, d->loop_locs[i], "loop variable '%s' appears twice", d->loop_vars[i]);
     }
-    for (int i = 0; i < d->noutputs; i++)
+    for (int i = 0; i < d->noutputs; i++) {
+        if (op->row_loop && has_ellipsis(&d->outputs[i]) != has_ellipsis(o))   /* they share the batch dims */
+            return fail(c, d->outputs[i].loc, "output '%s' %s '...' and the loop output '%s' %s: in a row loop "
+                        "every output has the loop output's batch dims or none", d->outputs[i].name,
+                        has_ellipsis(&d->outputs[i]) ? "has" : "has no", o->name, has_ellipsis(o) ? "has" : "has none");
+        if (op->row_loop) continue;   /* any rank: the stores say which dims are whose (check_row_access) */
         if (has_ellipsis(&d->outputs[i]) != has_ellipsis(o) ||
             tk_explicit_dims(&d->outputs[i]) != n)
             return fail(c, d->outputs[i].loc, "every output must have the loop output's rank");
+    }
     return TK_OK;
 }
 
@@ -537,8 +552,96 @@ static int find_local(const checker *c, const char *name) {
 
 static int find_loop_var(const tk_opdecl *d, const char *name) {
     for (int i = 0; i < d->nloop; i++)
-        if (strcmp(d->loop_vars[i], name) == 0) return i;
+        if (!is_owned(d->loop_vars[i]) && strcmp(d->loop_vars[i], name) == 0) return i;
     return -1;
+}
+
+/* Appends e as spec text (for messages); top: no parentheses around it. */
+static void expr_text_at(tk_buf *b, const tk_expr *e, int top);
+static void expr_text(tk_buf *b, const tk_expr *e) { expr_text_at(b, e, 0); }
+
+static void expr_text_at(tk_buf *b, const tk_expr *e, int top) {
+    switch (e->kind) {
+    case TK_E_INT: tk_buf_printf(b, "%lld", (long long)e->ival); return;
+    case TK_E_FLOAT: tk_buf_printf(b, "%g", e->fval); return;
+    case TK_E_BOOL: tk_buf_puts(b, e->ival ? "True" : "False"); return;
+    case TK_E_NAME: tk_buf_puts(b, e->name); return;
+    case TK_E_ELLIPSIS: tk_buf_puts(b, "..."); return;
+    case TK_E_UNARY:
+        tk_buf_printf(b, "%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "");
+        expr_text(b, e->args[0]);
+        return;
+    case TK_E_BINARY:
+        tk_buf_puts(b, top ? "" : "(");
+        expr_text(b, e->args[0]);
+        tk_buf_printf(b, " %s ", tk_opc_text(e->op));
+        expr_text(b, e->args[1]);
+        tk_buf_puts(b, top ? "" : ")");
+        return;
+    case TK_E_COND:
+        expr_text(b, e->args[0]);
+        tk_buf_puts(b, " if ");
+        expr_text(b, e->args[1]);
+        tk_buf_puts(b, " else ");
+        expr_text(b, e->args[2]);
+        return;
+    case TK_E_CALL:
+    case TK_E_INDEX:
+        tk_buf_printf(b, "%s%c", e->name, e->kind == TK_E_CALL ? '(' : '[');
+        for (int i = 0; i < e->nargs; i++) {
+            if (i) tk_buf_puts(b, ", ");
+            expr_text(b, e->args[i]);
+        }
+        tk_buf_puts(b, e->kind == TK_E_CALL ? ")" : "]");
+        return;
+    }
+}
+
+/* Whether index expression e is loop variable v itself. */
+static int is_bare(const tk_expr *e, const char *v) { return e->kind == TK_E_NAME && strcmp(e->name, v) == 0; }
+
+/* Row loops: an access (store or read back) to output o at idx[0..n) is
+ * race-free: each parallel loop variable is the whole index of one dim of
+ * o, the same dim in every access to o (the loop output: the variable's own
+ * dim). Records the dims in c->row_pos[o]; an error at loc otherwise. */
+static tk_status check_row_access(checker *c, tk_loc loc, int o, tk_expr **idx, int n, int is_store) {
+    tk_op *op = c->op;
+    const tk_opdecl *d = op->decl;
+    const tk_param *p = &d->outputs[o];
+    for (int i = 0; i < d->nloop; i++) {
+        const char *v = d->loop_vars[i];
+        if (is_owned(v)) continue;
+        int want = o == op->loop_out ? i : c->row_pos[o][i], at = want;
+        if (at < 0)   /* the first access to o fixes the dim */
+            for (int j = 0; j < n && at < 0; j++)
+                if (is_bare(idx[j], v)) at = j;
+        if (at >= 0 && at < n && is_bare(idx[at], v)) {
+            c->row_pos[o][i] = (signed char)at;
+            continue;
+        }
+        tk_buf b = {0};
+        tk_buf_printf(&b, "%s[", p->name);
+        for (int j = 0; j < n; j++) {
+            if (j) tk_buf_puts(&b, ", ");
+            expr_text_at(&b, idx[j], 1);
+        }
+        tk_buf_puts(&b, "]");
+        tk_status st;
+        const char *why = is_store ? "two iterations could write the same element"
+                                   : "it could read an element another iteration writes";
+        const char *what = is_store ? "store to" : "read of", *t = b.p ? b.p : p->name;
+        if (want < 0)
+            st = fail(c, loc, "%s %s does not index any dim with the loop variable %s: %s", what, t, v, why);
+        else if (o == op->loop_out || !c->row_first[o].line)
+            st = fail(c, loc, "%s %s does not index dim %d with the loop variable %s: %s", what, t, want, v, why);
+        else
+            st = fail(c, loc, "%s %s does not index dim %d with the loop variable %s as the access at %d:%d "
+                      "does: %s", what, t, want, v, c->row_first[o].line, c->row_first[o].col, why);
+        free(b.p);
+        return st;
+    }
+    if (!c->row_first[o].line) c->row_first[o] = loc;
+    return TK_OK;
 }
 
 static tk_status check_expr(checker *c, tk_expr *e);
@@ -572,9 +675,35 @@ static tk_status check_name(checker *c, tk_expr *e) {
     }
 }
 
+/* Checks index list idx[0..n) of tensor `name` with `want` explicit dims: ints. */
+static tk_status check_indices(checker *c, tk_loc loc, const char *name, tk_expr **idx, int n, int want) {
+    if (n != want)
+        return fail(c, loc, "'%s' takes %d indices (one per explicit dim), got %d", name, want, n);
+    for (int i = 0; i < n; i++) {
+        TRY(check_expr(c, idx[i]));
+        if (idx[i]->vtype != TK_V_INT)
+            return fail(c, idx[i]->loc, "an index must be an int, not %s", vtype_name(idx[i]->vtype));
+    }
+    return TK_OK;
+}
+
+/* A row loop reads back output o (an element its iteration owns: what an
+ * earlier statement stored there, or uninitialised memory). */
+static tk_status check_read_back(checker *c, tk_expr *e, int o) {
+    const tk_param *p = &c->op->decl->outputs[o];
+    TRY(check_indices(c, e->loc, e->name, e->args, e->nargs, tk_explicit_dims(p)));
+    TRY(check_row_access(c, e->loc, o, e->args, e->nargs, 0));
+    e->ref = o;
+    e->is_out = 1;
+    e->vtype = elem_vtype(tk_variant_out_dtype(c->op, c->variant, o));
+    return TK_OK;
+}
+
 static tk_status check_index(checker *c, tk_expr *e) {
     int idx;
     tk_sym_kind k = tk_resolve_header(c->op, e->name, &idx);
+    e->is_out = 0;
+    if (k == TK_SYM_OUTPUT && c->op->row_loop) return check_read_back(c, e, idx);
     if (k == TK_SYM_OUTPUT)
         return fail(c, e->loc, "output '%s' is write-only; keep values in a local", e->name);
     if (k != TK_SYM_TENSOR) {
@@ -705,6 +834,8 @@ static tk_status declare_local(checker *c, tk_stmt *s, tk_vtype t) {
         return fail(c, s->loc, "cannot assign to '%s': it is a parameter, dim, tensor or loop variable", s->name);
     if (is_function(s->name))
         return fail(c, s->loc, "'%s' is a built-in function and cannot name a variable", s->name);
+    if (c->op->row_loop && is_owned(s->name))
+        return fail(c, s->loc, "'_' marks a dim the iteration owns in the loop header; give the variable a name");
     tk_local *l = &c->op->locals[c->op->nlocals];
     l->name = s->name;
     l->type = t;
@@ -743,14 +874,24 @@ static tk_status check_assign(checker *c, tk_stmt *s) {
     return check_convert(c, s->loc, v, lt, what);
 }
 
+static tk_status check_stored_value(checker *c, tk_stmt *s, int idx);
+
 static tk_status check_store(checker *c, tk_stmt *s) {
     const tk_opdecl *d = c->op->decl;
     int idx;
     tk_sym_kind k = tk_resolve_header(c->op, s->name, &idx);
     if (k == TK_SYM_TENSOR) return fail(c, s->loc, "input '%s' is read-only", s->name);
     if (k != TK_SYM_OUTPUT) return fail(c, s->loc, "'%s' is not an output", s->name);
+    if (s->op != TK_OPC_NONE && c->op->row_loop)
+        return fail(c, s->loc, "a store takes '=': to update an element, read it back (%s[...] = %s[...] + v)",
+                    s->name, s->name);
     if (s->op != TK_OPC_NONE)
         return fail(c, s->loc, "outputs are write-only: accumulate in a local, then store with '='");
+    if (c->op->row_loop) {
+        TRY(check_indices(c, s->loc, s->name, s->index, s->nindex, tk_explicit_dims(&d->outputs[idx])));
+        TRY(check_row_access(c, s->loc, idx, s->index, s->nindex, 1));
+        return check_stored_value(c, s, idx);
+    }
     int ok = s->nindex == d->nloop;
     for (int i = 0; ok && i < s->nindex; i++)
         ok = s->index[i]->kind == TK_E_NAME && strcmp(s->index[i]->name, d->loop_vars[i]) == 0 &&
@@ -763,6 +904,11 @@ static tk_status check_store(checker *c, tk_stmt *s) {
         free(b.p);
         return st;
     }
+    return check_stored_value(c, s, idx);
+}
+
+/* The value of store s to output idx: checked, and convertible to its dtype. */
+static tk_status check_stored_value(checker *c, tk_stmt *s, int idx) {
     s->ref = idx;
     TRY(check_expr(c, s->value));
     tk_dtype od = tk_variant_out_dtype(c->op, c->variant, idx);
@@ -821,7 +967,9 @@ static tk_status check_block(checker *c, tk_stmt **body, int n) {
     return TK_OK;
 }
 
-tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen) {
+/* tk_check_body; row_pos, if not NULL, gets the row loop's dims of each output. */
+static tk_status check_body(tk_op *op, int variant, char *err, size_t errlen,
+                            signed char (*row_pos)[TK_MAX_DIMS]) {
     checker c;
     memset(&c, 0, sizeof c);
     c.op = op;
@@ -831,7 +979,14 @@ tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen) {
     c.ftype = tk_variant_float_type(op, variant) == TK_F64 ? TK_V_F64 : TK_V_F32;
     op->nlocals = 0;
     op->cur_variant = variant;
-    return check_block(&c, op->decl->body, op->decl->nbody);
+    memset(c.row_pos, -1, sizeof c.row_pos);
+    tk_status st = check_block(&c, op->decl->body, op->decl->nbody);
+    if (st == TK_OK && row_pos) memcpy(row_pos, c.row_pos, sizeof c.row_pos);
+    return st;
+}
+
+tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen) {
+    return check_body(op, variant, err, errlen, NULL);
 }
 
 /* Loop variables of inner loops must not be assigned: enforce by scanning. */
@@ -948,7 +1103,9 @@ static void find_reads_always(tk_op *op) {
 static tk_status check_variants(tk_op *op, char *err, size_t errlen) {
     tk_status st = TK_OK;
     int bad = 0;
-    while (bad < op->nvariants && (st = tk_check_body(op, bad, err, errlen)) == TK_OK) bad++;
+    /* the first variant records the row loop's dims (the same in every variant) */
+    while (bad < op->nvariants && (st = check_body(op, bad, err, errlen, bad == 0 ? op->row_pos : NULL)) == TK_OK)
+        bad++;
     if (st == TK_OK) return TK_OK;
     int depends = bad > 0;
     char *other = depends || op->nvariants == 1 ? NULL : malloc(errlen);

@@ -51,6 +51,12 @@ struct tk_op {
     int ndims;
     int has_ellipsis;                    /* some input uses '...' */
     int loop_out;                        /* index of the output the loop runs over */
+    /* a row loop (`for b, _, c in y`: some loop names are '_'): the
+     * iteration owns the '_' dims of the loop output; row_pos[o][i] is the
+     * explicit dim of output o that loop variable i indexes in every store
+     * to o (-1: '_', or o is never stored) */
+    int row_loop;
+    signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];
     int dvars[TK_MAX_TENSORS];           /* tensor params that are dtype variables */
     int ndvars;
     int nvariants;
@@ -119,5 +125,9 @@ void tk_buf_printf(tk_buf *b, const char *fmt, ...)
     ;
 
 int tk_explicit_dims(const tk_param *p);   /* dims other than '...' */
+
+/* Whether a top-level loop name is '_': a dim of the loop output that the
+ * iteration owns (a row loop) rather than a parallel variable. */
+static inline int tk_owned_dim(const char *loop_name) { return loop_name[0] == '_' && loop_name[1] == 0; }
 
 #endif

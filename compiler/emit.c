@@ -92,14 +92,16 @@ void prologue(emitter *E) {
         if (used(E, op->dims[i].name)) line(E, "const tk_i64 d_%s = %si[%d];", op->dims[i].name, A, op->dims[i].slot);
     const tk_param *lo = output(E, op->loop_out);
     int lslot = op->out_slot[op->loop_out];
-    for (int i = 0; i < d->nloop; i++)
-        line(E, "const tk_i64 n_%s = %st[%d].size[%st[%d].ndim - %d];", d->loop_vars[i], A, lslot, A, lslot,
-             d->nloop - i);
+    for (int i = 0; i < d->nloop; i++)   /* (a row loop's '_' dims: the body walks them by their dim names) */
+        if (!tk_owned_dim(d->loop_vars[i]))
+            line(E, "const tk_i64 n_%s = %st[%d].size[%st[%d].ndim - %d];", d->loop_vars[i], A, lslot, A, lslot,
+                 d->nloop - i);
     (void)lo;
 }
 
 /* Splits r (a flat index) into the loop variables (all but the last when
- * inner_last) and the batch offsets of the '...' tensors. */
+ * inner_last; a row loop's named ones, its '_' dims are no part of the
+ * index space) and the batch offsets of the '...' tensors. */
 void decompose(emitter *E, int skip_last) {
     const tk_op *op = E->op;
     const tk_opdecl *d = op->decl;
@@ -123,6 +125,7 @@ void decompose(emitter *E, int skip_last) {
     for (int o = 0; o < d->nloop && !E->stepped; o++) {
         int i = order[o];
         const char *v = d->loop_vars[i];
+        if (tk_owned_dim(v)) continue;
         if (E->tg->gpu) {   /* one (32-bit when it fits) division a dim, the remainder from it */
             char nb[80];
             int scale = 1;   /* tiles: r counts them, v_ is their first element */

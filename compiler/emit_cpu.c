@@ -256,10 +256,25 @@ static void group_rows(emitter *E, int step) {
     line(E, "}");
 }
 
+/* CPU, a row loop: one iteration (a row, or a (b, c) pair) per index,
+ * decomposed each time; the body walks the dims it owns. */
+static void cpu_row_loop(emitter *E) {
+    line(E, "for (tk_i64 lin = begin; lin < end; ++lin) {");
+    E->indent++;
+    decompose(E, 0);
+    block(E, E->op->decl->body, E->op->decl->nbody);
+    E->indent--;
+    line(E, "}");
+}
+
 /* CPU: decompose once per run of the innermost dim, then walk it; bodies
  * with a top-level loop walk it ncopies elements at a time (unroll-and-jam). */
 static void cpu_loop(emitter *E) {
     const tk_opdecl *d = E->op->decl;
+    if (E->plan->row_loop) {
+        cpu_row_loop(E);
+        return;
+    }
     line(E, "for (tk_i64 lin = begin; lin < end;) {");
     E->indent++;
     decompose(E, 1);

@@ -135,7 +135,27 @@ const char *const k_to_value[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
     "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
 const char *const k_to_value_end[TK_DTYPE_COUNT] = {" != 0)", "", "", "", "", "", ")", ")", "", ""};
 
+/* A row loop reading back an element of output e->ref that its iteration owns. */
+static void output_read(emitter *E, const tk_expr *e) {
+    const tk_param *o = output(E, e->ref);
+    tk_dtype dt = tk_variant_out_dtype(E->op, E->variant, e->ref);
+    const char *pre = E->raw_read ? "" : k_to_value[dt], *post = E->raw_read ? "" : k_to_value_end[dt];
+    tk_buf_printf(E->b, "%st_%s[", pre, o->name);
+    if (has_ell(o)) tk_buf_printf(E->b, "o_%s + ", o->name);
+    for (int i = 0; i < e->nargs; i++) {
+        tk_buf_puts(E->b, i ? " + " : "");
+        expr(E, e->args[i], TK_V_INT);
+        stride(E, o, i);
+    }
+    if (e->nargs == 0) tk_buf_puts(E->b, "0");
+    tk_buf_printf(E->b, "]%s", post);
+}
+
 static void tensor_read(emitter *E, const tk_expr *e) {
+    if (e->is_out) {
+        output_read(E, e);
+        return;
+    }
     const tk_param *p = param(E, e->ref);
     tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
     const char *pre = E->raw_read ? "" : k_to_value[dt], *post = E->raw_read ? "" : k_to_value_end[dt];
@@ -414,7 +434,8 @@ void store_target(emitter *E, const tk_stmt *s) {
     if (has_ell(o)) tk_buf_printf(E->b, "o_%s + ", o->name);
     for (int i = 0; i < s->nindex; i++) {
         tk_buf_puts(E->b, i ? " + " : "");
-        loop_var(E, s->index[i]->name);
+        if (E->plan->row_loop) expr(E, s->index[i], TK_V_INT);   /* any index on the dims it owns */
+        else loop_var(E, s->index[i]->name);
         stride(E, o, i);
     }
     if (s->nindex == 0) tk_buf_puts(E->b, "0");
@@ -428,7 +449,8 @@ static void store(emitter *E, const tk_stmt *s) {
     else store_target(E, s);
     tk_buf_puts(E->b, " = ");
     if ((dt == TK_F16 || dt == TK_BF16) && s->value->kind == TK_E_INDEX &&
-        tk_variant_dtype(E->op, E->variant, s->value->ref) == dt) {
+        (s->value->is_out ? tk_variant_out_dtype(E->op, E->variant, s->value->ref)
+                          : tk_variant_dtype(E->op, E->variant, s->value->ref)) == dt) {
         /* a 16-bit float copied as it is: the round trip through float32 is exact */
         E->raw_read = 1;
         expr(E, s->value, s->value->vtype);

@@ -62,11 +62,16 @@ void plan_apply(emitter *E, const tk_body_plan *b) {
 }
 
 /* A CPU body for `wide` (TK_BODY_*): lane tiles where the body fits them,
- * else unroll-and-jam copies and the run plan. */
+ * else unroll-and-jam copies and the run plan; a row loop: neither (one
+ * iteration an index, as written). */
 static void plan_cpu_body(tk_plan *P, int wide, tk_buf *scratch) {
     emitter E;
     emitter_init(&E, scratch, P);
     E.wide = wide;
+    if (P->row_loop) {
+        snapshot(&E, &P->body[wide]);
+        return;
+    }
     if (!lane_plan(&E)) {
         const tk_opdecl *d = P->op->decl;
         E.lanes = 0;
@@ -85,6 +90,11 @@ static void plan_cuda(tk_plan *P, tk_buf *scratch) {
     emitter E;
     emitter_init(&E, scratch, P);
     int n = 1;
+    if (P->row_loop) {   /* a thread an iteration (cooperative rows: later work) */
+        P->per_thread = 1;
+        snapshot(&E, &P->body[0]);
+        return;
+    }
     if (lane_plan(&E)) {
         split_plan(&E);
         mirror_plan(&E);
@@ -113,6 +123,7 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     P->variant = variant;
     P->target = target;
     P->plain = (flags & TK_EMIT_PLAIN) != 0;
+    P->row_loop = op->row_loop;
     if (target == TK_TARGET_CUDA)   /* the caller's items, else the spec's schedule line, else the defaults */
         for (int k = 0; k < TK_SCHED_KEYS; k++) {
             int mine = sched ? sched->v[k] : 0;
@@ -127,7 +138,7 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
         if (!P->plain) {
             plan_cpu_body(P, TK_BODY_WIDE, &scratch);
             /* the explicit-vector bodies exist where the wide one tiles on them */
-            P->wide = P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
+            P->wide = !P->row_loop && P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
             if (P->wide) plan_cpu_body(P, TK_BODY_MID, &scratch);
         }
     }
@@ -192,6 +203,33 @@ static void body_text(tk_buf *b, const tk_plan *P, const tk_body_plan *B, int gp
     tk_buf_puts(b, "    one element a thread (grid-stride loop)\n");
 }
 
+/* A row loop's plan: its domain and the plain form. */
+static void row_text(tk_buf *b, const tk_plan *P) {
+    const tk_opdecl *d = P->op->decl;
+    const char *ell = P->op->has_ellipsis ? "the batch dims and " : "";
+    int np = 0, no = 0;
+    tk_buf_puts(b, "  row loop: parallel over ");
+    for (int i = 0; i < d->nloop; i++)
+        if (!tk_owned_dim(d->loop_vars[i])) tk_buf_printf(b, "%s%s", np++ ? ", " : ell, d->loop_vars[i]);
+    if (!np) tk_buf_printf(b, "%s", *ell ? "the batch dims" : "nothing (one iteration)");
+    tk_buf_printf(b, "; owns ");
+    const tk_param *o = &d->outputs[P->op->loop_out];
+    int skip = o->ndims - d->nloop;   /* a leading '...' */
+    for (int i = 0; i < d->nloop; i++) {
+        if (!tk_owned_dim(d->loop_vars[i])) continue;
+        const tk_expr *e = o->dims[skip + i];
+        if (e->kind == TK_E_NAME) tk_buf_printf(b, "%s%s", no++ ? ", " : "", e->name);
+        else tk_buf_printf(b, "%sdim %d", no++ ? ", " : "", i);
+    }
+    tk_buf_printf(b, " of %s (its '_' dims)\n", o->name);
+    if (P->target == TK_TARGET_CUDA)
+        tk_buf_puts(b, "  kernel: one iteration a thread (grid-stride loop), its loops sequential\n"
+                       "    elements a thread computes: 1 iteration (the launcher's grid is the domain's size)\n");
+    else
+        tk_buf_puts(b, "  body: one iteration an index of at::parallel_for's range, its loops sequential; "
+                       "no lane tiles, copies or run plan\n");
+}
+
 /* " (spec)" / " (TK_CUDA_TUNE)" after a schedule item. */
 static const char *source_of(int from) { return from == 2 ? " (caller: TK_CUDA_TUNE)" : from == 1 ? " (spec)" : ""; }
 
@@ -202,6 +240,10 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
     tk_buf_printf(b, "plan %s, variant %s (%d of %d), target %s%s\n", d->name, op->variant_codes[P->variant],
                   P->variant + 1, op->nvariants, gpu ? "cuda" : "cpu", P->plain ? ", plain" : "");
     const tk_param *o = &d->outputs[op->loop_out];
+    if (P->row_loop) {
+        row_text(b, P);
+        return;
+    }
     tk_buf_puts(b, "  parallel domain: ");
     for (int i = 0; i < d->nloop; i++) tk_buf_printf(b, "%s%s", i ? ", " : "", d->loop_vars[i]);
     tk_buf_printf(b, "%s over %s's last %d dims", d->nloop ? "" : "(none)", o->name, d->nloop);

@@ -59,6 +59,9 @@ typedef struct tk_plan {
     tk_body_plan body[TK_NBODIES];
     int wide;                           /* CPU: the wide and mid bodies exist (explicit-vector loops) */
     int per_thread;                     /* CUDA: elements of the index space a thread computes */
+    int row_loop;                       /* a row loop (`for b, _, c in y`): the plain form, one iteration
+                                         * (its sequential loops over the '_' dims) a thread or a CPU index;
+                                         * no tiles, copies, run plan, chunks, split or mirror */
 } tk_plan;
 
 /* Plans variant `variant` of op for target: annotates the op's AST for the

@@ -239,6 +239,8 @@ typedef struct tk_call {
     tk_device device;
     int device_index;
     tk_kargs kargs;
+    int64_t index_work;                         /* elements of the loop output one index of
+                                                 * kargs.numel covers: 1, or a row loop's row */
     char msg[512];                              /* error of the last call on this struct */
 } tk_call;
 

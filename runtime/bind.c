@@ -343,13 +343,57 @@ static const char *sources_text(const binder *b, const int *seen, char *buf, siz
     return buf;
 }
 
-/* Computes each output's shape; all outputs share the loop output's shape. */
+/* A row loop's index space: the batch dims (the first nb) and the dims the
+ * loop names of the loop output; the '_' dims are walked inside an iteration.
+ * Empty when every output is (no iteration would write anything). The
+ * caller checked that the whole loop output's element count fits. */
+static int64_t row_domain(const tk_op *op, const tk_call *call, int nb) {
+    const tk_opdecl *d = op->decl;
+    const int lo = op->loop_out;
+    int any = 0;
+    for (int o = 0; o < d->noutputs && !any; o++) {
+        int empty = 0;
+        for (int j = 0; j < call->out_ndim[o]; j++) empty |= call->out_sizes[o][j] == 0;
+        any = !empty;
+    }
+    if (!any) return 0;
+    int64_t n = 1;
+    for (int j = 0; j < nb; j++) n *= call->out_sizes[lo][j];
+    for (int i = 0; i < d->nloop; i++)
+        if (!tk_owned_dim(d->loop_vars[i])) n *= call->out_sizes[lo][nb + i];
+    return n;
+}
+
+/* Row loops: every output a loop variable indexes (op->row_pos) has that
+ * dim's size of the loop output, so the iterations' stores stay in it. */
+static tk_status check_row_dims(binder *b, int nb) {
+    const tk_op *op = b->op;
+    tk_call *call = b->call;
+    const tk_opdecl *d = op->decl;
+    const int lo = op->loop_out;
+    for (int o = 0; o < d->noutputs; o++)
+        for (int i = 0; i < d->nloop; i++) {
+            int at = op->row_pos[o][i];
+            if (at < 0 || o == lo) continue;
+            int64_t mine = call->out_sizes[o][nb + at], want = call->out_sizes[lo][nb + i];
+            if (mine != want)
+                return call_fail(call, "output '%s': dim %d is %lld, but the loop variable %s that indexes it "
+                                 "runs over the loop output '%s''s dim %d (%lld)", d->outputs[o].name, nb + at,
+                                 (long long)mine, d->loop_vars[i], d->outputs[lo].name, nb + i, (long long)want);
+        }
+    return TK_OK;
+}
+
+/* Computes each output's shape; all outputs share the loop output's shape
+ * (row loops: its batch dims, and the sizes of the dims their loop
+ * variables index, check_row_dims). */
 static tk_status bind_outputs(binder *b) {
     const tk_op *op = b->op;
     tk_call *call = b->call;
     const tk_opdecl *d = op->decl;
     int nb = 0;
     const tk_tensor_view *bref = NULL;
+    call->index_work = 1;
     if (b->batch_param >= 0) {
         bref = &b->args[b->batch_param].t;
         nb = bref->ndim - tk_explicit_dims(&d->params[b->batch_param]);
@@ -396,7 +440,14 @@ static tk_status bind_outputs(binder *b) {
             return call_fail(call, "output '%s' is too large (its element count overflows)%s", p->name,
                              sources_text(b, seen, from, sizeof from));
         }
-    for (int o = 0; o < d->noutputs; o++) {
+    if (op->row_loop) {
+        tk_status st = check_row_dims(b, nb);
+        if (st != TK_OK) return st;
+        int64_t all = numel;
+        numel = row_domain(op, call, nb);
+        call->index_work = numel > 0 && all / numel > 1 ? all / numel : 1;
+    }
+    for (int o = 0; o < d->noutputs && !op->row_loop; o++) {
         int same = call->out_ndim[o] == call->out_ndim[lo];
         for (int j = 0; same && j < call->out_ndim[o]; j++) same = call->out_sizes[o][j] == call->out_sizes[lo][j];
         if (!same)

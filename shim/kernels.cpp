@@ -438,16 +438,19 @@ void run_streamed(tk_call& chunk, const StreamPlan& plan, int64_t begin, int64_t
 #endif
 }
 
-// Runs the whole index space on the CPU, in chunks of at least kGrain.
+// Runs the whole index space on the CPU, in chunks of at least kGrain
+// elements (a row loop's index is a row of index_work elements: chunks of
+// kGrain / index_work indices, at least one).
 // Each chunk gets its own tk_call: tk_run_cpu may write its message.
 void run_cpu(tk_call& call, const StreamPlan* plan) {
   const int64_t numel = call.kargs.numel;
   if (numel <= 0) return;
-  if (numel <= kGrain) {  // one chunk, on this thread (what parallel_for would do), without a copy
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, call.index_work));
+  if (numel <= grain) {  // one chunk, on this thread (what parallel_for would do), without a copy
     TORCH_CHECK(tk_run_cpu(&call, 0, numel) == TK_OK, call.msg);
     return;
   }
-  at::parallel_for(0, numel, kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, numel, grain, [&](int64_t begin, int64_t end) {
     tk_call chunk = call;
     if (plan != nullptr) run_streamed(chunk, *plan, begin, end);
     else TORCH_CHECK(tk_run_cpu(&chunk, begin, end) == TK_OK, chunk.msg);

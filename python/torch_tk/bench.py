@@ -28,6 +28,16 @@ is timed (llm.c style), then median wall time over N runs after a warm-up:
                 dispatcher (torch.ops.aten.add.Tensor), median of many calls
   Taichi        the seed's two kernels re-written from the formulas, when
                 `import taichi` works (skipped cleanly otherwise)
+With --row-loops, the row-loop examples of examples/specs/ instead (compiled
+at run time with torch_tk.load), float32:
+  wkv           --wkv B,T,C (default 8,1024,768): tk's O(T) row loop vs a
+                PyTorch loop over t on (B, C) slices; forward, and
+                forward + backward (tk's backward row loops vs the loop's
+                autograd)
+  softmax       (4096, 1024) vs torch.softmax; forward, and forward + backward
+  layernorm     (4096, 1024) vs F.layer_norm; rmsnorm vs the composite
+                x * rsqrt(mean(x^2) + eps) * weight; forward + backward too
+  cumsum        (4096, 1024) vs torch.cumsum
 Peak memory: extra bytes held during one call (CUDA: torch's allocator peak;
 CPU: growth of the process's peak RSS, Linux only, else null; measured after
 torch_tk.empty_cache(), so a tk output shows in full).
@@ -288,6 +298,101 @@ def taichi_cases(device: str):
     return bench_taichi.cases(device, ref.SEED, ref.RWKV_SEED, rel_err)
 
 
+def wkv_torch_loop(w, u, k, v):
+    """RWKV-4's WKV as a PyTorch loop over t on (B, C) slices (the recurrence of
+    examples/specs/wkv.tk, tensor ops per step)."""
+    B, T, C = k.shape
+    aa = torch.zeros(B, C, dtype=k.dtype, device=k.device)
+    bb = torch.zeros(B, C, dtype=k.dtype, device=k.device)
+    pp = torch.full((B, C), -1e38, dtype=k.dtype, device=k.device)
+    ys = []
+    for t in range(T):
+        kk, vv = k[:, t], v[:, t]
+        ww = u + kk
+        p = torch.maximum(pp, ww)
+        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        ys.append((e1 * aa + e2 * vv) / (e1 * bb + e2))
+        ww = w + pp
+        p = torch.maximum(ww, kk)
+        e1, e2 = torch.exp(ww - p), torch.exp(kk - p)
+        aa, bb, pp = e1 * aa + e2 * vv, e1 * bb + e2, p
+    return torch.stack(ys, 1)
+
+
+def _load_example(name: str) -> None:
+    import torch_tk
+    here = os.path.dirname(os.path.abspath(__file__))
+    for root in (os.path.join(here, "..", "..", "examples", "specs"), os.path.join(os.getcwd(), "examples", "specs")):
+        path = os.path.join(root, name + ".tk")
+        if os.path.exists(path):
+            torch_tk.load(path)
+            return
+    raise FileNotFoundError(f"examples/specs/{name}.tk (run from the repository root)")
+
+
+def _grads_fn(fn, inputs, g):
+    """Forward and backward of fn(*inputs) with incoming gradient g: the gradients, flattened."""
+    def run():
+        xs = [x.detach().requires_grad_() for x in inputs]
+        out = fn(*xs)
+        return torch.cat([out.detach().flatten()] + [d.flatten() for d in torch.autograd.grad(out, xs, g)])
+    return run
+
+
+def row_loop_cases(device: str, wkv_shape=(8, 1024, 768)):
+    """The row-loop examples (examples/specs: wkv, softmax, layernorm, rmsnorm, cumsum) vs PyTorch."""
+    for name in ("wkv", "softmax", "layernorm", "cumsum"):
+        _load_example(name)
+    tk = torch.ops.tk
+    gen = torch.Generator().manual_seed(0)
+    B, T, C = wkv_shape
+    w = (-torch.exp(torch.randn(C, generator=gen))).to(device)
+    u = torch.randn(C, generator=gen).to(device)
+    k = torch.randn(B, T, C, generator=gen).to(device)
+    v = torch.randn(B, T, C, generator=gen).to(device)
+    gy = torch.randn(B, T, C, generator=gen).to(device)
+    R, N = 4096, 1024
+    x = torch.randn(R, N, generator=gen).to(device)
+    gx = torch.randn(R, N, generator=gen).to(device)
+    wt = torch.randn(N, generator=gen).to(device)
+    bt = torch.randn(N, generator=gen).to(device)
+    eps = 1e-5
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    wshape = f"B={B} T={T} C={C} f32"
+    xshape = f"({R}, {N}) f32"
+    ew = {"bytes_written": B * T * C * 4}
+    ex = {"bytes_written": R * N * 4}
+    return [
+        dict(op="wkv", shape=wshape, work=ew, check=rel_err, error="max rel error",
+             impls=[("tk", lambda: tk.wkv(w, u, k, v)), ("torch loop", lambda: wkv_torch_loop(w, u, k, v))]),
+        dict(op="wkv fwd+bwd", shape=wshape, work=ew, check=rel_err, error="max rel error",
+             impls=[("tk", _grads_fn(tk.wkv, (w, u, k, v), gy)),
+                    ("torch loop", _grads_fn(wkv_torch_loop, (w, u, k, v), gy))]),
+        dict(op="softmax", shape=xshape, work=ex, check=rel_err, error="max rel error",
+             impls=[("tk", lambda: tk.softmax(x)), ("torch", lambda: torch.softmax(x, -1))]),
+        dict(op="softmax f+b", shape=xshape, work=ex, check=rel_err, error="max rel error",
+             impls=[("tk", _grads_fn(tk.softmax, (x,), gx)),
+                    ("torch", _grads_fn(lambda a: torch.softmax(a, -1), (x,), gx))]),
+        dict(op="layernorm", shape=xshape, work=ex, check=rel_err, error="max rel error",
+             impls=[("tk", lambda: tk.layernorm(x, wt, bt, eps)),
+                    ("F.layer_norm", lambda: torch.nn.functional.layer_norm(x, (N,), wt, bt, eps))]),
+        dict(op="layernorm f+b", shape=xshape, work=ex, check=rel_err, error="max rel error",
+             impls=[("tk", _grads_fn(lambda a, b_, c: tk.layernorm(a, b_, c, eps), (x, wt, bt), gx)),
+                    ("F.layer_norm", _grads_fn(lambda a, b_, c: torch.nn.functional.layer_norm(a, (N,), b_, c, eps),
+                                               (x, wt, bt), gx))]),
+        dict(op="rmsnorm", shape=xshape, work=ex, check=rel_err, error="max rel error",
+             impls=[("tk", lambda: tk.rmsnorm(x, wt, eps)), ("composite", lambda: rms(x, wt))]),
+        dict(op="rmsnorm f+b", shape=xshape, work=ex, check=rel_err, error="max rel error",
+             impls=[("tk", _grads_fn(lambda a, b_: tk.rmsnorm(a, b_, eps), (x, wt), gx)),
+                    ("composite", _grads_fn(rms, (x, wt), gx))]),
+        dict(op="cumsum", shape=xshape, work=ex, check=rel_err, error="max rel error",
+             impls=[("tk", lambda: tk.cumsum(x)), ("torch", lambda: torch.cumsum(x, -1))]),
+    ]
+
+
 def napkin(work: dict, seconds: float) -> str:
     if "calls" in work:
         return f"{seconds / work['calls'] * 1e6:.2f} us/call"
@@ -411,6 +516,9 @@ def main(argv=None) -> int:
     ap.add_argument("--note", default="", help="free text stored in the JSON (e.g. which commit was built)")
     ap.add_argument("--png", metavar="PATH", help="write a bar chart of the speed-ups to PATH")
     ap.add_argument("--quick", action="store_true", help="only the seed cases (no backward, tiny, Taichi)")
+    ap.add_argument("--row-loops", action="store_true",
+                    help="only the row-loop examples (wkv, softmax, layernorm, rmsnorm, cumsum)")
+    ap.add_argument("--wkv", default="8,1024,768", metavar="B,T,C", help="wkv's shape for --row-loops")
     ap.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
                     help="'all' = cpu, plus cuda when available (default)")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -423,7 +531,10 @@ def main(argv=None) -> int:
     machine = machine_info()
     rows = []
     makers = [brick_pad_cases, memset_cases, rwkv_cases]
-    if not args.quick:
+    if args.row_loops:
+        shape = tuple(int(n) for n in args.wkv.split(","))
+        makers = [lambda device: row_loop_cases(device, shape)]
+    elif not args.quick:
         makers += [rwkv_backward_cases, rwkv_small_batch_cases, rwkv_loop_cases, call_overhead_cases,
                    taichi_cases]
     for device in devices:

@@ -93,6 +93,37 @@ static const bad_spec k_bad[] = {
     {"op f(x: float32[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n"
      "op f(x: float32[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = 1.0\n",
      "bad.tk:4:4: error: op 'f' is already defined"},
+    /* row loops: every store and read-back indexes each parallel dim with its loop variable */
+#define ROW "op f(k: float32[B, T, C]) -> (y: float32[B, T, C], s: float32[C, B]):\n    for b, _, c in y:\n" \
+            "        for t in range(T):\n"
+    {ROW "            y[b, t, 0] = 1.0\n",
+     "bad.tk:4:13: error: store to y[b, t, 0] does not index dim 2 with the loop variable c: two iterations "
+     "could write the same element"},
+    {ROW "            y[b, t, c + 1] = 1.0\n",
+     "bad.tk:4:13: error: store to y[b, t, c + 1] does not index dim 2 with the loop variable c: two iterations "
+     "could write the same element"},
+    {ROW "            y[c, t, b] = 1.0\n",
+     "bad.tk:4:13: error: store to y[c, t, b] does not index dim 0 with the loop variable b: two iterations "
+     "could write the same element"},
+    {ROW "            v = y[b - 1, t, c]\n            y[b, t, c] = v\n",
+     "bad.tk:4:17: error: read of y[b - 1, t, c] does not index dim 0 with the loop variable b: it could read an "
+     "element another iteration writes"},
+    {ROW "            s[t, b] = 1.0\n",
+     "bad.tk:4:13: error: store to s[t, b] does not index any dim with the loop variable c: two iterations could "
+     "write the same element"},
+    {ROW "            s[c, b] = 1.0\n        if T > 0:\n            s[b, c] = 2.0\n",
+     "bad.tk:6:13: error: store to s[b, c] does not index dim 1 with the loop variable b as the access at 4:13 "
+     "does: two iterations could write the same element"},
+    {ROW "            y[b, t, c] += 1.0\n",
+     "bad.tk:4:13: error: a store takes '=': to update an element, read it back (y[...] = y[...] + v)"},
+    {ROW "            _ = 1\n",
+     "bad.tk:4:13: error: '_' marks a dim the iteration owns in the loop header; give the variable a name"},
+    {ROW "            y[b, t, c] = float32(_)\n", "bad.tk:4:34: error: unknown name '_'"},
+    {ROW "            y[b, t] = 1.0\n", "bad.tk:4:13: error: 'y' takes 3 indices (one per explicit dim), got 2"},
+#undef ROW
+    {"op f(x: float32[..., N]) -> (y: float32[..., N], s: float32[N]):\n    for _ in y:\n        y[0] = 0.0\n",
+     "bad.tk:1:50: error: output 's' has no '...' and the loop output 'y' has: in a row loop every output has the "
+     "loop output's batch dims or none"},
 };
 
 /* Specs that load but whose backward clause does not link (tk_ctx_link). */
@@ -273,6 +304,15 @@ static const good_spec k_good[] = {
      "        p[k] = a[k] // 2\n"
      "        q[k] = float32(a[k]) / 2\n",
      "two(Tensor a) -> (Tensor, Tensor)"},
+    /* a row loop: outputs of other ranks, read-back, '_' anywhere */
+    {"op scan(k: float[B, T, C]) -> (y: k.dtype[B, T, C], last: k.dtype[C, B]):\n"
+     "    for b, _, c in y:\n"
+     "        s = 0.0\n"
+     "        for t in range(T):\n"
+     "            s += k[b, t, c]\n"
+     "            y[b, t, c] = s\n"
+     "        last[c, b] = y[b, T - 1, c] * 2.0\n",
+     "scan(Tensor k) -> (Tensor, Tensor)"},
 };
 
 /* tk_op_output_written: 1 only for outputs stored outside every `if` and
