@@ -18,6 +18,13 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
                 formulation (TF32 off); gradients compared; each of tk's two
                 backward kernels alone (where the backward's time goes)
   rwkv dtypes   tk's rwkv_forward in bfloat16 and float16 next to float32
+  row loops     the example specs with row loops (examples/specs): wkv
+                forward B=8, T=1024, C=768 vs a PyTorch loop over t (napkin:
+                bytes of k, v and y / time, next to the device copy's
+                bandwidth); softmax (4096, 1024) and (64, 32768) vs
+                torch.softmax; layernorm (4096, 1024) vs F.layer_norm; rmsnorm
+                vs its torch composite; cumsum (4096, 1024) vs torch.cumsum;
+                each checked against the torch result first
   per call      host time per call of a tiny tk op vs torch.add of the same
                 size (launch overhead), many calls, one synchronize
   first call    a fresh process's first call of each op: cold (empty kernel
@@ -263,6 +270,76 @@ def bench_rwkv_dtypes(repeat):
     return rows, ok
 
 
+def row_loop_ops():
+    """The example specs with row loops, loaded once (torch_tk.load)."""
+    specs = os.path.join(HERE, "..", "examples", "specs")
+    for name in ("wkv", "softmax", "layernorm", "cumsum"):
+        torch_tk.load(os.path.join(specs, name + ".tk"))
+    return torch.ops.tk
+
+
+def wkv_loop(w, u, k, v):
+    """WKV as a PyTorch loop over t on (B, C) slices (the stable recurrence)."""
+    B, T, C = k.shape
+    aa = torch.zeros(B, C, device=k.device, dtype=k.dtype)
+    bb = torch.zeros_like(aa)
+    pp = torch.full_like(aa, -1e38)
+    ys = []
+    for t in range(T):
+        kt, vt = k[:, t], v[:, t]
+        ww = u + kt
+        p = torch.maximum(pp, ww)
+        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        ys.append((e1 * aa + e2 * vt) / (e1 * bb + e2))
+        ww = w + pp
+        p = torch.maximum(ww, kt)
+        e1, e2 = torch.exp(ww - p), torch.exp(kt - p)
+        aa, bb, pp = e1 * aa + e2 * vt, e1 * bb + e2, p
+    return torch.stack(ys, 1)
+
+
+def bench_row_loops(repeat):
+    """Row-loop specs (scans, row reductions) against torch on the device."""
+    tk = row_loop_ops()
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rand = lambda *s: torch.randn(*s, generator=g).to(DEVICE)  # noqa: E731
+    rows, ok = [], True
+    B, T, C = (2, 64, 32) if SMALL else (8, 1024, 768)
+    w, u = -torch.exp(rand(C)), rand(C)
+    k, v = rand(B, T, C), rand(B, T, C)
+    want = wkv_loop(w, u, k, v)
+    err = rel_err(tk.wkv(w, u, k, v), want.double())
+    ok = ok and err < 1e-4
+    work = dict(bytes=3 * B * T * C * 4)
+    rows.append(row("wkv", "tk", lambda: tk.wkv(w, u, k, v), repeat, work, f"rel err {err:.2g} vs the loop"))
+    rows.append(row("wkv", "torch loop over t", lambda: wkv_loop(w, u, k, v), max(repeat // 10, 2), work, "reference"))
+    shapes = [(64, 128), (4, 1024)] if SMALL else [(4096, 1024), (64, 32768)]
+    for R, N in shapes:
+        x = rand(R, N)
+        err = rel_err(tk.softmax(x), torch.softmax(x.double(), -1))
+        ok = ok and err < 1e-5
+        work = dict(bytes=2 * R * N * 4)
+        rows.append(row(f"softmax {R}x{N}", "tk", lambda: tk.softmax(x), repeat, work, f"rel err {err:.2g}"))
+        rows.append(row(f"softmax {R}x{N}", "torch.softmax", lambda: torch.softmax(x, -1), repeat, work, "reference"))
+    R, N = shapes[0]
+    x, wt, bs, eps = rand(R, N), rand(N), rand(N), 1e-5
+    err = rel_err(tk.layernorm(x, wt, bs, eps), F.layer_norm(x.double(), (N,), wt.double(), bs.double(), eps))
+    ok = ok and err < 1e-4
+    work = dict(bytes=2 * R * N * 4)
+    rows.append(row("layernorm", "tk", lambda: tk.layernorm(x, wt, bs, eps), repeat, work, f"rel err {err:.2g}"))
+    rows.append(row("layernorm", "F.layer_norm", lambda: F.layer_norm(x, (N,), wt, bs, eps), repeat, work, "reference"))
+    rms = lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * wt  # noqa: E731
+    err = rel_err(tk.rmsnorm(x, wt, eps), rms().double())
+    ok = ok and err < 1e-4
+    rows.append(row("rmsnorm", "tk", lambda: tk.rmsnorm(x, wt, eps), repeat, work, f"rel err {err:.2g}"))
+    rows.append(row("rmsnorm", "torch composite", rms, repeat, work, "reference"))
+    err = rel_err(tk.cumsum(x), torch.cumsum(x.double(), -1))
+    ok = ok and err < 1e-4
+    rows.append(row("cumsum", "tk", lambda: tk.cumsum(x), repeat, work, f"rel err {err:.2g}"))
+    rows.append(row("cumsum", "torch.cumsum", lambda: torch.cumsum(x, -1), repeat, work, "reference"))
+    return rows, ok
+
+
 def bench_call_overhead(repeat):
     """Host time per call on a tiny input (launch overhead): tk vs torch.add."""
     w, k = torch.rand(2, 4, device=DEVICE), torch.rand(1, 2, 4, device=DEVICE)
@@ -381,6 +458,21 @@ def summary(rows) -> list:
     if tk_call and add_call:
         a, b = tk_call["median_ms"] / tk_call["calls"] * 1e3, add_call["median_ms"] / add_call["calls"] * 1e3
         out.append(f"per call (launch overhead): tk {a:.2f} us vs torch.add {b:.2f} us = {a / b:.2f}x")
+    wk, wl = ms("wkv", "tk"), ms("wkv", "torch loop over t")
+    wkv_bytes = next((r["bytes"] for r in rows if r["op"] == "wkv"), 0)
+    if wk and wl:
+        line = f"wkv forward: {wk:.3f} ms, {wl / wk:.0f}x the torch loop over t"
+        if copy:
+            s = seed_config()
+            frac = (wkv_bytes / wk) / (2 * s.H * s.W * 4 / copy)
+            line += f", {frac:.0%} of the device copy's bandwidth (target >= 50%)"
+        out.append(line)
+    for op, ref_impl in (("softmax 4096x1024", "torch.softmax"), ("softmax 64x32768", "torch.softmax"),
+                         ("layernorm", "F.layer_norm"), ("rmsnorm", "torch composite"), ("cumsum", "torch.cumsum")):
+        a, b = ms(op, "tk"), ms(op, ref_impl)
+        if a and b:
+            out.append(f"{op}: tk {a:.3f} ms = {a / b:.2f}x {ref_impl}" +
+                       (" (target <= 1.5x)" if op.startswith("softmax") else ""))
     for op, tk_impl, ref_impl in (("brick_pad", "tk", "torch_pad (seed)"),
                                   ("rwkv_forward", "tk", "F.conv1d (tf32 off)")):
         m = {r["impl"]: r.get("peak_mem_bytes") for r in rows if r["op"] == op}
@@ -413,12 +505,13 @@ def main(argv=None) -> int:
     rwkv, rwkv_ok = bench_rwkv(args.repeat)
     back, back_ok = bench_rwkv_backward(args.repeat)
     half, half_ok = bench_rwkv_dtypes(args.repeat)
+    loops, loops_ok = bench_row_loops(args.repeat)
     calls = bench_call_overhead(args.repeat)
     latency = first_call_latency() if DEVICE == "cuda" else []
-    rows = brick + copy + rwkv + back + half + calls
+    rows = brick + copy + rwkv + back + half + loops + calls
     table = format_table(rows, latency)
     lines = summary(rows)
-    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and \
+    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and loops_ok and \
         (DEVICE != "cuda" or all(r["kernels_per_call"] == 1 for r in brick + rwkv + half if r["impl"].startswith("tk")))
     if args.json:
         info = gpu.info() if DEVICE == "cuda" else ""
