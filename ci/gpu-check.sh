@@ -12,13 +12,17 @@
 #              rwkv forward and backward vs F.conv1d (TF32 off), bfloat16 and
 #              float16 vs float32, per-call launch overhead vs torch.add, peak
 #              memory, kernels per call (profiler), NVRTC cold / warm first-call
-#              latency; its last lines put each figure next to its target
+#              latency, the row-loop examples (wkv vs a loop over t, softmax
+#              at (4096, 1024) and (64, 32768), layernorm, rmsnorm, cumsum vs
+#              torch); its last lines put each figure next to its target
 #   pytest     the CUDA tests of tests/python (ids matching cuda or gpu, but
 #              not test_gpu_tools, which needs no GPU): all of test_cuda.py
 #              (seed brick_pad bit-equal to torch_pad, rwkv vs F.conv1d with
 #              TF32 off, dtypes, non-contiguous, CUDA graphs, threads, cuda:1
-#              when present) and the cuda parametrisations of the other files
-#              (autograd, opcheck, compile...); the CPU suite is CI's
+#              when present), test_row_loops_cuda.py (the row-loop examples
+#              against torch on the device) and the cuda parametrisations of
+#              the other files (autograd, opcheck, compile...); the CPU suite
+#              is CI's
 #   ops        python -m torch_tk bench --device cuda: the side-by-side bench,
 #              Taichi's kernels included when taichi imports (wheels carried
 #              in .whl/ are installed to a temporary folder first)
