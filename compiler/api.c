@@ -225,7 +225,7 @@ static int has_loop(tk_stmt *const *body, int n) {
     return 0;
 }
 
-int tk_op_loop_free(const tk_op *op) { return !has_loop(op->decl->body, op->decl->nbody); }
+int tk_op_loop_free(const tk_op *op) { return !op->row_loop && !has_loop(op->decl->body, op->decl->nbody); }
 
 const char *tk_op_kernel_name(const tk_op *op, int variant) {
     return variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;

@@ -135,7 +135,9 @@ const char *tk_op_output_name(const tk_op *op, int i);
  * under a condition only), which then holds whatever the memory held. */
 int tk_op_output_written(const tk_op *op, int i);
 /* 1 when the op's loop body has no `for`: a few operations per element, so
- * its speed is that of its memory traffic (brick_pad). */
+ * its speed is that of its memory traffic (brick_pad), and index i of the
+ * index space writes element i of each output. 0 for a row loop (its
+ * iterations own rows, and its outputs may differ in shape). */
 int tk_op_loop_free(const tk_op *op);
 /* Tensor parameter i's dtype group: the parameter whose dtype it shares
  * through 'x.dtype' chains (itself for a dtype class); -1 for a scalar. */

@@ -361,6 +361,21 @@ static void test_output_written(void) {
         if (st == TK_OK) CHECK(tk_op_loop_free(tk_op_at(ctx, 0)) == (t == 0));
         tk_ctx_free(ctx);
     }
+    /* a row loop: never loop-free (index i does not write element i), and a
+     * top-level store covers an output only where loop variables index all
+     * its dims (last[c, b]; y's owned dim t: no) */
+    static const char row[] = "op row(k: float32[B, T, C]) -> (y: float32[B, T, C], last: float32[C, B]):\n"
+                              "    for b, _, c in y:\n        y[b, 0, c] = k[b, 0, c]\n        last[c, b] = 1.0\n";
+    ctx = tk_ctx_new();
+    st = tk_load_spec(ctx, "row.tk", row, strlen(row));
+    if (st != TK_OK) fprintf(stderr, "row.tk: %s\n", tk_ctx_error(ctx));
+    CHECK(st == TK_OK);
+    if (st == TK_OK) {
+        const tk_op *op = tk_op_at(ctx, 0);
+        CHECK(tk_op_loop_free(op) == 0);
+        CHECK(tk_op_output_written(op, 0) == 0 && tk_op_output_written(op, 1) == 1);
+    }
+    tk_ctx_free(ctx);
 }
 
 int main(void) {
