@@ -347,3 +347,18 @@ op row_sizes(x: float[R, N], z: float[M]) -> (y: x.dtype[R, N], s: x.dtype[M]):
     torch.testing.assert_close(s, x.sum(-1))
     with pytest.raises(RuntimeError, match="output 's': dim 0 is 5, but the loop variable r"):
         torch.ops.tk.row_sizes(x, torch.zeros(5))
+
+
+def test_loop_free_row_loop_with_a_transposed_output():
+    """No `for` in the body, more iterations than a CPU chunk, and a second output whose layout is not the
+    index space's: the shim must not stream it like an element-wise op."""
+    torch_tk.kernel("""
+op row_flat(k: float[B, T, C]) -> (y: k.dtype[B, T, C], last: k.dtype[C, B]):
+    for b, _, c in y:
+        y[b, 0, c] = k[b, 0, c]
+        last[c, b] = k[b, 0, c] * 2.0
+""")
+    k = torch.randn(64, 1, 100, generator=gen(25))
+    y, last = torch.ops.tk.row_flat(k)
+    assert torch.equal(y, k)
+    assert torch.equal(last, (k[:, 0] * 2).t())
