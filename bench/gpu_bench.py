@@ -278,26 +278,6 @@ def row_loop_ops():
     return torch.ops.tk
 
 
-def wkv_loop(w, u, k, v):
-    """WKV as a PyTorch loop over t on (B, C) slices (the stable recurrence)."""
-    B, T, C = k.shape
-    aa = torch.zeros(B, C, device=k.device, dtype=k.dtype)
-    bb = torch.zeros_like(aa)
-    pp = torch.full_like(aa, -1e38)
-    ys = []
-    for t in range(T):
-        kt, vt = k[:, t], v[:, t]
-        ww = u + kt
-        p = torch.maximum(pp, ww)
-        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
-        ys.append((e1 * aa + e2 * vt) / (e1 * bb + e2))
-        ww = w + pp
-        p = torch.maximum(ww, kt)
-        e1, e2 = torch.exp(ww - p), torch.exp(kt - p)
-        aa, bb, pp = e1 * aa + e2 * vt, e1 * bb + e2, p
-    return torch.stack(ys, 1)
-
-
 def bench_row_loops(repeat):
     """Row-loop specs (scans, row reductions) against torch on the device."""
     tk = row_loop_ops()
@@ -307,12 +287,12 @@ def bench_row_loops(repeat):
     B, T, C = (2, 64, 32) if SMALL else (8, 1024, 768)
     w, u = -torch.exp(rand(C)), rand(C)
     k, v = rand(B, T, C), rand(B, T, C)
-    want = wkv_loop(w, u, k, v)
+    want = ref.wkv_loop(w, u, k, v)
     err = rel_err(tk.wkv(w, u, k, v), want.double())
     ok = ok and err < 1e-4
     work = dict(bytes=3 * B * T * C * 4)
     rows.append(row("wkv", "tk", lambda: tk.wkv(w, u, k, v), repeat, work, f"rel err {err:.2g} vs the loop"))
-    rows.append(row("wkv", "torch loop over t", lambda: wkv_loop(w, u, k, v), max(repeat // 10, 2), work, "reference"))
+    rows.append(row("wkv", "torch loop over t", lambda: ref.wkv_loop(w, u, k, v), max(repeat // 10, 2), work, "reference"))
     shapes = [(64, 128), (4, 1024)] if SMALL else [(4096, 1024), (64, 32768)]
     for R, N in shapes:
         x = rand(R, N)

@@ -298,27 +298,6 @@ def taichi_cases(device: str):
     return bench_taichi.cases(device, ref.SEED, ref.RWKV_SEED, rel_err)
 
 
-def wkv_torch_loop(w, u, k, v):
-    """RWKV-4's WKV as a PyTorch loop over t on (B, C) slices (the recurrence of
-    examples/specs/wkv.tk, tensor ops per step)."""
-    B, T, C = k.shape
-    aa = torch.zeros(B, C, dtype=k.dtype, device=k.device)
-    bb = torch.zeros(B, C, dtype=k.dtype, device=k.device)
-    pp = torch.full((B, C), -1e38, dtype=k.dtype, device=k.device)
-    ys = []
-    for t in range(T):
-        kk, vv = k[:, t], v[:, t]
-        ww = u + kk
-        p = torch.maximum(pp, ww)
-        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
-        ys.append((e1 * aa + e2 * vv) / (e1 * bb + e2))
-        ww = w + pp
-        p = torch.maximum(ww, kk)
-        e1, e2 = torch.exp(ww - p), torch.exp(kk - p)
-        aa, bb, pp = e1 * aa + e2 * vv, e1 * bb + e2, p
-    return torch.stack(ys, 1)
-
-
 def _load_example(name: str) -> None:
     import torch_tk
     here = os.path.dirname(os.path.abspath(__file__))
@@ -367,10 +346,10 @@ def row_loop_cases(device: str, wkv_shape=(8, 1024, 768)):
     ex = {"bytes_written": R * N * 4}
     return [
         dict(op="wkv", shape=wshape, work=ew, check=rel_err, error="max rel error",
-             impls=[("tk", lambda: tk.wkv(w, u, k, v)), ("torch loop", lambda: wkv_torch_loop(w, u, k, v))]),
+             impls=[("tk", lambda: tk.wkv(w, u, k, v)), ("torch loop", lambda: ref.wkv_loop(w, u, k, v))]),
         dict(op="wkv fwd+bwd", shape=wshape, work=ew, check=rel_err, error="max rel error",
              impls=[("tk", _grads_fn(tk.wkv, (w, u, k, v), gy)),
-                    ("torch loop", _grads_fn(wkv_torch_loop, (w, u, k, v), gy))]),
+                    ("torch loop", _grads_fn(ref.wkv_loop, (w, u, k, v), gy))]),
         dict(op="softmax", shape=xshape, work=ex, check=rel_err, error="max rel error",
              impls=[("tk", lambda: tk.softmax(x)), ("torch", lambda: torch.softmax(x, -1))]),
         dict(op="softmax f+b", shape=xshape, work=ex, check=rel_err, error="max rel error",

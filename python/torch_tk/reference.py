@@ -186,3 +186,25 @@ def rwkv_inputs(B, C, T, dtype=torch.float32, device="cpu", seed=0):
     w = torch.rand(C, T, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
     k = torch.rand(B, C, T, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
     return w, k
+
+
+def wkv_loop(w, u, k, v) -> torch.Tensor:
+    """RWKV-4's WKV (examples/specs/wkv.tk) as a PyTorch loop over t on (B, C)
+    slices, in the numerically stable form: the state (aa, bb) is kept
+    scaled by e^-pp. Follows the inputs' dtype and device (autograd too)."""
+    B, T, C = k.shape
+    aa = torch.zeros(B, C, dtype=k.dtype, device=k.device)
+    bb = torch.zeros_like(aa)
+    pp = torch.full((B, C), -1e38, dtype=k.dtype, device=k.device)
+    ys = []
+    for t in range(T):
+        kk, vv = k[:, t], v[:, t]
+        ww = u + kk
+        p = torch.maximum(pp, ww)
+        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        ys.append((e1 * aa + e2 * vv) / (e1 * bb + e2))
+        ww = w + pp
+        p = torch.maximum(ww, kk)
+        e1, e2 = torch.exp(ww - p), torch.exp(kk - p)
+        aa, bb, pp = e1 * aa + e2 * vv, e1 * bb + e2, p
+    return torch.stack(ys, 1) if ys else torch.empty(B, 0, C, dtype=k.dtype, device=k.device)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tk
+from torch_tk import reference as ref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECS = os.path.join(ROOT, "examples", "specs")
@@ -212,23 +213,7 @@ def test_norm_weight_grads_float32_many_rows():
 
 def wkv_loop(w, u, k, v):
     """The RWKV-4 recurrence as a float64 loop over t, vectorised over (B, C)."""
-    w, u, k, v = (t.double() for t in (w, u, k, v))
-    B, T, C = k.shape
-    aa = torch.zeros(B, C, dtype=torch.float64)
-    bb = torch.zeros(B, C, dtype=torch.float64)
-    pp = torch.full((B, C), -1e38, dtype=torch.float64)
-    ys = []
-    for t in range(T):
-        kk, vv = k[:, t], v[:, t]
-        ww = u + kk
-        p = torch.maximum(pp, ww)
-        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
-        ys.append((e1 * aa + e2 * vv) / (e1 * bb + e2))
-        ww = w + pp
-        p = torch.maximum(ww, kk)
-        e1, e2 = torch.exp(ww - p), torch.exp(kk - p)
-        aa, bb, pp = e1 * aa + e2 * vv, e1 * bb + e2, p
-    return torch.stack(ys, 1) if ys else torch.empty(B, 0, C, dtype=torch.float64)
+    return ref.wkv_loop(*(t.double() for t in (w, u, k, v)))
 
 
 def wkv_inputs(B, T, C, dtype=torch.float64, seed=0, requires_grad=False):
