@@ -75,12 +75,20 @@ void tk_ctx_free(tk_ctx *ctx) {
     free(ctx);
 }
 
-const char *tk_ctx_error(const tk_ctx *ctx) { return ctx ? ctx->err : "no context"; }
+const char *tk_ctx_error(const tk_ctx *ctx) { return ctx ? ctx->error.text : "no context"; }
 
-static tk_status ctx_fail(tk_ctx *ctx, tk_status st, const char *fmt, ...) {
+const tk_error *tk_ctx_last_error(const tk_ctx *ctx) {
+    static const tk_error no_context = {TK_ERR_INVALID, 0, 0, "", "no context", "no context"};
+    return ctx ? &ctx->error : &no_context;
+}
+
+/* Records an error of ctx at file:loc (file NULL: about no spec); returns st. */
+static tk_status ctx_fail(tk_ctx *ctx, tk_status st, const char *file, tk_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static tk_status ctx_fail(tk_ctx *ctx, tk_status st, const char *file, tk_loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    tk_error_setv(&ctx->error, st, file, loc, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -105,7 +113,7 @@ static tk_status append_ops(tk_ctx *ctx, tk_op *const *ops, int n) {
     if (ctx->nops + n > ctx->cap) {
         int cap = (ctx->cap ? ctx->cap * 2 : 8) + n;
         table = tk_arena_alloc(&ctx->arena, sizeof *table * (size_t)cap);
-        if (!table) return ctx_fail(ctx, TK_ERR_NOMEM, "out of memory");
+        if (!table) return ctx_fail(ctx, TK_ERR_NOMEM, NULL, (tk_loc){0, 0}, "out of memory");
         if (ctx->nops) memcpy(table, ctx->ops, sizeof *table * (size_t)ctx->nops);
         ctx->cap = cap;
     }
@@ -118,15 +126,14 @@ static tk_status append_ops(tk_ctx *ctx, tk_op *const *ops, int n) {
 /* Checks every op of m; adds them all, or none on the first error. */
 static tk_status add_module(tk_ctx *ctx, tk_module *m) {
     tk_op *ops[64];
-    if (m->nops > 64) return ctx_fail(ctx, TK_ERR_CHECK, "too many ops in one file (limit 64)");
+    if (m->nops > 64) return ctx_fail(ctx, TK_ERR_CHECK, m->ops[64]->file, m->ops[64]->loc, "too many ops in one file (limit 64)");
     for (int i = 0; i < m->nops; i++) {
         tk_opdecl *d = m->ops[i];
         int dup = find_op(ctx, d->name) != NULL;
         for (int j = 0; j < i; j++) dup |= strcmp(m->ops[j]->name, d->name) == 0;
         if (dup)
-            return ctx_fail(ctx, TK_ERR_CHECK, "%s:%d:%d: error: op '%s' is already defined",
-                            d->file, d->loc.line, d->loc.col, d->name);
-        tk_status st = tk_check_op(ctx, d, &ops[i], ctx->err, sizeof ctx->err);
+            return ctx_fail(ctx, TK_ERR_CHECK, d->file, d->loc, "op '%s' is already defined", d->name);
+        tk_status st = tk_check_op(ctx, d, &ops[i]);
         if (st != TK_OK) return st;
     }
     return append_ops(ctx, ops, m->nops);
@@ -134,9 +141,9 @@ static tk_status add_module(tk_ctx *ctx, tk_module *m) {
 
 tk_status tk_load_spec(tk_ctx *ctx, const char *file, const char *text, size_t len) {
     if (!ctx || !file || (!text && len)) return TK_ERR_INVALID;
-    ctx->err[0] = 0;
-    tk_module *m = tk_parse(&ctx->arena, file, text ? text : "", len, ctx->err, sizeof ctx->err);
-    if (!m) return strstr(ctx->err, "out of memory") ? TK_ERR_NOMEM : TK_ERR_SYNTAX;
+    tk_error_clear(&ctx->error);
+    tk_module *m = tk_parse(&ctx->arena, file, text ? text : "", len, &ctx->error);
+    if (!m) return (tk_status)ctx->error.status;
     return add_module(ctx, m);
 }
 

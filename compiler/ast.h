@@ -157,9 +157,11 @@ typedef struct tk_module {
     int nops;
 } tk_module;
 
-/* Parses a whole spec file. On error returns NULL and writes
- * "file:line:col: error: message" into err (size errlen). */
+struct tk_error;
+
+/* Parses a whole spec file. On error returns NULL with the error (status
+ * TK_ERR_SYNTAX, or TK_ERR_NOMEM; its file:line:col) in err (may be NULL). */
 tk_module *tk_parse(tk_arena *a, const char *file, const char *text,
-                    size_t len, char *err, size_t errlen);
+                    size_t len, struct tk_error *err);
 
 #endif

@@ -26,9 +26,8 @@ tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nsp
     }
     for (int k = 0; k < nkernels; k++)
         if (!attach_kernel(ctx, kernels[k].name, kernels[k].fn)) {
-            snprintf(ctx->err, sizeof ctx->err, "built-in kernel %s matches no op variant (stale generated code?)",
-                     kernels[k].name);
-            return TK_ERR_NOTFOUND;
+            return tk_error_set(&ctx->error, TK_ERR_NOTFOUND, NULL, (tk_loc){0, 0},
+                                "built-in kernel %s matches no op variant (stale generated code?)", kernels[k].name);
         }
     return tk_ctx_link(ctx);
 }

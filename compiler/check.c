@@ -16,8 +16,7 @@ static const char *const k_functions[] = {
 
 typedef struct checker {
     tk_op *op;
-    char *err;
-    size_t errlen;
+    tk_error *err;
     int variant;
     tk_vtype ftype;             /* the op's float type in this variant */
     int scope[TK_MAX_LOCALS];   /* stack of visible locals (indices into op->locals) */
@@ -27,21 +26,21 @@ typedef struct checker {
     signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];   /* as tk_op's, found by this check */
 } checker;
 
-/* Formats "file:line:col: error: msg" into the checker's buffer; returns
- * TK_ERR_CHECK so callers can `return fail(...)`. */
-static tk_status failv(char *err, size_t errlen, const tk_opdecl *d, tk_loc loc,
-                       const char *fmt, va_list ap) {
-    int n = snprintf(err, errlen, "%s:%d:%d: error: ", d->file, loc.line, loc.col);
-    if (n >= 0 && (size_t)n < errlen) vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-    return TK_ERR_CHECK;
-}
-
+/* Records a check error at loc (the op's file:line:col) in the checker's
+ * tk_error; returns TK_ERR_CHECK so callers can `return fail(...)`. */
+static tk_status fail(checker *c, tk_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static tk_status fail(checker *c, tk_loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    tk_status s = failv(c->err, c->errlen, c->op->decl, loc, fmt, ap);
+    tk_status s = tk_error_setv(c->err, TK_ERR_CHECK, c->op->decl->file, loc, fmt, ap);
     va_end(ap);
     return s;
+}
+
+/* Records "out of memory" for decl's file. */
+static tk_status out_of_memory(tk_error *err, const tk_opdecl *decl) {
+    tk_loc none = {0, 0};
+    return tk_error_set(err, TK_ERR_NOMEM, decl->file, none, "out of memory");
 }
 
 #define TRY(x) do { tk_status s_ = (x); if (s_ != TK_OK) return s_; } while (0)
@@ -968,13 +967,12 @@ static tk_status check_block(checker *c, tk_stmt **body, int n) {
 }
 
 /* tk_check_body; row_pos, if not NULL, gets the row loop's dims of each output. */
-static tk_status check_body(tk_op *op, int variant, char *err, size_t errlen,
+static tk_status check_body(tk_op *op, int variant, tk_error *err,
                             signed char (*row_pos)[TK_MAX_DIMS]) {
     checker c;
     memset(&c, 0, sizeof c);
     c.op = op;
     c.err = err;
-    c.errlen = errlen;
     c.variant = variant;
     c.ftype = tk_variant_float_type(op, variant) == TK_F64 ? TK_V_F64 : TK_V_F32;
     op->nlocals = 0;
@@ -985,8 +983,8 @@ static tk_status check_body(tk_op *op, int variant, char *err, size_t errlen,
     return st;
 }
 
-tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen) {
-    return check_body(op, variant, err, errlen, NULL);
+tk_status tk_check_body(tk_op *op, int variant, tk_error *err) {
+    return check_body(op, variant, err, NULL);
 }
 
 /* Loop variables of inner loops must not be assigned: enforce by scanning. */
@@ -1100,38 +1098,32 @@ static void find_reads_always(tk_op *op) {
  * the dtypes: an earlier variant passes, or a later one passes or fails
  * with another message. An error in every variant alike (an unknown name,
  * a write outside the loop index) is the spec's, whatever the dtypes. */
-static tk_status check_variants(tk_op *op, char *err, size_t errlen) {
+static tk_status check_variants(tk_op *op, tk_error *err) {
     tk_status st = TK_OK;
     int bad = 0;
     /* the first variant records the row loop's dims (the same in every variant) */
-    while (bad < op->nvariants && (st = check_body(op, bad, err, errlen, bad == 0 ? op->row_pos : NULL)) == TK_OK)
+    while (bad < op->nvariants && (st = check_body(op, bad, err, bad == 0 ? op->row_pos : NULL)) == TK_OK)
         bad++;
     if (st == TK_OK) return TK_OK;
     int depends = bad > 0;
-    char *other = depends || op->nvariants == 1 ? NULL : malloc(errlen);
+    tk_error *other = depends || op->nvariants == 1 ? NULL : malloc(sizeof *other);
     if (!depends && op->nvariants > 1 && !other) depends = 1;   /* (out of memory: say which variant) */
     for (int v = bad + 1; !depends && v < op->nvariants; v++)
-        depends = tk_check_body(op, v, other, errlen) == TK_OK || strcmp(other, err) != 0;
+        depends = tk_check_body(op, v, other) == TK_OK || strcmp(other->text, err->text) != 0;
     free(other);
-    if (depends) {
-        size_t n = strlen(err);
-        snprintf(err + n, errlen - n, " (in the %s variant)", op->variant_codes[bad]);
-    }
+    if (depends) tk_error_append(err, " (in the %s variant)", op->variant_codes[bad]);
     return st;
 }
 
-tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size_t errlen) {
+tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
+    tk_error *err = &ctx->error;
     tk_op *op = tk_arena_alloc(&ctx->arena, sizeof *op);
-    if (!op) {
-        snprintf(err, errlen, "%s: error: out of memory", decl->file);
-        return TK_ERR_NOMEM;
-    }
+    if (!op) return out_of_memory(err, decl);
     op->decl = decl;
     checker c;
     memset(&c, 0, sizeof c);
     c.op = op;
     c.err = err;
-    c.errlen = errlen;
     TRY(check_unique(&c));
     TRY(check_params(&c));
     TRY(check_defaults(&c));
@@ -1139,19 +1131,13 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size
     TRY(check_loop(&c));
     TRY(check_loop_vars_readonly(&c, decl->body, decl->nbody, NULL, 0));
     tk_status st = make_variants(&c, &ctx->arena);
-    if (st == TK_ERR_NOMEM) snprintf(err, errlen, "%s: error: out of memory", decl->file);
+    if (st == TK_ERR_NOMEM) return out_of_memory(err, decl);
     if (st != TK_OK) return st;
-    TRY(check_variants(op, err, errlen));
+    TRY(check_variants(op, err));
     find_reads_always(op);
-    if (rename_reused_locals(op, &ctx->arena) != TK_OK) {
-        snprintf(err, errlen, "%s: error: out of memory", decl->file);
-        return TK_ERR_NOMEM;
-    }
+    if (rename_reused_locals(op, &ctx->arena) != TK_OK) return out_of_memory(err, decl);
     op->schema = make_schema(decl, &ctx->arena);
-    if (!op->schema) {
-        snprintf(err, errlen, "%s: error: out of memory", decl->file);
-        return TK_ERR_NOMEM;
-    }
+    if (!op->schema) return out_of_memory(err, decl);
     *out = op;
     return TK_OK;
 }

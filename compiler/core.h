@@ -3,6 +3,8 @@
 #ifndef TK_CORE_H
 #define TK_CORE_H
 
+#include <stdarg.h>
+
 #include "ast.h"
 #include "tk.h"
 
@@ -78,8 +80,19 @@ struct tk_ctx {
     tk_arena arena;
     tk_op **ops;
     int nops, cap;
-    char err[1024];
+    tk_error error;     /* the last load/link/emit error (tk_ctx_last_error) */
 };
+
+/* ---- errors (error.c) ----------------------------------------------------
+ * Fill e: the status, the place (file NULL: not about a spec; loc.line 0:
+ * not about a place in it) and the printf-formatted message; return st, so
+ * callers can `return tk_error_set(...)`. A NULL e is ignored. */
+tk_status tk_error_set(tk_error *e, tk_status st, const char *file, tk_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+tk_status tk_error_setv(tk_error *e, tk_status st, const char *file, tk_loc loc, const char *fmt, va_list ap);
+/* Appends to e's message (and text). */
+void tk_error_append(tk_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tk_error_clear(tk_error *e);
 
 /* Variant v's dtype for tensor parameter p (an input). */
 tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param);
@@ -91,12 +104,12 @@ tk_dtype tk_variant_float_type(const tk_op *op, int variant);
 int tk_variant_index(const tk_op *op, const tk_dtype *dvar_dtypes);
 
 /* Checks decl and builds op (allocated in ctx's arena). Type-checks every
- * variant. Returns TK_OK or an error with "file:line:col: error: ..." in err. */
-tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out, char *err, size_t errlen);
+ * variant. Returns TK_OK or an error (at its file:line:col) in ctx->error. */
+tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out);
 
 /* Annotates decl's body for one variant (value types, symbol refs, local
  * slots). Used by tk_check_op for every variant and by the emitters. */
-tk_status tk_check_body(tk_op *op, int variant, char *err, size_t errlen);
+tk_status tk_check_body(tk_op *op, int variant, tk_error *err);
 
 
 /* The value of float parameter p's default (p->default_value is set: a

@@ -274,11 +274,17 @@ tk_status tk_emit_scheduled(tk_ctx *ctx, const tk_op *op, int first, int last, t
     free(P);
     if (b.oom) {
         free(b.p);
-        snprintf(ctx->err, sizeof ctx->err, "out of memory");
-        return TK_ERR_NOMEM;
+        return tk_error_set(&ctx->error, TK_ERR_NOMEM, NULL, (tk_loc){0, 0}, "out of memory");
     }
     *out = b.p;
     return TK_OK;
+}
+
+/* TK_CUDA_TUNE's schedule into s; a malformed one is ctx's error. */
+static tk_status schedule_from_env(tk_ctx *ctx, tk_schedule *s) {
+    char msg[512];
+    tk_status st = tk_schedule_from_env(s, msg, sizeof msg);
+    return st == TK_OK ? TK_OK : tk_error_set(&ctx->error, st, NULL, (tk_loc){0, 0}, "%s", msg);
 }
 
 /* tk_emit_scheduled with the schedule of TK_CUDA_TUNE (for CUDA). */
@@ -287,7 +293,7 @@ static tk_status emit_env(tk_ctx *ctx, const tk_op *op, int first, int last, tk_
     if (!ctx) return TK_ERR_INVALID;
     tk_schedule s;
     if (target == TK_TARGET_CUDA) {
-        tk_status st = tk_schedule_from_env(&s, ctx->err, sizeof ctx->err);
+        tk_status st = schedule_from_env(ctx, &s);
         if (st != TK_OK) return st;
     }
     return tk_emit_scheduled(ctx, op, first, last, target, flags, target == TK_TARGET_CUDA ? &s : NULL, out, NULL);
@@ -309,7 +315,7 @@ tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant, tk_target t
 int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant) {
     if (!ctx || !op || variant < 0 || variant >= op->nvariants) return 0;
     tk_schedule s;
-    if (tk_schedule_from_env(&s, ctx->err, sizeof ctx->err) != TK_OK) return 0;
+    if (schedule_from_env(ctx, &s) != TK_OK) return 0;
     tk_plan *P = malloc(sizeof *P);
     if (!P) return 0;
     int n = tk_plan_make(ctx, op, variant, TK_TARGET_CUDA, 0, &s, P) == TK_OK ? P->per_thread : 0;

@@ -87,15 +87,15 @@ int tk_op_backward_target(const tk_ctx *ctx, const tk_op *op, int b, int j) {
 static tk_status link_fail(tk_ctx *ctx, const tk_op *op, int b, const char *fmt, ...) {
     const tk_opdecl *d = op->decl;
     tk_loc loc = d->backward_locs[b < 0 ? 0 : b];
-    int n = snprintf(ctx->err, sizeof ctx->err, "%s:%d:%d: error: ", d->file, loc.line, loc.col);
-    if (b >= 0 && n >= 0 && (size_t)n < sizeof ctx->err)
-        n += snprintf(ctx->err + n, sizeof ctx->err - (size_t)n, "backward op '%s' of '%s': ", d->backward[b],
-                      d->name);
+    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < sizeof ctx->err) vsnprintf(ctx->err + n, sizeof ctx->err - (size_t)n, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return TK_ERR_CHECK;
+    if (b >= 0)
+        return tk_error_set(&ctx->error, TK_ERR_CHECK, d->file, loc, "backward op '%s' of '%s': %s", d->backward[b],
+                            d->name, msg);
+    return tk_error_set(&ctx->error, TK_ERR_CHECK, d->file, loc, "%s", msg);
 }
 
 /* Whether p's shape starts with '...'; *k: its explicit dims. */

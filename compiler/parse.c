@@ -6,7 +6,7 @@
  * stack. */
 #include "ast.h"
 #include "lex.h"
-#include "tk.h"
+#include "core.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,24 +22,25 @@ typedef struct parser {
     const char *text_copy;
     const char *text;
     size_t len;
-    char *err;
-    size_t errlen;
+    tk_error *err;
     int depth;                  /* current nesting of expressions/blocks */
     jmp_buf fail;
 } parser;
 
 /* ---------------------------------------------------------------- errors */
 
-/* Writes "file:line:col: error: message" and unwinds to tk_parse. */
+/* Records a syntax error at loc (file:line:col) and unwinds to tk_parse. */
 static _Noreturn void error_at(parser *p, tk_loc loc, const char *fmt, ...) {
-    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    tk_error_setv(p->err, TK_ERR_SYNTAX, p->file, loc, fmt, ap);
     va_end(ap);
-    if (p->err != NULL && p->errlen > 0)
-        snprintf(p->err, p->errlen, "%s:%d:%d: error: %s", p->file,
-                 loc.line, loc.col, msg);
+    longjmp(p->fail, 1);
+}
+
+/* Records "out of memory" (TK_ERR_NOMEM) and unwinds to tk_parse. */
+static _Noreturn void out_of_memory(parser *p) {
+    tk_error_set(p->err, TK_ERR_NOMEM, p->file, p->tok.loc, "out of memory");
     longjmp(p->fail, 1);
 }
 
@@ -62,14 +63,14 @@ static _Noreturn void expected(parser *p, const char *what) {
 /* Zeroed arena memory; unwinds with "out of memory" on failure. */
 static void *alloc(parser *p, size_t n) {
     void *q = tk_arena_alloc(p->a, n);
-    if (q == NULL) error_at(p, p->tok.loc, "out of memory");
+    if (q == NULL) out_of_memory(p);
     return q;
 }
 
 /* Arena copy of s[0..n). */
 static char *copy_str(parser *p, const char *s, size_t n) {
     char *q = tk_arena_strndup(p->a, s, n);
-    if (q == NULL) error_at(p, p->tok.loc, "out of memory");
+    if (q == NULL) out_of_memory(p);
     return q;
 }
 
@@ -788,9 +789,9 @@ static tk_module *parse_module(parser *p) {
     return m;
 }
 
-/* Parses a whole spec file; NULL with "file:line:col: error: ..." in err. */
+/* Parses a whole spec file; NULL with the error (file:line:col) in err. */
 tk_module *tk_parse(tk_arena *a, const char *file, const char *text,
-                    size_t len, char *err, size_t errlen) {
+                    size_t len, tk_error *err) {
     parser ps;
     memset(&ps, 0, sizeof ps);
     ps.a = a;
@@ -798,8 +799,7 @@ tk_module *tk_parse(tk_arena *a, const char *file, const char *text,
     ps.text = text != NULL ? text : "";
     ps.len = text != NULL ? len : 0;
     ps.err = err;
-    ps.errlen = errlen;
-    if (err != NULL && errlen > 0) err[0] = '\0';
+    tk_error_clear(err);
     tk_lex_init(&ps.ls, ps.text, ps.len);
     ps.tok.loc.line = 1;
     ps.tok.loc.col = 1;

@@ -116,7 +116,7 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     if (!ctx || !cop || !P || variant < 0 || variant >= cop->nvariants || (unsigned)target > TK_TARGET_CUDA)
         return TK_ERR_INVALID;
     tk_op *op = (tk_op *)cop;    /* tk_check_body annotates the AST for the variant */
-    tk_status st = tk_check_body(op, variant, ctx->err, sizeof ctx->err);
+    tk_status st = tk_check_body(op, variant, &ctx->error);
     if (st != TK_OK) return st;
     memset(P, 0, sizeof *P);
     P->op = op;
@@ -145,8 +145,8 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     int printed = scratch.len != 0;
     free(scratch.p);
     if (printed) {
-        snprintf(ctx->err, sizeof ctx->err, "tk: internal error: planning %s printed code", op->decl->name);
-        return TK_ERR_INVALID;
+        return tk_error_set(&ctx->error, TK_ERR_INVALID, NULL, (tk_loc){0, 0},
+                            "tk: internal error: planning %s printed code", op->decl->name);
     }
     return TK_OK;
 }

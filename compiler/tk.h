@@ -24,8 +24,10 @@
  * tk_run_cpu needs a kernel for the op: built-in ops get theirs at build
  * time (tk_ctx_add_builtins); tk_emit generates C or CUDA C for any op.
  *
- * Errors: every fallible call returns a tk_status; the message is in
- * tk_ctx_error(ctx) (loading, emitting) or call->msg (binding, running).
+ * Errors: every fallible call returns a tk_status; loading, linking and
+ * emitting leave a tk_error in the context (tk_ctx_last_error: status,
+ * file, line, col, message; tk_ctx_error: the same as one line of text),
+ * binding and running a message in call->msg.
  * Nothing here exits, aborts or keeps global state. A context may be read
  * from several threads, also while one thread loads more specs into it (the
  * op table is append-only and tk_op pointers stay valid); loads are
@@ -108,7 +110,22 @@ typedef struct tk_op tk_op;
 
 tk_ctx *tk_ctx_new(void);                   /* NULL only when out of memory */
 void tk_ctx_free(tk_ctx *ctx);
-const char *tk_ctx_error(const tk_ctx *ctx); /* last load/emit error, "" if none */
+const char *tk_ctx_error(const tk_ctx *ctx); /* last load/emit error as text, "" if none */
+
+/* The core's one error type: what failed, where in a spec, and why. Every
+ * load, check, link and emit error of a context is one of these
+ * (tk_ctx_last_error); callers read the fields (the Python package does,
+ * through the shim) instead of parsing the text. */
+typedef struct tk_error {
+    int status;             /* tk_status; TK_OK when there is no error */
+    int line, col;          /* 1-based place in `file`; 0 when not about a place */
+    char file[256];         /* the spec's file name; "" when not about a spec */
+    char message[1024];     /* the message alone: "unknown name 'q'" */
+    char text[1536];        /* "file:line:col: error: message" (the parts there are) */
+} tk_error;
+
+/* The context's last error; status TK_OK (and "" texts) if none. */
+const tk_error *tk_ctx_last_error(const tk_ctx *ctx);
 
 /* Parses and checks a spec file and adds its ops to ctx. On error nothing
  * is added and the message reads "file:line:col: error: ...". */

@@ -28,11 +28,19 @@ extern const int tk_builtin_nspecs;
 namespace tk_shim {
 namespace {
 
-// Why a registration failed: a tk_status and the message for the user.
+// Why a registration failed: a tk_status and the message for the user;
+// for an error of the spec itself, the core's error with its place.
 struct Failure {
   tk_status status;
   std::string message;
+  tk_error error{};  // status TK_OK: not an error of the core (the message says all)
 };
+
+// The Failure of ctx's last error (a spec that does not load or link).
+Failure spec_failure(const tk_ctx* ctx) {
+  const tk_error* e = tk_ctx_last_error(ctx);
+  return Failure{static_cast<tk_status>(e->status), e->text, *e};
+}
 
 struct Spec {
   std::string file, text;
@@ -134,7 +142,7 @@ void check_links(const Runtime& rt, tk_ctx* scratch) {
       throw Failure{TK_ERR_INVALID, std::string("tk: internal error: reloading ") + spec.file +
                                         " failed: " + tk_ctx_error(scratch)};
   tk_status st = tk_ctx_link(scratch);
-  if (st != TK_OK) throw Failure{st, tk_ctx_error(scratch)};
+  if (st != TK_OK) throw spec_failure(scratch);
 }
 
 // A context holding the spec alone, to emit its ops' C from: the scratch
@@ -189,7 +197,7 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   Scratch scratch(tk_ctx_new(), tk_ctx_free);
   if (!scratch) throw Failure{TK_ERR_NOMEM, "tk: out of memory"};
   tk_status st = tk_load_spec(scratch.get(), file.c_str(), text.c_str(), text.size());
-  if (st != TK_OK) throw Failure{st, tk_ctx_error(scratch.get())};
+  if (st != TK_OK) throw spec_failure(scratch.get());
   const int n = tk_op_count(scratch.get());
   const std::vector<std::string> names = names_of(scratch.get(), n);
   {
@@ -251,27 +259,40 @@ void ensure_cpu_kernel(const tk_op* op, int variant) {
 
 }  // namespace tk_shim
 
-// For torch_tk.kernel / torch_tk.load (ctypes): registers every op of the
-// spec `text` (named `file` in messages) as torch.ops.tk.<name>. Returns
-// TK_OK with the op names, one per line, in out; else the status (a spec
-// error is TK_ERR_SYNTAX or TK_ERR_CHECK, "file:line:col: error: ...") with
-// the message in out. The same text again is a no-op; thread-safe.
+namespace {
+// err as the error `message` with no place in a spec.
+void error_without_place(tk_error* err, int status, const std::string& message) {
+  *err = tk_error{};
+  err->status = status;
+  snprintf(err->message, sizeof err->message, "%s", message.c_str());
+  snprintf(err->text, sizeof err->text, "%s", message.c_str());
+}
+}  // namespace
+
+// For torch_tk.kernel / torch_tk.load (ctypes, python/torch_tk/_capi.py):
+// registers every op of the spec `text` (named `file` in messages) as
+// torch.ops.tk.<name>. Returns TK_OK with the op names, one per line, in
+// out; else the status with the error in *err: for an error of the spec
+// (TK_ERR_SYNTAX, TK_ERR_CHECK) its file, line, col and message, else the
+// message alone (line 0). The same text again is a no-op; thread-safe.
 extern "C" __attribute__((visibility("default"))) int tk_shim_register(const char* file, const char* text,
-                                                                       char* out, size_t outlen) {
-  std::string result;
-  int status = TK_OK;
+                                                                       char* out, size_t outlen, tk_error* err) {
+  std::string names;
+  tk_error error{};
   try {
     for (const std::string& name : tk_shim::register_spec(file ? file : "<string>", text ? text : ""))
-      result += name + "\n";
+      names += name + "\n";
   } catch (const tk_shim::Failure& f) {
-    status = f.status;
-    result = f.message;
+    if (f.error.status != TK_OK)
+      error = f.error;
+    else
+      error_without_place(&error, f.status, f.message);
   } catch (const std::exception& e) {
-    status = TK_ERR_INVALID;
-    result = e.what();
+    error_without_place(&error, TK_ERR_INVALID, e.what());
   }
-  if (out != nullptr && outlen > 0) snprintf(out, outlen, "%s", result.c_str());
-  return status;
+  if (out != nullptr && outlen > 0) snprintf(out, outlen, "%s", error.status == TK_OK ? names.c_str() : "");
+  if (err != nullptr) *err = error;
+  return error.status;
 }
 
 // For torch_tk.runtime_kernels(): one line "<op> <variant> <loads>" per

@@ -49,10 +49,10 @@ def find() -> Path:
 
 def _load_error(path: Path) -> str:
     """Why the loaded library registered no ops ("" if it did)."""
-    lib = ctypes.CDLL(str(path))  # already loaded: the same handle
-    fn = lib.tk_shim_load_error
-    fn.restype = ctypes.c_char_p
-    return (fn() or b"").decode("utf-8", "replace")
+    from . import _capi
+
+    lib = _capi.bind(ctypes.CDLL(str(path)))  # already loaded: the same handle
+    return (lib.tk_shim_load_error() or b"").decode("utf-8", "replace")
 
 
 def _other_registration() -> str:

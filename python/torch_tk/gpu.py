@@ -21,22 +21,14 @@ import time
 
 import torch
 
+from . import _capi
 from ._lib import load
 
 __all__ = ["info", "kernels", "parse_arch", "precompile", "main_info", "main_precompile"]
 
 
 def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(load())  # already loaded by torch: the same handle
-    lib.tk_shim_cuda_info.restype = ctypes.c_char_p
-    lib.tk_shim_cuda_nkernels.restype = ctypes.c_int
-    lib.tk_shim_cuda_kernel_name.restype = ctypes.c_char_p
-    lib.tk_shim_cuda_kernel_name.argtypes = [ctypes.c_int]
-    lib.tk_shim_cuda_precompile.restype = ctypes.c_int
-    lib.tk_shim_cuda_precompile.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
-                                            ctypes.c_char_p, ctypes.c_size_t]
-    lib.tk_shim_cuda_cache_dir.restype = ctypes.c_char_p
-    return lib
+    return _capi.lib()
 
 
 def info() -> str:

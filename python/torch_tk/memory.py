@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import ctypes
 
-from ._lib import load
+from . import _capi
 
 
 def _lib() -> ctypes.CDLL:
-    return ctypes.CDLL(load())  # already loaded: the same handle
+    return _capi.lib()
 
 
 def cpu_cache_info() -> dict:

@@ -19,23 +19,18 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import textwrap
 import threading
 
 import torch
 
-from . import _lib
+from . import _capi
 
 __all__ = ["SpecError", "kernel", "load", "runtime_kernels"]
-
-# tk_status values (compiler/tk.h)
-_TK_OK, _TK_ERR_SYNTAX, _TK_ERR_CHECK = 0, 1, 2
 
 _OUT_SIZE = 1 << 16
 _names_by_text: dict[str, list[str]] = {}
 _lock = threading.Lock()
-_register = None
 
 
 class SpecError(ValueError):
@@ -51,30 +46,17 @@ class SpecError(ValueError):
         self.file, self.line, self.col, self.message = file, line, col, message
 
 
-def _spec_error(report: str, file: str, source: str) -> SpecError:
-    """The SpecError for the core's report about `source` (named `file`)."""
-    m = re.match(r"(\d+):(\d+): error: (.*)", report[len(file) + 1:], re.S) if report.startswith(file + ":") else None
-    if m is None:
-        return SpecError(report, file, 0, 0, report)
-    line, col, message = int(m.group(1)), int(m.group(2)), m.group(3)
+def _spec_error(file: str, line: int, col: int, message: str, text: str, source: str) -> SpecError:
+    """The SpecError for the core's error (its fields) about `source`: its
+    text, then the line it is on and a caret under its column."""
     lines = source.encode("utf-8").split(b"\n")
     if not 1 <= line <= len(lines):
-        return SpecError(report, file, line, col, message)
+        return SpecError(text, file, line, col, message)
     raw = lines[line - 1].rstrip(b"\r")
-    text = raw.decode("utf-8", "replace")
+    shown = raw.decode("utf-8", "replace")
     before = raw[: max(col - 1, 0)].decode("utf-8", "replace")  # columns count bytes
     caret = "".join(c if c == "\t" else " " for c in before) + "^"
-    return SpecError(f"{report}\n{text}\n{caret}", file, line, col, message)
-
-
-def _register_fn():
-    global _register
-    if _register is None:
-        fn = ctypes.CDLL(_lib.load()).tk_shim_register  # libtk is already loaded: same handle
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-        fn.restype = ctypes.c_int
-        _register = fn
-    return _register
+    return SpecError(f"{text}\n{shown}\n{caret}", file, line, col, message)
 
 
 def _register_spec(text: str, file: str) -> list[str]:
@@ -87,15 +69,19 @@ def _register_spec(text: str, file: str) -> list[str]:
         raw = text.encode("utf-8")
         at = raw.index(b"\0")
         line, col = raw.count(b"\n", 0, at) + 1, at - (raw.rfind(b"\n", 0, at) + 1) + 1
-        raise _spec_error(f"{file}:{line}:{col}: error: invalid character '\\x00'", file, text)
+        message = "invalid character '\\x00'"
+        raise _spec_error(file, line, col, message, f"{file}:{line}:{col}: error: {message}", text)
     out = ctypes.create_string_buffer(_OUT_SIZE)
+    err = _capi.Error()
     # ctypes releases the GIL: other threads run (and register) meanwhile
-    status = _register_fn()(file.encode("utf-8"), text.encode("utf-8"), out, _OUT_SIZE)
+    status = _capi.lib().tk_shim_register(file.encode("utf-8"), text.encode("utf-8"), out, _OUT_SIZE,
+                                          ctypes.byref(err))
+    if status in (_capi.ERR_SYNTAX, _capi.ERR_CHECK):
+        _, efile, line, col, message, etext = err.decoded()
+        raise _spec_error(efile or file, line, col, message, etext, text)
+    if status != _capi.OK:
+        raise RuntimeError(err.decoded()[5])
     result = out.value.decode("utf-8", "replace")
-    if status in (_TK_ERR_SYNTAX, _TK_ERR_CHECK):
-        raise _spec_error(result, file, text)
-    if status != _TK_OK:
-        raise RuntimeError(result)
     names = result.split()
     if not names:
         raise SpecError(f"{file}: error: the spec defines no op", file, 0, 0, "the spec defines no op")
@@ -143,9 +129,7 @@ def runtime_kernels() -> dict[str, dict[str, int]]:
     ("f32", "f64", "f16_i64"...), loads how many times its kernel was
     compiled or loaded from the disk cache (0 until the op's first CPU call
     with those dtypes, then 1). Ops in registration order."""
-    fn = ctypes.CDLL(_lib.load()).tk_shim_runtime_kernels
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    fn.restype = ctypes.c_size_t
+    fn = _capi.lib().tk_shim_runtime_kernels
     size = 1 << 12
     while True:
         out = ctypes.create_string_buffer(size)

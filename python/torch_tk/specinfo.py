@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._lib import library_path
+from . import _capi
 
 # ORDER DTYPE (compiler/tk.h)
 DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -55,31 +55,6 @@ class OpInfo:
         return next(p for p in self.params if p.name == name)
 
 
-class _BuiltinSpec(ctypes.Structure):
-    _fields_ = [("file", ctypes.c_char_p), ("text", ctypes.c_char_p)]
-
-
-def _bind(lib):
-    P, I, C = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
-    sig = {
-        "tk_ctx_new": (P, []), "tk_ctx_free": (None, [P]), "tk_ctx_error": (C, [P]),
-        "tk_load_spec": (I, [P, C, C, ctypes.c_size_t]), "tk_ctx_link": (I, [P]),
-        "tk_op_count": (I, [P]), "tk_op_at": (P, [P, I]),
-        "tk_op_name": (C, [P]), "tk_op_file": (C, [P]), "tk_op_schema": (C, [P]),
-        "tk_op_nbackward": (I, [P]), "tk_op_backward_at": (C, [P, I]),
-        "tk_op_nparams": (I, [P]), "tk_op_param_kind": (I, [P, I]),
-        "tk_op_param_name": (C, [P, I]), "tk_op_param_optional": (I, [P, I]),
-        "tk_op_param_dtypes": (ctypes.c_uint, [P, I]), "tk_op_param_dtype_group": (I, [P, I]),
-        "tk_op_shape_ndims": (I, [P, I, I]),
-        "tk_op_param_dim": (I, [P, I, I, ctypes.POINTER(C), ctypes.POINTER(ctypes.c_int64)]),
-        "tk_op_noutputs": (I, [P]), "tk_op_output_name": (C, [P, I]),
-    }
-    for name, (res, args) in sig.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-    return lib
-
-
 def _param(lib, op, i) -> Param:
     name = lib.tk_op_param_name(op, i).decode()
     kind = KINDS[lib.tk_op_param_kind(op, i)]
@@ -98,9 +73,9 @@ def _param(lib, op, i) -> Param:
 @functools.lru_cache(maxsize=None)
 def builtin_ops() -> dict:
     """{name: OpInfo} for every op compiled into libtk (ops/*.tk), in spec order."""
-    lib = _bind(ctypes.CDLL(library_path()))
+    lib = _capi.lib()
     nspecs = ctypes.c_int.in_dll(lib, "tk_builtin_nspecs").value
-    specs = (_BuiltinSpec * nspecs).in_dll(lib, "tk_builtin_specs")
+    specs = (_capi.BuiltinSpec * nspecs).in_dll(lib, "tk_builtin_specs")
     ctx = lib.tk_ctx_new()
     try:
         for s in specs:

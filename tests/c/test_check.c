@@ -378,8 +378,22 @@ static void test_output_written(void) {
     tk_ctx_free(ctx);
 }
 
+/* The error's fields agree with its status and text: every spec error is
+ * at a place in "bad.tk" and its text is "bad.tk:line:col: error: message". */
+static int error_fields_ok(const tk_ctx *ctx, int st) {
+    const tk_error *e = tk_ctx_last_error(ctx);
+    char want[sizeof e->text];
+    snprintf(want, sizeof want, "%s:%d:%d: error: %s", e->file, e->line, e->col, e->message);
+    int ok = e->status == st && strcmp(e->file, "bad.tk") == 0 && e->line > 0 && e->col > 0 &&
+             strcmp(e->text, want) == 0 && strcmp(e->text, tk_ctx_error(ctx)) == 0;
+    if (!ok) fprintf(stderr, "error fields: status %d/%d file '%s' %d:%d message '%s'\n", e->status, st, e->file,
+                     e->line, e->col, e->message);
+    return ok;
+}
+
 int main(void) {
     test_output_written();
+    CHECK(tk_ctx_last_error(NULL)->status == TK_ERR_INVALID);
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
         tk_ctx *ctx = tk_ctx_new();
         int st = tk_load_spec(ctx, "bad.tk", k_bad[i].text, strlen(k_bad[i].text));
@@ -388,6 +402,7 @@ int main(void) {
             fprintf(stderr, "bad spec %zu: expected\n  %s\ngot (status %d)\n  %s\n", i, k_bad[i].error, st,
                     tk_ctx_error(ctx));
         CHECK(ok);
+        CHECK(error_fields_ok(ctx, st));
         CHECK(tk_op_count(ctx) == 0);   /* a failed load adds nothing */
         tk_ctx_free(ctx);
     }
@@ -402,6 +417,7 @@ int main(void) {
             fprintf(stderr, "bad link spec %zu: expected\n  %s\ngot (status %d)\n  %s\n", i, k_bad_link[i].error,
                     st, tk_ctx_error(ctx));
         CHECK(ok);
+        CHECK(error_fields_ok(ctx, st));
         tk_ctx_free(ctx);
     }
     test_link_ok();

@@ -18,12 +18,20 @@ static int failures, checks;
                 __FILE__, __LINE__, #a, b_, a_ ? a_ : "(null)"); } } while (0)
 
 static tk_arena arena;
-static char errbuf[512];
+static char errbuf[1536];
+static tk_error perr;
+
+/* tk_parse into the test arena; the error's text in errbuf. */
+static tk_module *parse_n(const char *file, const char *src, size_t len) {
+    tk_module *m = tk_parse(&arena, file, src, len, &perr);
+    snprintf(errbuf, sizeof errbuf, "%s", perr.text);
+    return m;
+}
 
 /* Parses src (NUL-terminated) as file "t.tk"; NULL on error (see errbuf). */
 static tk_module *parse(const char *src) {
     tk_arena_free(&arena);
-    return tk_parse(&arena, "t.tk", src, strlen(src), errbuf, sizeof errbuf);
+    return parse_n("t.tk", src, strlen(src));
 }
 
 /* Appends printf-style text to the string buffer b of size n. */
@@ -133,7 +141,7 @@ static tk_module *parse_op_file(const char *dir, const char *name) {
     CHECK(text != NULL);
     if (text == NULL) return NULL;
     tk_arena_free(&arena);
-    m = tk_parse(&arena, path, text, len, errbuf, sizeof errbuf);
+    m = parse_n(path, text, len);
     if (m == NULL) fprintf(stderr, "  %s\n", errbuf);
     CHECK(m != NULL);
     if (m != NULL) CHECK(strlen(m->ops[0]->text) == len && memcmp(m->ops[0]->text, text, len) == 0);
@@ -391,9 +399,8 @@ static void test_valid_odd(void) {
     CHECK(m != NULL && m->nops == 0);
     /* not NUL-terminated: len ends the text */
     tk_arena_free(&arena);
-    m = tk_parse(&arena, "t.tk", "op f() -> y: int[1]:\n    for i in y:\n        y[i] = 1\nGARBAGE",
-                 strlen("op f() -> y: int[1]:\n    for i in y:\n        y[i] = 1\n"),
-                 errbuf, sizeof errbuf);
+    m = parse_n("t.tk", "op f() -> y: int[1]:\n    for i in y:\n        y[i] = 1\nGARBAGE",
+                strlen("op f() -> y: int[1]:\n    for i in y:\n        y[i] = 1\n"));
     CHECK(m != NULL && m->nops == 1);
     /* two ops, comments everywhere, continuation line, no final newline,
      * CRLF, backward, scalar forms, multiple outputs, trailing comma */
@@ -589,7 +596,7 @@ static void check_bad(const char *src, size_t len, const char *want, int idx) {
     tk_module *m;
     tk_arena_free(&arena);
     errbuf[0] = '\0';
-    m = tk_parse(&arena, "t.tk", src, len, errbuf, sizeof errbuf);
+    m = parse_n("t.tk", src, len);
     checks++;
     if (m != NULL || strncmp(errbuf, want, strlen(want)) != 0) {
         failures++;
@@ -633,7 +640,7 @@ static void test_errors(void) {
             strcat(deep, "1\n");
             n = strlen(deep);
             tk_arena_free(&arena);
-            CHECK(tk_parse(&arena, "t.tk", deep, n, errbuf, sizeof errbuf) == NULL);
+            CHECK(parse_n("t.tk", deep, n) == NULL);
             if (strstr(errbuf, "nesting too deep") == NULL) fprintf(stderr, "  fill %d: %s\n", (int)k, errbuf);
             CHECK(strstr(errbuf, "nesting too deep") != NULL);
         }
@@ -648,20 +655,26 @@ static void test_errors(void) {
             strcpy(deep + n + 8 + j, "if 1:\n");
         }
         tk_arena_free(&arena);
-        CHECK(tk_parse(&arena, "t.tk", deep, strlen(deep), errbuf, sizeof errbuf) == NULL);
+        CHECK(parse_n("t.tk", deep, strlen(deep)) == NULL);
         CHECK(strstr(errbuf, "nesting too deep") != NULL);
     }
     free(deep);
-    /* a NULL err buffer is allowed */
+    /* a NULL error is allowed */
     tk_arena_free(&arena);
-    CHECK(tk_parse(&arena, "t.tk", "op", 2, NULL, 0) == NULL);
-    /* a tiny err buffer is truncated, not overrun */
-    {
-        char small[8];
-        tk_arena_free(&arena);
-        CHECK(tk_parse(&arena, "t.tk", "op", 2, small, sizeof small) == NULL);
-        CHECK(strcmp(small, "t.tk:1:") == 0);
-    }
+    CHECK(tk_parse(&arena, "t.tk", "op", 2, NULL) == NULL);
+    /* the error's fields: status, file, line, col, the message alone, and
+     * the text made of them */
+    tk_arena_free(&arena);
+    CHECK(parse_n("dir/t.tk", "op f() -> y: int[1]:\n    for i in y:\n        y[i] = )\n", 54) == NULL);
+    CHECK(perr.status == TK_ERR_SYNTAX);
+    CHECK(strcmp(perr.file, "dir/t.tk") == 0);
+    CHECK(perr.line == 3 && perr.col == 16);
+    CHECK(strncmp(perr.message, "expected", 8) == 0);
+    CHECK(strncmp(perr.text, "dir/t.tk:3:16: error: expected", 30) == 0);
+    CHECK(strcmp(strstr(perr.text, ": error: ") + 9, perr.message) == 0);
+    /* a later good parse clears it */
+    tk_arena_free(&arena);
+    CHECK(parse_n("t.tk", "", 0) != NULL && perr.status == TK_OK && perr.text[0] == '\0');
 }
 
 /* Float parameters with defaults: 'float = lit' and 'float? = lit', a
@@ -706,11 +719,11 @@ static void test_prefixes(void) {
         if (copy == NULL) return;
         memcpy(copy, src, i);
         tk_arena_free(&arena);
-        (void)tk_parse(&arena, "t.tk", copy, i, errbuf, sizeof errbuf);
+        (void)parse_n("t.tk", copy, i);
         free(copy);
     }
     tk_arena_free(&arena);
-    CHECK(tk_parse(&arena, "t.tk", src, n, errbuf, sizeof errbuf) != NULL);
+    CHECK(parse_n("t.tk", src, n) != NULL);
 }
 
 /* The caller's schedule (TK_CUDA_TUNE's syntax): items by key, the rest 0;

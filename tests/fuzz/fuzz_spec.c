@@ -11,6 +11,7 @@
  *
  *   build-fuzz/fuzz_spec -dict=tests/fuzz/tk.dict NEW_CORPUS tests/fuzz/corpus */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,11 +168,23 @@ static void fuzz_links(const tk_ctx *ctx, const tk_op *op) {
     }
 }
 
+/* A failed load's error: its status, in fuzz.tk at a place (a syntax or
+ * check error), and its text made of its fields. */
+static int error_consistent(const tk_ctx *ctx, tk_status st) {
+    const tk_error *e = tk_ctx_last_error(ctx);
+    char want[sizeof e->text];
+    snprintf(want, sizeof want, "%s:%d:%d: error: %s", e->file, e->line, e->col, e->message);
+    if (e->status != (int)st || strcmp(e->text, tk_ctx_error(ctx)) != 0) return 0;
+    if (st != TK_ERR_SYNTAX && st != TK_ERR_CHECK) return 1;
+    return strcmp(e->file, "fuzz.tk") == 0 && e->line > 0 && e->col > 0 && strcmp(e->text, want) == 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tk_ctx *ctx = tk_ctx_new();
     if (!ctx) return 0;
     rng r = {seed_of(data, size)};
-    if (tk_load_spec(ctx, "fuzz.tk", (const char *)data, size) == TK_OK) {
+    tk_status st = tk_load_spec(ctx, "fuzz.tk", (const char *)data, size);
+    if (st == TK_OK) {
         int linked = tk_ctx_link(ctx) == TK_OK;
         for (int i = 0; i < tk_op_count(ctx); i++) {
             const tk_op *op = tk_op_at(ctx, i);
@@ -181,8 +194,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (linked) fuzz_links(ctx, op);
             fuzz_bind(op, &r);
         }
-    } else if (tk_op_count(ctx) != 0 || tk_ctx_error(ctx)[0] == 0) {
-        abort();    /* a failed load adds nothing and says why */
+    } else if (tk_op_count(ctx) != 0 || tk_ctx_error(ctx)[0] == 0 || !error_consistent(ctx, st)) {
+        abort();    /* a failed load adds nothing and says why, and where */
     }
     tk_ctx_free(ctx);
     return 0;

@@ -423,7 +423,12 @@ def test_malformed_spec(text, message):
         torch_tk.kernel(text, file="bad.tk")
     assert str(info.value) == message
     assert isinstance(info.value, ValueError)
-    assert info.value.file == "bad.tk"
+    err = info.value
+    assert err.file == "bad.tk"
+    # the attributes are the core's error fields, and its text is made of them
+    first = str(err).splitlines()[0]
+    assert first == (f"{err.file}:{err.line}:{err.col}: error: {err.message}" if err.line
+                     else f"{err.file}: error: {err.message}")
     name = text.split("(")[0].removeprefix("op ")
     assert not hasattr(torch.ops.tk, name)   # nothing registered
 
@@ -437,6 +442,20 @@ def test_spec_error_from_a_file(tmp_path):
     assert (err.file, err.line, err.col) == (str(path), 3, 23)
     assert str(err).splitlines() == [f"{path}:3:23: error: unknown name 'q'",
                                      "        y[i] = x[i] * q", "                      ^"]
+
+
+def test_spec_error_fields_not_parsed_from_text():
+    """A file name that looks like a place, and a message that holds one: the
+    fields still say where the error is (they are not read back from the text)."""
+    text = ("op rt_fields(x: float[N]) -> y: x.dtype[N]:\n    backward rt_fields_bw\n    for i in y:\n"
+            "        y[i] = x[i]\n")
+    with pytest.raises(torch_tk.SpecError) as info:
+        torch_tk.kernel(text, file="odd:7:9: error: name.tk")
+    err = info.value
+    assert (err.file, err.line, err.col) == ("odd:7:9: error: name.tk", 2, 14)   # a backward that does not link
+    assert "rt_fields_bw" in err.message and not err.message.startswith("odd")
+    assert str(err).splitlines()[0] == f"odd:7:9: error: name.tk:2:14: error: {err.message}"
+    assert not hasattr(torch.ops.tk, "rt_fields")
 
 
 # ---- threads -------------------------------------------------------------------------
