@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,7 @@ struct Failure {
 struct Spec {
   std::string file, text;
   bool builtin;
+  bool checked = false;  // its ops' kernels are checked ones (tk_op_set_checked)
 };
 
 using Scratch = std::unique_ptr<tk_ctx, void (*)(tk_ctx*)>;
@@ -107,7 +109,8 @@ std::vector<std::string> names_of(const tk_ctx* ctx, int n) {
 
 // Whether every op name is already registered by this very text (true), or
 // none is (false). Throws for a built-in name or another spec's name.
-bool already_registered(const Runtime& rt, const std::vector<std::string>& names, const std::string& text) {
+bool already_registered(const Runtime& rt, const std::vector<std::string>& names, const std::string& text,
+                        bool checked) {
   size_t same = 0;
   for (const std::string& name : names) {
     auto it = rt.owner.find(name);
@@ -120,6 +123,10 @@ bool already_registered(const Runtime& rt, const std::vector<std::string>& names
       throw Failure{TK_ERR_INVALID, "tk." + name + " is already registered from a different spec (" + spec.file +
                                         "); an op cannot be redefined in a running process: give it a new name, "
                                         "or restart the process"};
+    if (spec.checked != checked)
+      throw Failure{TK_ERR_INVALID, "tk." + name + " is already registered " + (spec.checked ? "checked" : "unchecked") +
+                                        " (" + spec.file + "); checked mode is fixed at an op's first registration: "
+                                        "give the same checked= (and TK_CHECKED) every time, or restart the process"};
     ++same;
   }
   return same == names.size();
@@ -151,7 +158,7 @@ Scratch source_context(Scratch scratch, const std::string& file, const std::stri
 // kernels come from the C of a copy of the spec on first use), and
 // registers them with torch. Under rt.mutex.
 void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names, const std::string& file,
-            const std::string& text) {
+            const std::string& text, bool checked) {
   tk_ctx* ctx = const_cast<tk_ctx*>(context());
   if (tk_load_spec(ctx, file.c_str(), text.c_str(), text.size()) != TK_OK || tk_ctx_link(ctx) != TK_OK)
     throw Failure{TK_ERR_INVALID, std::string("tk: internal error: ") + tk_ctx_error(ctx)};
@@ -162,6 +169,8 @@ void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names,
     auto lazy = std::make_unique<LazyOp>();
     lazy->op = op;
     lazy->source = tk_op_find_mut(spec->ctx.get(), name.c_str());
+    tk_op_set_checked(op, checked);  // CUDA emits the process context's op, the CPU compile the source copy
+    tk_op_set_checked(lazy->source, checked);
     lazy->spec = spec;
     lazy->variants = std::make_unique<Variant[]>(static_cast<size_t>(tk_op_nvariants(op)));
     {
@@ -171,7 +180,7 @@ void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names,
     }
     ops.push_back(op);
   }
-  rt.specs.push_back({file, text, false});
+  rt.specs.push_back({file, text, false, checked});
   for (const std::string& name : names) rt.owner[name] = rt.specs.size() - 1;
   auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "tk", std::nullopt, file.c_str(), 1);
   try {
@@ -183,8 +192,19 @@ void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names,
   rt.libraries.push_back(std::move(lib));
 }
 
-// Registers every op of the spec text; returns their names in spec order.
-std::vector<std::string> register_spec(const std::string& file, const std::string& text) {
+// Whether run-time specs get checked kernels when the caller does not say:
+// TK_CHECKED=1 in the environment (read once per process).
+bool env_checked() {
+  static const bool on = [] {
+    const char* v = std::getenv("TK_CHECKED");
+    return v != nullptr && v[0] != 0 && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// Registers every op of the spec text, with checked kernels when `checked`;
+// returns their names in spec order.
+std::vector<std::string> register_spec(const std::string& file, const std::string& text, bool checked) {
   Runtime& rt = runtime();
   Scratch scratch(tk_ctx_new(), tk_ctx_free);
   if (!scratch) throw Failure{TK_ERR_NOMEM, "tk: out of memory"};
@@ -194,7 +214,7 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   const std::vector<std::string> names = names_of(scratch.get(), n);
   {
     std::lock_guard<std::mutex> lock(rt.mutex);
-    if (already_registered(rt, names, text)) return names;
+    if (already_registered(rt, names, text, checked)) return names;
     check_links(rt, scratch.get());
   }
   // Nothing is compiled here (ensure_cpu_kernel does, per variant, at its
@@ -204,7 +224,7 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   st = tk_cc_check(rt.cc, &msg[0], msg.size());
   if (st != TK_OK) throw Failure{st, msg.c_str()};
   std::lock_guard<std::mutex> lock(rt.mutex);
-  if (!already_registered(rt, names, text)) commit(rt, std::move(scratch), names, file, text);
+  if (!already_registered(rt, names, text, checked)) commit(rt, std::move(scratch), names, file, text, checked);
   return names;
 }
 
@@ -256,12 +276,16 @@ void ensure_cpu_kernel(const tk_op* op, int variant) {
 // TK_OK with the op names, one per line, in out; else the status (a spec
 // error is TK_ERR_SYNTAX or TK_ERR_CHECK, "file:line:col: error: ...") with
 // the message in out. The same text again is a no-op; thread-safe.
-extern "C" __attribute__((visibility("default"))) int tk_shim_register(const char* file, const char* text,
-                                                                       char* out, size_t outlen) {
+// checked: 1 checked kernels (docs/spec.md, Bounds), 0 not, -1 as TK_CHECKED
+// says (tk_shim_register).
+extern "C" __attribute__((visibility("default"))) int tk_shim_register_checked(const char* file, const char* text,
+                                                                               int checked, char* out,
+                                                                               size_t outlen) {
   std::string result;
   int status = TK_OK;
   try {
-    for (const std::string& name : tk_shim::register_spec(file ? file : "<string>", text ? text : ""))
+    const bool on = checked < 0 ? tk_shim::env_checked() : checked != 0;
+    for (const std::string& name : tk_shim::register_spec(file ? file : "<string>", text ? text : "", on))
       result += name + "\n";
   } catch (const tk_shim::Failure& f) {
     status = f.status;
@@ -272,6 +296,11 @@ extern "C" __attribute__((visibility("default"))) int tk_shim_register(const cha
   }
   if (out != nullptr && outlen > 0) snprintf(out, outlen, "%s", result.c_str());
   return status;
+}
+
+extern "C" __attribute__((visibility("default"))) int tk_shim_register(const char* file, const char* text,
+                                                                       char* out, size_t outlen) {
+  return tk_shim_register_checked(file, text, -1, out, outlen);
 }
 
 // For torch_tk.runtime_kernels(): one line "<op> <variant> <loads>" per
