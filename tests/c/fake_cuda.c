@@ -8,6 +8,7 @@
  * fake_cuda_stats() returns the counters the test checks. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tk_kernel.h"
@@ -54,6 +55,11 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 EXPORT CUresult cuGetErrorString(CUresult r, const char **s);
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s);
 EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int block, size_t shared);
+EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes);
+EXPORT CUresult cuMemFree_v2(unsigned long long p);
+EXPORT CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *stream);
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, void *stream);
+EXPORT CUresult cuStreamSynchronize(void *stream);
 
 static char g_contexts[2];          /* their addresses are the two contexts */
 static char g_names[64][128];       /* function handles: the names, by slot */
@@ -169,5 +175,31 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int b
     int warps = 65536 / warp_regs < 64 ? 65536 / warp_regs : 64;
     int n = warps / (block / 32);
     *blocks = n < 32 ? n : 32;
+    return OK;
+}
+
+/* device memory (a kernel's bounds record): host memory here */
+CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes) {
+    void *m = malloc(bytes);
+    if (!m) return INVALID_VALUE;
+    *p = (unsigned long long)(uintptr_t)m;
+    return OK;
+}
+CUresult cuMemFree_v2(unsigned long long p) {
+    free((void *)(uintptr_t)p);
+    return OK;
+}
+CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *stream) {
+    (void)stream;
+    memset((void *)(uintptr_t)p, v, n);
+    return OK;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, void *stream) {
+    (void)stream;
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return OK;
+}
+CUresult cuStreamSynchronize(void *stream) {
+    (void)stream;
     return OK;
 }
