@@ -190,7 +190,7 @@ static void test_checked_read(tk_cc *cc) {
         CHECK(tk_bind(checked, &a, 1, &call) == TK_OK);
         CHECK(tk_set_output(&call, 0, tk_view(yc, TK_F32, 1, &n, &one)) == TK_OK);
         CHECK(tk_run_cpu(&call, 0, call.kargs.numel) == TK_ERR_BOUNDS);
-        const char *want = "tk.peek: b.tk:4:30: read x[5] out of range: dim 0 (N) has size 5 (the read gave 0)";
+        const char *want = "tk.peek: b.tk:4:23: read x[5] out of range: dim 0 (N) has size 5 (the read gave 0)";
         if (strcmp(call.msg, want) != 0) fprintf(stderr, "got:  %s\nwant: %s\n", call.msg, want);
         CHECK(strcmp(call.msg, want) == 0);
         for (int i = 0; i < 4; i++) CHECK(yc[i] == y[i] && y[i] == x[i] + x[i + 1]);   /* the reads in range */
