@@ -4,12 +4,15 @@
  * through the C API (TK_ERR_BOUNDS, the message naming op, file:line:col,
  * tensor, dim and index; the store skipped: a guard zone around the output
  * stays poisoned); checked kernels (tk_op_set_checked) catching a read
- * that the unchecked kernel does not report, and computing what it does.
+ * that the unchecked kernel does not report, and computing what it does;
+ * the same two CUDA kernels under tests/c/cuda_emu.h (compiled by `c++`:
+ * the device side of the checks, the record as the launcher passes it).
  * Needs `cc` on PATH. Usage: test_bounds OPS_DIR TESTS_DIR */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "tk.h"
@@ -223,6 +226,90 @@ static void test_checked_plan(void) {
     tk_ctx_free(ctx);
 }
 
+/* The CUDA kernel of op's f32 variant (checked or not, as op is set) under
+ * tests/c/cuda_emu.h: written after that header with a launcher
+ * tk_test_launch, compiled by the system C++ compiler into dir, loaded.
+ * NULL (and a note) when no C++ compiler runs. */
+typedef void (*launch_fn)(const tk_kargs *a);
+static launch_fn emu_kernel(tk_ctx *ctx, const tk_op *op, const char *dir, const char *tests_dir) {
+    char *src = NULL, path[600], so[600], cmd[3000];
+    int v = f32_variant(op);
+    CHECK(tk_emit_variant(ctx, op, v, TK_TARGET_CUDA, &src) == TK_OK);
+    if (!src) return NULL;
+    snprintf(path, sizeof path, "%s/%s_emu.cc", dir, tk_op_name(op));
+    snprintf(so, sizeof so, "%s/%s_emu.so", dir, tk_op_name(op));
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return NULL;
+    fputs("#include \"cuda_emu.h\"\n", f);
+    static const char head[] = "extern \"C\" __global__ ";
+    const char *p = src, *q;
+    while ((q = strstr(p, head)) != NULL) {   /* a static kernel, as tkc gen-builtin --cuda-emu writes it */
+        fwrite(p, 1, (size_t)(q - p), f);
+        fputs("static __global__ ", f);
+        p = q + sizeof head - 1;
+    }
+    fputs(p, f);
+    fprintf(f, "extern \"C\" void tk_test_launch(const tk_kargs *a) { tk_emu_launch(%s, a, 0, a->numel, 0); }\n",
+            tk_op_kernel_name(op, v));
+    fclose(f);
+    tk_free(src);
+    snprintf(cmd, sizeof cmd, "c++ -std=c++17 -O0 -w -shared -fPIC -I%s/c -I%s/../compiler -o %s %s", tests_dir,
+             tests_dir, so, path);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_bounds: note: no C++ compiler ran (%s): the CUDA emulation part is skipped\n", cmd);
+        return NULL;
+    }
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL);
+    if (!h) return NULL;
+    return (launch_fn)(uintptr_t)dlsym(h, "tk_test_launch");
+}
+
+/* The CUDA kernels under the emulation: shift's unproven store, checked in
+ * the device code, is skipped and recorded (the record as the launcher
+ * passes it); checked peek reports its read past the end. */
+static void test_cuda_emulated(const char *dir, const char *tests_dir) {
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "b.tk", k_shift, strlen(k_shift)) == TK_OK);
+    CHECK(tk_load_spec(ctx, "c.tk", k_peek, strlen(k_peek)) == TK_OK);
+    tk_op *shift = tk_op_find_mut(ctx, "shift"), *peek = tk_op_find_mut(ctx, "peek");
+    tk_op_set_checked(peek, 1);
+    launch_fn run_shift = shift ? emu_kernel(ctx, shift, dir, tests_dir) : NULL;
+    launch_fn run_peek = run_shift && peek ? emu_kernel(ctx, peek, dir, tests_dir) : NULL;
+    if (run_shift && run_peek) {
+        float x[12], buf[8 + 12 + 8], y[5];
+        for (int i = 0; i < 12; i++) x[i] = (float)(i + 1);
+        for (int i = 0; i < 28; i++) buf[i] = NAN;
+        int64_t sz[2] = {3, 4}, st[2] = {4, 1}, n = 5, one = 1;
+        tk_arg a = tk_arg_tensor(tk_view(x, TK_F32, 2, sz, st));
+        tk_call call;
+        tk_kerr rec = {0};
+        CHECK(tk_bind(shift, &a, 1, &call) == TK_OK);
+        CHECK(tk_set_output(&call, 0, tk_view(buf + 8, TK_F32, 2, sz, st)) == TK_OK);
+        call.kargs.err = &rec;
+        run_shift(&call.kargs);
+        CHECK(tk_call_bounds_error(&call, &rec) == TK_ERR_BOUNDS);
+        CHECK(strcmp(call.msg, "tk.shift: b.tk:6:13: store y[..., 4] out of range: dim 0 (N) has size 4 "
+                               "(the store was skipped)") == 0);
+        for (int i = 0; i < 8; i++) CHECK(isnan(buf[i]) && isnan(buf[20 + i]));
+        for (int r = 0; r < 3; r++)
+            for (int c = 0; c < 4; c++) CHECK(buf[8 + r * 4 + c] == (c == 0 ? 0.0f : x[r * 4 + c - 1]));
+        tk_kerr rec2 = {0};
+        a = tk_arg_tensor(tk_view(x, TK_F32, 1, &n, &one));
+        CHECK(tk_bind(peek, &a, 1, &call) == TK_OK);
+        CHECK(tk_set_output(&call, 0, tk_view(y, TK_F32, 1, &n, &one)) == TK_OK);
+        call.kargs.err = &rec2;
+        run_peek(&call.kargs);
+        CHECK(tk_call_bounds_error(&call, &rec2) == TK_ERR_BOUNDS);
+        CHECK(strcmp(call.msg, "tk.peek: c.tk:4:23: read x[5] out of range: dim 0 (N) has size 5 "
+                               "(the read gave 0)") == 0);
+        for (int i = 0; i < 4; i++) CHECK(y[i] == x[i] + x[i + 1]);
+        CHECK(y[4] == x[4]);
+    }
+    tk_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_bounds OPS_DIR TESTS_DIR\n");
@@ -242,6 +329,7 @@ int main(int argc, char **argv) {
     test_store_check(cc);
     test_checked_read(cc);
     tk_cc_free(cc);
+    test_cuda_emulated(dir, argv[2]);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "test_bounds: could not remove %s\n", dir);
