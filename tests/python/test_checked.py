@@ -188,3 +188,17 @@ def test_environment_turns_checked_mode_on():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "raised: tk.ck_env: env.tk:4:23: read x[8] out of range: dim 0 (N) has size 8" in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_reports_like_the_cpu():
+    """On CUDA the kernel fills a device-side record that the launcher reads after the launch."""
+    tk = ops(SHIFT, "ck_shift_cu", file="shift_cu.tk")
+    ops(PEEK, "ck_peek_cu", checked=True, file="peek_cu.tk")
+    x = torch.randn(3, 5, generator=gen(5)).cuda()
+    with pytest.raises(RuntimeError, match=r"tk.ck_shift_cu: shift_cu.tk:6:13: store y\[\.\.\., 5\] out of range: "
+                                           r"dim 0 \(N\) has size 5"):
+        tk.ck_shift_cu(x)
+    big = torch.randn(9, generator=gen(6)).cuda()
+    with pytest.raises(RuntimeError, match=r"tk.ck_peek_cu: peek_cu.tk:4:23: read x\[8\] out of range"):
+        tk.ck_peek_cu(big[:8])
