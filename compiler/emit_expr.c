@@ -132,11 +132,10 @@ void tensor_offset(emitter *E, const tk_expr *e) { tensor_offset_n(E, e, e->narg
 
 /* Bounds checks (docs/spec.md, Bounds; the plan decides which): the test
  * that the indices in mask (bit k: index[k]) of an access to tensor slot
- * `slot` (p's n explicit dims) are in range, tk_ck terms joined by &&. Each
+ * `slot` (n explicit dims) are in range, tk_ck terms joined by &&. Each
  * names the access's line:col, the tensor, the dim and whether it stores,
  * for the message the caller raises (tk_kerr). */
-static void bound_test(emitter *E, const tk_param *p, int slot, tk_expr *const *index, int n, unsigned mask,
-                       tk_loc loc, int store) {
+static void bound_test(emitter *E, int slot, tk_expr *const *index, int n, unsigned mask, tk_loc loc, int store) {
     const char *A = E->tg->args;
     int first = 1;
     for (int k = 0; k < n; k++) {
@@ -147,15 +146,14 @@ static void bound_test(emitter *E, const tk_param *p, int slot, tk_expr *const *
                       loc.col, slot | (store ? 256 : 0) | k << 16);
         first = 0;
     }
-    (void)p;
 }
 
 /* A checked read (TK_EMIT_CHECKED): opens "(tests ? " before the element;
  * the caller closes it with " : 0)". Returns whether it opened one. */
-static int checked_read_open(emitter *E, const tk_expr *e, const tk_param *p, int slot) {
+static int checked_read_open(emitter *E, const tk_expr *e, int slot) {
     if (!E->plan->checked || e->nargs == 0) return 0;
     tk_buf_puts(E->b, "(");
-    bound_test(E, p, slot, e->args, e->nargs, (1u << e->nargs) - 1, e->loc, 0);
+    bound_test(E, slot, e->args, e->nargs, (1u << e->nargs) - 1, e->loc, 0);
     tk_buf_puts(E->b, " ? ");
     return 1;
 }
@@ -170,7 +168,7 @@ static void output_read(emitter *E, const tk_expr *e) {
     const tk_param *o = output(E, e->ref);
     tk_dtype dt = tk_variant_out_dtype(E->op, E->variant, e->ref);
     const char *pre = E->raw_read ? "" : k_to_value[dt], *post = E->raw_read ? "" : k_to_value_end[dt];
-    int ck = checked_read_open(E, e, o, E->op->out_slot[e->ref]);
+    int ck = checked_read_open(E, e, E->op->out_slot[e->ref]);
     tk_buf_printf(E->b, "%st_%s[", pre, o->name);
     if (has_ell(o)) tk_buf_printf(E->b, "o_%s + ", o->name);
     for (int i = 0; i < e->nargs; i++) {
@@ -217,7 +215,7 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         tk_buf_printf(E->b, "])%s", post);
         return;
     }
-    int ck = checked_read_open(E, e, p, E->op->slot[e->ref]);
+    int ck = checked_read_open(E, e, E->op->slot[e->ref]);
     tk_buf_printf(E->b, "%st_%s[", pre, p->name);
     tensor_offset(E, e);
     tk_buf_printf(E->b, "]%s", post);
@@ -482,7 +480,7 @@ static void store(emitter *E, const tk_stmt *s) {
     begin_line(E);
     if (checks) {   /* an index not proven in range (plan_bounds.c): the store happens only when all are */
         tk_buf_puts(E->b, "if (");
-        bound_test(E, output(E, s->ref), E->op->out_slot[s->ref], s->index, s->nindex, checks, s->loc, 1);
+        bound_test(E, E->op->out_slot[s->ref], s->index, s->nindex, checks, s->loc, 1);
         tk_buf_puts(E->b, ") ");
     }
     if (E->in_chunk && E->vst[s->ref]) tk_buf_printf(E->b, "tk_o%d.e[tk_k]", s->ref);
