@@ -163,6 +163,10 @@ tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name) {
 
 const char *tk_op_name(const tk_op *op) { return op->decl->name; }
 const char *tk_op_file(const tk_op *op) { return op->decl->file; }
+void tk_op_set_checked(tk_op *op, int on) {
+    if (op) op->checked = on != 0;
+}
+int tk_op_checked(const tk_op *op) { return op && op->checked; }
 const char *tk_op_schema(const tk_op *op) { return op->schema; }
 const char *tk_op_backward(const tk_op *op) { return op->decl->nbackward ? op->decl->backward[0] : NULL; }
 int tk_op_nbackward(const tk_op *op) { return op->decl->nbackward; }

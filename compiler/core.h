@@ -58,6 +58,7 @@ struct tk_op {
      * explicit dim of output o that loop variable i indexes in every store
      * to o (-1: '_', or o is never stored) */
     int row_loop;
+    int checked;                         /* tk_op_set_checked: kernels emitted with TK_EMIT_CHECKED */
     signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];
     int dvars[TK_MAX_TENSORS];           /* tensor params that are dtype variables */
     int ndvars;

@@ -130,6 +130,34 @@ void tensor_offset_n(emitter *E, const tk_expr *e, int n) {
 
 void tensor_offset(emitter *E, const tk_expr *e) { tensor_offset_n(E, e, e->nargs); }
 
+/* Bounds checks (docs/spec.md, Bounds; the plan decides which): the test
+ * that the indices in mask (bit k: index[k]) of an access to tensor slot
+ * `slot` (n explicit dims) are in range, tk_ck terms joined by &&. Each
+ * names the access's line:col, the tensor, the dim and whether it stores,
+ * for the message the caller raises (tk_kerr). */
+static void bound_test(emitter *E, int slot, tk_expr *const *index, int n, unsigned mask, tk_loc loc, int store) {
+    const char *A = E->tg->args;
+    int first = 1;
+    for (int k = 0; k < n; k++) {
+        if (!(mask >> k & 1)) continue;
+        tk_buf_printf(E->b, "%stk_ck(%serr, ", first ? "" : " && ", A);
+        expr(E, index[k], TK_V_INT);
+        tk_buf_printf(E->b, ", %st[%d].size[%st[%d].ndim - %d], %d, %d, %d)", A, slot, A, slot, n - k, loc.line,
+                      loc.col, slot | (store ? 256 : 0) | k << 16);
+        first = 0;
+    }
+}
+
+/* A checked read (TK_EMIT_CHECKED): opens "(tests ? " before the element;
+ * the caller closes it with " : 0)". Returns whether it opened one. */
+static int checked_read_open(emitter *E, const tk_expr *e, int slot) {
+    if (!E->plan->checked || e->nargs == 0) return 0;
+    tk_buf_puts(E->b, "(");
+    bound_test(E, slot, e->args, e->nargs, (1u << e->nargs) - 1, e->loc, 0);
+    tk_buf_puts(E->b, " ? ");
+    return 1;
+}
+
 /* A stored element of each dtype as the value the body computes with: text before and after it. */
 const char *const k_to_value[TK_DTYPE_COUNT] = {   /* ORDER DTYPE */
     "(", "(tk_i64)", "(tk_i64)", "(tk_i64)", "(tk_i64)", "", "tk_f16_to_f32(", "tk_bf16_to_f32(", "", ""};
@@ -140,6 +168,7 @@ static void output_read(emitter *E, const tk_expr *e) {
     const tk_param *o = output(E, e->ref);
     tk_dtype dt = tk_variant_out_dtype(E->op, E->variant, e->ref);
     const char *pre = E->raw_read ? "" : k_to_value[dt], *post = E->raw_read ? "" : k_to_value_end[dt];
+    int ck = checked_read_open(E, e, E->op->out_slot[e->ref]);
     tk_buf_printf(E->b, "%st_%s[", pre, o->name);
     if (has_ell(o)) tk_buf_printf(E->b, "o_%s + ", o->name);
     for (int i = 0; i < e->nargs; i++) {
@@ -149,6 +178,7 @@ static void output_read(emitter *E, const tk_expr *e) {
     }
     if (e->nargs == 0) tk_buf_puts(E->b, "0");
     tk_buf_printf(E->b, "]%s", post);
+    if (ck) tk_buf_puts(E->b, " : 0)");
 }
 
 static void tensor_read(emitter *E, const tk_expr *e) {
@@ -185,9 +215,11 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         tk_buf_printf(E->b, "])%s", post);
         return;
     }
+    int ck = checked_read_open(E, e, E->op->slot[e->ref]);
     tk_buf_printf(E->b, "%st_%s[", pre, p->name);
     tensor_offset(E, e);
     tk_buf_printf(E->b, "]%s", post);
+    if (ck) tk_buf_puts(E->b, " : 0)");
 }
 
 static void call_f(emitter *E, const char *f32name, const char *f64name, const tk_expr *e, tk_vtype t) {
@@ -444,11 +476,17 @@ void store_target(emitter *E, const tk_stmt *s) {
 
 static void store(emitter *E, const tk_stmt *s) {
     tk_dtype dt = tk_variant_out_dtype(E->op, E->variant, s->ref);
+    unsigned checks = store_checks(E->plan, s);
     begin_line(E);
+    if (checks) {   /* an index not proven in range (plan_bounds.c): the store happens only when all are */
+        tk_buf_puts(E->b, "if (");
+        bound_test(E, E->op->out_slot[s->ref], s->index, s->nindex, checks, s->loc, 1);
+        tk_buf_puts(E->b, ") ");
+    }
     if (E->in_chunk && E->vst[s->ref]) tk_buf_printf(E->b, "tk_o%d.e[tk_k]", s->ref);
     else store_target(E, s);
     tk_buf_puts(E->b, " = ");
-    if ((dt == TK_F16 || dt == TK_BF16) && s->value->kind == TK_E_INDEX &&
+    if ((dt == TK_F16 || dt == TK_BF16) && s->value->kind == TK_E_INDEX && !E->plan->checked &&
         (s->value->is_out ? tk_variant_out_dtype(E->op, E->variant, s->value->ref)
                           : tk_variant_dtype(E->op, E->variant, s->value->ref)) == dt) {
         /* a 16-bit float copied as it is: the round trip through float32 is exact */
@@ -526,7 +564,7 @@ int reduction_vars(const emitter *E, const tk_stmt *loop, int *refs, int max) {
  * [c0, c1) (c0 == -1: no unroll copies). C target only. */
 static void simd_pragma(emitter *E, const tk_stmt *loop, int c0, int c1) {
     int refs[16];
-    int n = E->tg->gpu || E->plain ? 0 : reduction_vars(E, loop, refs, 16);
+    int n = E->tg->gpu || E->plain || E->plan->checked ? 0 : reduction_vars(E, loop, refs, 16);
     if (n == 0) return;
     begin_line(E);
     tk_buf_puts(E->b, "#pragma omp simd reduction(+:");

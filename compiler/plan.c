@@ -67,6 +67,7 @@ void plan_apply(emitter *E, const tk_body_plan *b) {
 static void plan_cpu_body(tk_plan *P, int wide, tk_buf *scratch) {
     emitter E;
     emitter_init(&E, scratch, P);
+    E.plain |= P->checked;   /* checked kernels take the plain form */
     E.wide = wide;
     if (P->row_loop) {
         snapshot(&E, &P->body[wide]);
@@ -89,6 +90,7 @@ static void plan_cpu_body(tk_plan *P, int wide, tk_buf *scratch) {
 static void plan_cuda(tk_plan *P, tk_buf *scratch) {
     emitter E;
     emitter_init(&E, scratch, P);
+    E.plain |= P->checked;   /* checked kernels take the plain form */
     int n = 1;
     if (P->row_loop) {   /* a thread an iteration (cooperative rows: later work) */
         P->per_thread = 1;
@@ -124,6 +126,7 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     P->target = target;
     P->plain = (flags & TK_EMIT_PLAIN) != 0;
     P->row_loop = op->row_loop;
+    P->checked = (flags & TK_EMIT_CHECKED) != 0 || op->checked;
     if (target == TK_TARGET_CUDA)   /* the caller's items, else the spec's schedule line, else the defaults */
         for (int k = 0; k < TK_SCHED_KEYS; k++) {
             int mine = sched ? sched->v[k] : 0;
@@ -135,13 +138,14 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
         plan_cuda(P, &scratch);
     } else {
         plan_cpu_body(P, TK_BODY_NARROW, &scratch);
-        if (!P->plain) {
+        if (!P->plain && !P->checked) {
             plan_cpu_body(P, TK_BODY_WIDE, &scratch);
             /* the explicit-vector bodies exist where the wide one tiles on them */
             P->wide = !P->row_loop && P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
             if (P->wide) plan_cpu_body(P, TK_BODY_MID, &scratch);
         }
     }
+    bounds_plan(P);
     int printed = scratch.len != 0;
     free(scratch.p);
     if (printed) {
@@ -203,6 +207,34 @@ static void body_text(tk_buf *b, const tk_plan *P, const tk_body_plan *B, int gp
     tk_buf_puts(b, "    one element a thread (grid-stride loop)\n");
 }
 
+/* A row loop's stores: per store, the indices on owned dims proven in range
+ * by the loop bounds and those checked at run time (plan_bounds.c). */
+static void bounds_text(tk_buf *b, const tk_plan *P) {
+    const tk_opdecl *d = P->op->decl;
+    for (int i = 0; i < P->nbstores; i++) {
+        const tk_stmt *s = P->bstore[i];
+        const tk_param *o = &d->outputs[s->ref];
+        int skip = o->ndims - s->nindex;
+        unsigned ck = store_checks(P, s);
+        tk_buf_printf(b, "  store %s at %d:%d: ", o->name, s->loc.line, s->loc.col);
+        if (!ck) {
+            tk_buf_puts(b, "every index proven in range by the loop bounds, no run-time check\n");
+            continue;
+        }
+        tk_buf_puts(b, "checked at run time on");
+        for (int k = 0; k < s->nindex; k++)
+            if (ck >> k & 1) {
+                const tk_expr *e = o->dims[skip + k];
+                tk_buf_printf(b, " dim %d", k);
+                if (e->kind == TK_E_NAME) tk_buf_printf(b, " (%s)", e->name);
+                if (!(P->bcheck[i] >> k & 1)) tk_buf_puts(b, " [proven; checked mode]");
+            }
+        tk_buf_puts(b, "\n");
+    }
+    if (P->checked) tk_buf_puts(b, "  checked mode: every index of every read and store is compared to its dim's "
+                                   "size; the plain form\n");
+}
+
 /* A row loop's plan: its domain and the plain form. */
 static void row_text(tk_buf *b, const tk_plan *P) {
     const tk_opdecl *d = P->op->decl;
@@ -222,6 +254,7 @@ static void row_text(tk_buf *b, const tk_plan *P) {
         else tk_buf_printf(b, "%sdim %d", no++ ? ", " : "", i);
     }
     tk_buf_printf(b, " of %s (its '_' dims)\n", o->name);
+    bounds_text(b, P);
     if (P->target == TK_TARGET_CUDA)
         tk_buf_puts(b, "  kernel: one iteration a thread (grid-stride loop), its loops sequential\n"
                        "    elements a thread computes: 1 iteration (the launcher's grid is the domain's size)\n");
@@ -244,6 +277,8 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
         row_text(b, P);
         return;
     }
+    if (P->checked) tk_buf_puts(b, "  checked mode: every index of every read is compared to its dim's size "
+                                   "(stores are at the loop variables); the plain form\n");
     tk_buf_puts(b, "  parallel domain: ");
     for (int i = 0; i < d->nloop; i++) tk_buf_printf(b, "%s%s", i ? ", " : "", d->loop_vars[i]);
     tk_buf_printf(b, "%s over %s's last %d dims", d->nloop ? "" : "(none)", o->name, d->nloop);

@@ -22,6 +22,10 @@
  * vectors) and the mid one (256-bit). A CUDA kernel has one, [0]. */
 enum { TK_BODY_NARROW, TK_BODY_WIDE, TK_BODY_MID, TK_NBODIES };
 
+/* Stores of a row loop whose bounds the plan records; later ones have
+ * every index checked. */
+#define TK_MAX_BSTORES 64
+
 /* One body's decisions. Pointers point into the op's (const) AST. */
 typedef struct tk_body_plan {
     /* lane tiles: V consecutive elements of the innermost dim times G rows
@@ -62,6 +66,15 @@ typedef struct tk_plan {
     int row_loop;                       /* a row loop (`for b, _, c in y`): the plain form, one iteration
                                          * (its sequential loops over the '_' dims) a thread or a CPU index;
                                          * no tiles, copies, run plan, chunks, split or mirror */
+    /* bounds (plan_bounds.c): a row loop's stores and, per store, the
+     * indices not proven in range from the loop bounds (bit k: index k),
+     * which the kernel compares to their dim's size before it stores */
+    int nbstores;
+    const tk_stmt *bstore[TK_MAX_BSTORES];
+    unsigned bcheck[TK_MAX_BSTORES];
+    int checked;                        /* TK_EMIT_CHECKED: every index of every read and of a row loop's
+                                         * stores is checked at run time; the plain form (no tiles, copies,
+                                         * run plan, chunks, split or mirror) */
 } tk_plan;
 
 /* Plans variant `variant` of op for target: annotates the op's AST for the
@@ -70,5 +83,12 @@ typedef struct tk_plan {
  * item. Errors in ctx. */
 tk_status tk_plan_make(tk_ctx *ctx, const tk_op *op, int variant, tk_target target, unsigned flags,
                        const tk_schedule *sched, tk_plan *plan);
+
+/* plan_bounds.c: fills P's bounds table (nbstores, bstore, bcheck). */
+void bounds_plan(tk_plan *P);
+/* The indices of store s that the kernel checks at run time (bit k: index
+ * k): the unproven ones of a row loop's store, every one in checked mode,
+ * none in the element-wise form (it stores at its loop variables). */
+unsigned store_checks(const tk_plan *P, const tk_stmt *s);
 
 #endif

@@ -57,7 +57,8 @@ typedef enum tk_status {
     TK_ERR_NOMEM,
     TK_ERR_NOTFOUND,    /* no such op or kernel */
     TK_ERR_INVALID,     /* misuse of the API */
-    TK_ERR_COMPILE      /* the C compiler failed, or its output did not load */
+    TK_ERR_COMPILE,     /* the C compiler failed, or its output did not load */
+    TK_ERR_BOUNDS       /* a kernel's bounds check failed (docs/spec.md, Bounds) */
 } tk_status;
 
 /* ORDER DTYPE: tk_dtype_name / tk_dtype_code in dtype.c follow this order. */
@@ -245,6 +246,11 @@ tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn);
 tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant);  /* NULL if none */
 const char *tk_op_variant_code(const tk_op *op, int variant); /* "f32", "f16_i64"; NULL if none */
 tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name);
+/* Checked kernels (TK_EMIT_CHECKED) for every later emit of op: what a
+ * caller sets before the op's first kernel is made (the PyTorch shim: for
+ * torch_tk.kernel(..., checked=True) and TK_CHECKED=1). 0 by default. */
+void tk_op_set_checked(tk_op *op, int on);
+int tk_op_checked(const tk_op *op);
 
 /* A bound call: validated arguments, output shapes, kernel arguments. */
 typedef struct tk_call {
@@ -284,8 +290,15 @@ int tk_arg_same_binding(const tk_arg *a, const tk_arg *b);
 tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs);
 /* Attaches output i (shape and dtype must be those tk_bind computed). */
 tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v);
-/* Runs elements [begin, end) of the index space with the op's CPU kernel. */
+/* Runs elements [begin, end) of the index space with the op's CPU kernel.
+ * A bounds check that failed in the kernel (docs/spec.md, Bounds) gives
+ * TK_ERR_BOUNDS with tk_call_bounds_error's message. */
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end);
+/* The message of a failed bounds check, recorded by a kernel in *err (see
+ * tk_kerr), into call->msg: "tk.<op>: <file>:<line>:<col>: store y[:, 5]
+ * out of range: dim 1 (T) has size 5 (the store was skipped)". Returns
+ * TK_ERR_BOUNDS, or TK_OK when err records nothing. */
+tk_status tk_call_bounds_error(tk_call *call, const tk_kerr *err);
 
 typedef enum tk_target { TK_TARGET_C, TK_TARGET_CUDA } tk_target;
 
@@ -297,6 +310,12 @@ tk_status tk_emit(tk_ctx *ctx, const tk_op *op, tk_target target, char **out);
  * SIMD pragmas or clones), named <kernel>_plain: the reference the
  * optimised kernels are tested against. */
 #define TK_EMIT_PLAIN 1u
+/* TK_EMIT_CHECKED: checked kernels (docs/spec.md, Bounds): every index of
+ * every tensor read and of a row loop's stores is compared to its dim's
+ * size; the first out-of-range access of a launch is recorded in
+ * *kargs.err and skipped (a read gives 0), and the caller reports it
+ * (tk_run_cpu; tk_kerr_message). The plain form, under the usual names. */
+#define TK_EMIT_CHECKED 2u
 tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned flags, char **out);
 /* Generates one variant only. */
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,

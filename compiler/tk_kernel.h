@@ -58,6 +58,18 @@ typedef struct tk_kdiv {
     tk_u32 m, s;
 } tk_kdiv;
 
+/* The first out-of-range access of a launch (checked kernels, and a row
+ * loop's stores the planner did not prove in range; docs/spec.md, Bounds):
+ * the access that turns hit from 0 to 1 fills the rest, the others only
+ * skip their access. The caller zeroes it before the launch and reads it
+ * after (tk_run_cpu; the CUDA launcher). */
+typedef struct tk_kerr {
+    int hit;
+    int line, col;      /* of the access in the spec */
+    int what;           /* tensor slot (kargs.t) | 256 for a store | explicit dim << 16 */
+    tk_i64 index, size;
+} tk_kerr;
+
 /* Everything one launch needs. Slot order is fixed by the op's parameter
  * order: t[] holds tensor parameters then outputs; i[] int and bool scalars
  * then symbolic dims (in order of first binding); f[] float scalars. */
@@ -68,6 +80,7 @@ typedef struct tk_kargs {
     tk_i64 numel;       /* size of the index space */
     tk_i64 nbatch;      /* number of '...' dims of the loop output */
     tk_kdiv idiv[TK_MAX_INTS];  /* i[k] as a divisor (tk_kargs_divisors; GPU kernels) */
+    tk_kerr *err;       /* where a bounds check records its failure (device memory on CUDA); NULL: nowhere */
 } tk_kargs;
 /* a CUDA kernel's parameters: at most 4 kB (tk_kargs is the only one) */
 typedef char tk_kargs_fits_a_launch[sizeof(tk_kargs) <= 4096 ? 1 : -1];
@@ -150,6 +163,25 @@ static inline int tk_env_narrow(void) {
 #else
 #define TK_FN static inline
 #endif
+
+/* A bounds check: whether 0 <= i < n; if not, records the access in *err
+ * when it is the launch's first failure (see tk_kerr). */
+TK_FN int tk_ck(tk_kerr *err, tk_i64 i, tk_i64 n, int line, int col, int what) {
+    if ((tk_u64)i < (tk_u64)n) return 1;
+    if (!err) return 0;
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+    if (atomicCAS(&err->hit, 0, 1) != 0) return 0;
+#else
+    int zero = 0;
+    if (!__atomic_compare_exchange_n(&err->hit, &zero, 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return 0;
+#endif
+    err->line = line;
+    err->col = col;
+    err->what = what;
+    err->index = i;
+    err->size = n;
+    return 0;
+}
 
 /* Truncating a / b (b != 0, b != -1) in 32 bits when both operands fit:
  * a 64-bit division is a long subroutine on the GPU (and slower on x86). */

@@ -1,10 +1,12 @@
 /* tkc.c - the tk spec compiler's command line.
  *
  *   tkc check SPEC...               parse and check; print each op's schema
- *   tkc emit-c [--plain] SPEC       print the C source of every op in SPEC
- *   tkc emit-cuda [--plain] SPEC    print the CUDA C source (--plain: without
- *                                   tiles, windows, hoisting or unrolling)
- *   tkc plan [--target cpu|cuda] [--dtype CODE] [--plain] SPEC...
+ *   tkc emit-c [--plain|--checked] SPEC    print the C source of every op in SPEC
+ *   tkc emit-cuda [--plain|--checked] SPEC print the CUDA C source (--plain: without
+ *                                   tiles, windows, hoisting or unrolling;
+ *                                   --checked: checked kernels, every index
+ *                                   compared to its dim's size, docs/spec.md)
+ *   tkc plan [--target cpu|cuda] [--dtype CODE] [--plain] [--checked] SPEC...
  *                                   print what the planner decided for each
  *                                   kernel: tiles, lanes, copies, split
  *                                   reductions, chunks, a thread's elements
@@ -302,8 +304,8 @@ static int plan_all(tk_ctx *ctx, tk_target target, unsigned flags, const char *d
 }
 
 static int usage(void) {
-    fputs("usage: tkc check SPEC... | emit-c [--plain] SPEC... | emit-cuda [--plain] SPEC... |\n"
-          "       plan [--target cpu|cuda] [--dtype CODE] [--plain] SPEC... |\n"
+    fputs("usage: tkc check SPEC... | emit-c [--plain|--checked] SPEC... | emit-cuda [--plain|--checked] SPEC... |\n"
+          "       plan [--target cpu|cuda] [--dtype CODE] [--plain] [--checked] SPEC... |\n"
           "       gen-builtin [--plain | --cuda-emu] [--table NAME] [--parts N] -o OUT SPEC...\n", stderr);
     return 2;
 }
@@ -323,6 +325,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "plan") == 0) {
         for (; first < argc && argv[first][0] == '-'; first++) {
             if (strcmp(argv[first], "--plain") == 0) flags |= TK_EMIT_PLAIN;
+            else if (strcmp(argv[first], "--checked") == 0) flags |= TK_EMIT_CHECKED;
             else if (strcmp(argv[first], "--target") == 0 && first + 1 < argc) {
                 const char *tg = argv[++first];
                 if (strcmp(tg, "cpu") == 0) target = TK_TARGET_C;
@@ -348,8 +351,8 @@ int main(int argc, char **argv) {
         if (!outpath || first >= argc || (emu && (flags || nparts))) return usage();
     } else if (strcmp(cmd, "check") && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda")) {
         return usage();
-    } else if (strcmp(cmd, "check") && strcmp(argv[first], "--plain") == 0) {
-        flags |= TK_EMIT_PLAIN;
+    } else if (strcmp(cmd, "check") && (strcmp(argv[first], "--plain") == 0 || strcmp(argv[first], "--checked") == 0)) {
+        flags |= strcmp(argv[first], "--plain") == 0 ? TK_EMIT_PLAIN : TK_EMIT_CHECKED;
         if (++first >= argc) return usage();
     }
     int n = argc - first;

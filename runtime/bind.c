@@ -613,6 +613,47 @@ tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     for (int o = 0; o < call->noutputs; o++)
         if (!call->kargs.t[call->op->out_slot[o]].data && call->kargs.numel > 0)
             return call_fail(call, "output '%s' is not set", call->op->decl->outputs[o].name);
-    if (begin < end) fn(&call->kargs, begin, end);
-    return TK_OK;
+    if (begin >= end) return TK_OK;
+    tk_kerr err = {0};          /* this range's bounds record (see tk_kerr) */
+    call->kargs.err = &err;
+    fn(&call->kargs, begin, end);
+    call->kargs.err = NULL;
+    return tk_call_bounds_error(call, &err);
+}
+
+/* Writes "name[:, 5, :]" (index at explicit dim `dim` of p) into b. */
+static void access_text(char *b, size_t n, const tk_param *p, int dim, int64_t index) {
+    int ell = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS, at = 0;
+    at += snprintf(b + at, n - (size_t)at, "%s[%s", p->name, ell ? "..., " : "");
+    for (int k = 0; k < p->ndims - ell && (size_t)at < n; k++) {
+        if (k == dim) at += snprintf(b + at, n - (size_t)at, "%s%lld", k ? ", " : "", (long long)index);
+        else at += snprintf(b + at, n - (size_t)at, "%s:", k ? ", " : "");
+    }
+    if ((size_t)at < n) snprintf(b + at, n - (size_t)at, "]");
+}
+
+tk_status tk_call_bounds_error(tk_call *call, const tk_kerr *err) {
+    if (!call || !call->op || !err || !err->hit) return TK_OK;
+    const tk_op *op = call->op;
+    const tk_opdecl *d = op->decl;
+    int slot = err->what & 255, store = (err->what >> 8) & 1, dim = err->what >> 16;
+    const tk_param *p = NULL;
+    for (int i = 0; i < d->nparams && !p; i++)
+        if (d->params[i].kind == TK_P_TENSOR && op->slot[i] == slot) p = &d->params[i];
+    for (int i = 0; i < d->noutputs && !p; i++)
+        if (op->out_slot[i] == slot) p = &d->outputs[i];
+    if (!p) {
+        call_fail(call, "%s:%d:%d: an index is out of range (tensor slot %d, dim %d: %lld, size %lld)", d->file,
+                  err->line, err->col, slot, dim, (long long)err->index, (long long)err->size);
+        return TK_ERR_BOUNDS;
+    }
+    int ell = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
+    const tk_expr *de = dim + ell < p->ndims ? p->dims[dim + ell] : NULL;
+    char acc[256], dname[80] = "";
+    access_text(acc, sizeof acc, p, dim, err->index);
+    if (de && de->kind == TK_E_NAME) snprintf(dname, sizeof dname, " (%s)", de->name);
+    call_fail(call, "%s:%d:%d: %s %s out of range: dim %d%s has size %lld (%s)", d->file, err->line,
+              err->col, store ? "store" : "read", acc, dim, dname, (long long)err->size,
+              store ? "the store was skipped" : "the read gave 0");
+    return TK_ERR_BOUNDS;
 }

@@ -27,6 +27,7 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef unsigned long long CUdeviceptr;
 
 enum {  /* CUdevice_attribute values (cuda.h) */
     ATTR_SM_COUNT = 16,
@@ -55,6 +56,12 @@ typedef struct driver_api {
     CUresult (*error_string)(CUresult r, const char **s);
     CUresult (*error_name)(CUresult r, const char **s);
     CUresult (*occupancy)(int *blocks, CUfunction f, int block, size_t dynamic_shared);
+    /* a kernel's bounds record (tk_kerr), for kernels with bounds checks */
+    CUresult (*mem_alloc)(CUdeviceptr *p, size_t bytes);
+    CUresult (*mem_free)(CUdeviceptr p);
+    CUresult (*memset_async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s);
+    CUresult (*copy_to_host_async)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
+    CUresult (*stream_sync)(CUstream s);
 } driver_api;
 
 static const char *const k_driver_names[] = {   /* ORDER DRIVER_FN */
@@ -62,6 +69,7 @@ static const char *const k_driver_names[] = {   /* ORDER DRIVER_FN */
     "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2",
     "cuCtxPopCurrent_v2", "cuCtxGetCurrent", "cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload", "cuLaunchKernel",
     "cuGetErrorString", "cuGetErrorName", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD8Async", "cuMemcpyDtoHAsync_v2", "cuStreamSynchronize",
 };
 #define DRIVER_NFN (sizeof k_driver_names / sizeof k_driver_names[0])
 _Static_assert(sizeof(driver_api) == DRIVER_NFN * sizeof(void *), "k_driver_names and driver_api disagree");
@@ -86,6 +94,7 @@ typedef struct kernel {
     CUmodule mod;
     CUfunction fn;
     int per_thread;         /* elements a thread computes, as planned (tk_emit_scheduled) */
+    int checks;             /* its source has bounds checks (tk_ck): a launch passes a device tk_kerr */
     int resident[TK_CUDA_NBLOCKS];  /* blocks of TK_CUDA_BLOCK >> i threads an SM holds (0: unknown) */
     char error[4096];       /* K_FAILED: why */
 } kernel;
@@ -307,7 +316,8 @@ static int ensure_nvrtc(tk_cuda *cu) {
 /* The CUDA C of one variant (malloc'd), planned with the schedule of
  * TK_CUDA_TUNE and emitted under emit_lock, and the elements of the index
  * space a thread computes (*per_thread, as planned: the grid's size). */
-static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int *per_thread, char *why, size_t n) {
+static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int *per_thread, int *checks, char *why,
+                  size_t n) {
     char *src = NULL;
     pthread_mutex_lock(&cu->emit_lock);
     tk_schedule sched;
@@ -320,6 +330,9 @@ static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int *p
         src = NULL;
     }
     pthread_mutex_unlock(&cu->emit_lock);
+    /* checked kernels and a row loop's unproven stores (the plan's decision,
+     * docs/spec.md: Bounds) print calls of tk_ck: the launch needs a record */
+    if (src && checks) *checks = strstr(src, "tk_ck(") != NULL;
     return src;
 }
 
@@ -342,7 +355,7 @@ static void store(tk_cuda *cu, const unsigned char *key, const char *label, cons
 /* The binary of (op, variant) for a device of compute capability sm: from
  * the disk cache, else compiled by NVRTC (and stored). */
 static tk_status get_binary(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int sm, tk_binary *out,
-                            int *cached, int *per_thread, char *why, size_t n) {
+                            int *cached, int *per_thread, int *checks, char *why, size_t n) {
     *cached = 0;
     if (!ensure_nvrtc(cu)) {
         tk_put(why, n, "%s", cu->nvrtc_error);
@@ -351,7 +364,7 @@ static tk_status get_binary(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int varia
     tk_arch arch;
     tk_status st = tk_nvrtc_arch_for(cu->nvrtc, sm, &arch, why, n);
     if (st != TK_OK) return st;
-    char *src = emit(cu, ctx, op, variant, per_thread, why, n);
+    char *src = emit(cu, ctx, op, variant, per_thread, checks, why, n);
     if (!src) return TK_ERR_INVALID;
     char buf[32], label[TK_CACHE_LABEL + 1], reject[1024] = "";
     const char *opts[TK_NVRTC_MAX_OPTIONS];
@@ -389,7 +402,7 @@ tk_status tk_cuda_precompile(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int vari
     if (!cu || !ctx || !op || variant < 0 || variant >= tk_op_nvariants(op)) return TK_ERR_INVALID;
     char why[4096];
     tk_binary bin;
-    tk_status st = get_binary(cu, ctx, op, variant, sm, &bin, cached, NULL, why, sizeof why);
+    tk_status st = get_binary(cu, ctx, op, variant, sm, &bin, cached, NULL, NULL, why, sizeof why);
     if (st != TK_OK) {
         tk_put(msg, msglen, "tk.%s: cannot compile for sm_%d: %s", tk_op_name(op), sm, why);
         return st;
@@ -410,7 +423,7 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     device *d = &cu->devices[k->device];
     tk_binary bin;
     int cached;
-    tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, &k->per_thread, why, n);
+    tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, &k->per_thread, &k->checks, why, n);
     if (st != TK_OK) return st;
     if (k->per_thread < 1) k->per_thread = 1;
     char err[256];
@@ -491,6 +504,21 @@ static kernel *get_kernel(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, int dev
     return st == TK_OK ? k : NULL;
 }
 
+/* A zeroed bounds record in device memory for one launch, ordered on stream. */
+static CUresult bounds_record(tk_cuda *cu, CUdeviceptr *p, CUstream stream) {
+    CUresult r = cu->cu.mem_alloc(p, sizeof(tk_kerr));
+    if (r != 0) {
+        *p = 0;
+        return r;
+    }
+    r = cu->cu.memset_async(*p, 0, sizeof(tk_kerr), stream);
+    if (r != 0) {
+        cu->cu.mem_free(*p);
+        *p = 0;
+    }
+    return r;
+}
+
 tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *stream, char *msg,
                          size_t msglen) {
     if (!cu || !ctx || !call || !call->op || call->device != TK_CUDA) {
@@ -514,19 +542,39 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
     void *params[] = {&kargs};
     char err[256];
     int pushed;
+    tk_kerr rec = {0};
     CUresult r = enter(cu, d, &pushed);
     if (r == 0) {
+        CUdeviceptr drec = 0;
+        if (k->checks) r = bounds_record(cu, &drec, (CUstream)stream);
+        kargs.err = (tk_kerr *)(uintptr_t)drec;
         /* one thread per chunk or tile (fewer when rows are shorter than one) */
         int64_t items = kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
         unsigned block = tk_cuda_block_size_occ(items, d->nsm, k->resident);
-        r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, block, d->nsm), 1, 1, block, 1, 1, 0,
-                          (CUstream)stream, params, NULL);
+        if (r == 0)
+            r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, block, d->nsm), 1, 1, block, 1, 1, 0,
+                              (CUstream)stream, params, NULL);
+        if (r == 0 && drec) r = cu->cu.copy_to_host_async(&rec, drec, sizeof rec, (CUstream)stream);
+        if (r == 0 && drec) r = cu->cu.stream_sync((CUstream)stream);   /* checked launches wait for the kernel */
+        if (drec) cu->cu.mem_free(drec);
         leave(cu, pushed);
     }
     if (r != 0) {
         tk_put(msg, msglen, "tk.%s: launching %s on cuda:%d failed: %s", tk_op_name(call->op),
             tk_op_kernel_name(call->op, call->variant), dev, cu_error(cu, r, err, sizeof err));
         return TK_ERR_INVALID;
+    }
+    if (rec.hit) {   /* a bounds check failed: the message names the access */
+        tk_call *copy = malloc(sizeof *copy);
+        if (!copy) {
+            tk_put(msg, msglen, "tk.%s: an index was out of range (out of memory for the message)", tk_op_name(call->op));
+            return TK_ERR_BOUNDS;
+        }
+        *copy = *call;
+        tk_status st = tk_call_bounds_error(copy, &rec);
+        tk_put(msg, msglen, "%s", copy->msg);
+        free(copy);
+        return st;
     }
     return TK_OK;
 }

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,7 @@ Failure spec_failure(const tk_ctx* ctx) {
 struct Spec {
   std::string file, text;
   bool builtin;
+  bool checked = false;  // its ops' kernels are checked ones (tk_op_set_checked)
 };
 
 using Scratch = std::unique_ptr<tk_ctx, void (*)(tk_ctx*)>;
@@ -115,7 +117,8 @@ std::vector<std::string> names_of(const tk_ctx* ctx, int n) {
 
 // Whether every op name is already registered by this very text (true), or
 // none is (false). Throws for a built-in name or another spec's name.
-bool already_registered(const Runtime& rt, const std::vector<std::string>& names, const std::string& text) {
+bool already_registered(const Runtime& rt, const std::vector<std::string>& names, const std::string& text,
+                        bool checked) {
   size_t same = 0;
   for (const std::string& name : names) {
     auto it = rt.owner.find(name);
@@ -128,6 +131,10 @@ bool already_registered(const Runtime& rt, const std::vector<std::string>& names
       throw Failure{TK_ERR_INVALID, "tk." + name + " is already registered from a different spec (" + spec.file +
                                         "); an op cannot be redefined in a running process: give it a new name, "
                                         "or restart the process"};
+    if (spec.checked != checked)
+      throw Failure{TK_ERR_INVALID, "tk." + name + " is already registered " + (spec.checked ? "checked" : "unchecked") +
+                                        " (" + spec.file + "); checked mode is fixed at an op's first registration: "
+                                        "give the same checked= (and TK_CHECKED) every time, or restart the process"};
     ++same;
   }
   return same == names.size();
@@ -159,7 +166,7 @@ Scratch source_context(Scratch scratch, const std::string& file, const std::stri
 // kernels come from the C of a copy of the spec on first use), and
 // registers them with torch. Under rt.mutex.
 void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names, const std::string& file,
-            const std::string& text) {
+            const std::string& text, bool checked) {
   tk_ctx* ctx = const_cast<tk_ctx*>(context());
   if (tk_load_spec(ctx, file.c_str(), text.c_str(), text.size()) != TK_OK || tk_ctx_link(ctx) != TK_OK)
     throw Failure{TK_ERR_INVALID, std::string("tk: internal error: ") + tk_ctx_error(ctx)};
@@ -170,6 +177,8 @@ void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names,
     auto lazy = std::make_unique<LazyOp>();
     lazy->op = op;
     lazy->source = tk_op_find_mut(spec->ctx.get(), name.c_str());
+    tk_op_set_checked(op, checked);  // CUDA emits the process context's op, the CPU compile the source copy
+    tk_op_set_checked(lazy->source, checked);
     lazy->spec = spec;
     lazy->variants = std::make_unique<Variant[]>(static_cast<size_t>(tk_op_nvariants(op)));
     {
@@ -179,7 +188,7 @@ void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names,
     }
     ops.push_back(op);
   }
-  rt.specs.push_back({file, text, false});
+  rt.specs.push_back({file, text, false, checked});
   for (const std::string& name : names) rt.owner[name] = rt.specs.size() - 1;
   auto lib = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "tk", std::nullopt, file.c_str(), 1);
   try {
@@ -191,8 +200,19 @@ void commit(Runtime& rt, Scratch scratch, const std::vector<std::string>& names,
   rt.libraries.push_back(std::move(lib));
 }
 
-// Registers every op of the spec text; returns their names in spec order.
-std::vector<std::string> register_spec(const std::string& file, const std::string& text) {
+// Whether run-time specs get checked kernels when the caller does not say:
+// TK_CHECKED=1 in the environment (read once per process).
+bool env_checked() {
+  static const bool on = [] {
+    const char* v = std::getenv("TK_CHECKED");
+    return v != nullptr && v[0] != 0 && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// Registers every op of the spec text, with checked kernels when `checked`;
+// returns their names in spec order.
+std::vector<std::string> register_spec(const std::string& file, const std::string& text, bool checked) {
   Runtime& rt = runtime();
   Scratch scratch(tk_ctx_new(), tk_ctx_free);
   if (!scratch) throw Failure{TK_ERR_NOMEM, "tk: out of memory"};
@@ -202,7 +222,7 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   const std::vector<std::string> names = names_of(scratch.get(), n);
   {
     std::lock_guard<std::mutex> lock(rt.mutex);
-    if (already_registered(rt, names, text)) return names;
+    if (already_registered(rt, names, text, checked)) return names;
     check_links(rt, scratch.get());
   }
   // Nothing is compiled here (ensure_cpu_kernel does, per variant, at its
@@ -212,7 +232,7 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   st = tk_cc_check(rt.cc, &msg[0], msg.size());
   if (st != TK_OK) throw Failure{st, msg.c_str()};
   std::lock_guard<std::mutex> lock(rt.mutex);
-  if (!already_registered(rt, names, text)) commit(rt, std::move(scratch), names, file, text);
+  if (!already_registered(rt, names, text, checked)) commit(rt, std::move(scratch), names, file, text, checked);
   return names;
 }
 
@@ -271,16 +291,19 @@ void error_without_place(tk_error* err, int status, const std::string& message) 
 
 // For torch_tk.kernel / torch_tk.load (ctypes, python/torch_tk/_capi.py):
 // registers every op of the spec `text` (named `file` in messages) as
-// torch.ops.tk.<name>. Returns TK_OK with the op names, one per line, in
-// out; else the status with the error in *err: for an error of the spec
-// (TK_ERR_SYNTAX, TK_ERR_CHECK) its file, line, col and message, else the
-// message alone (line 0). The same text again is a no-op; thread-safe.
+// torch.ops.tk.<name>. checked: 1 checked kernels (docs/spec.md, Bounds),
+// 0 not, -1 as TK_CHECKED says. Returns TK_OK with the op names, one per
+// line, in out; else the status with the error in *err: for an error of the
+// spec (TK_ERR_SYNTAX, TK_ERR_CHECK) its file, line, col and message, else
+// the message alone (line 0). The same text again is a no-op; thread-safe.
 extern "C" __attribute__((visibility("default"))) int tk_shim_register(const char* file, const char* text,
-                                                                       char* out, size_t outlen, tk_error* err) {
+                                                                       int checked, char* out, size_t outlen,
+                                                                       tk_error* err) {
   std::string names;
   tk_error error{};
   try {
-    for (const std::string& name : tk_shim::register_spec(file ? file : "<string>", text ? text : ""))
+    const bool on = checked < 0 ? tk_shim::env_checked() : checked != 0;
+    for (const std::string& name : tk_shim::register_spec(file ? file : "<string>", text ? text : "", on))
       names += name + "\n";
   } catch (const tk_shim::Failure& f) {
     if (f.error.status != TK_OK)

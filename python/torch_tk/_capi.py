@@ -16,7 +16,7 @@ import ctypes
 import functools
 
 # tk_status (compiler/tk.h)
-OK, ERR_SYNTAX, ERR_CHECK, ERR_ARG, ERR_NOMEM, ERR_NOTFOUND, ERR_INVALID, ERR_COMPILE = range(8)
+OK, ERR_SYNTAX, ERR_CHECK, ERR_ARG, ERR_NOMEM, ERR_NOTFOUND, ERR_INVALID, ERR_COMPILE, ERR_BOUNDS = range(9)
 
 
 class Error(ctypes.Structure):
@@ -75,7 +75,7 @@ SIGNATURES = {
     "tk_op_output_name": (_C, [_P, _I]),
     # the shim: loading (shim/registry.cpp) and run-time specs (shim/runtime.cpp)
     "tk_shim_load_error": (_C, []),
-    "tk_shim_register": (_I, [_C, _C, _C, _Z, ctypes.POINTER(Error)]),
+    "tk_shim_register": (_I, [_C, _C, _I, _C, _Z, ctypes.POINTER(Error)]),
     "tk_shim_runtime_kernels": (_Z, [_C, _Z]),
     "tk_shim_cc_cache_dir": (_C, []),
     # the CPU output cache (shim/output_cache.cpp)

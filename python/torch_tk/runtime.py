@@ -59,9 +59,10 @@ def _spec_error(file: str, line: int, col: int, message: str, text: str, source:
     return SpecError(f"{text}\n{shown}\n{caret}", file, line, col, message)
 
 
-def _register_spec(text: str, file: str) -> list[str]:
-    """Registers every op of the spec; their names in spec order."""
-    key = file + "\0" + text
+def _register_spec(text: str, file: str, checked: bool | None = None) -> list[str]:
+    """Registers every op of the spec; their names in spec order. checked:
+    checked kernels (None: as TK_CHECKED says, which libtk reads)."""
+    key = file + "\0" + text + "\0" + repr(checked)
     names = _names_by_text.get(key)
     if names is not None:
         return names
@@ -74,7 +75,8 @@ def _register_spec(text: str, file: str) -> list[str]:
     out = ctypes.create_string_buffer(_OUT_SIZE)
     err = _capi.Error()
     # ctypes releases the GIL: other threads run (and register) meanwhile
-    status = _capi.lib().tk_shim_register(file.encode("utf-8"), text.encode("utf-8"), out, _OUT_SIZE,
+    flag = -1 if checked is None else int(bool(checked))
+    status = _capi.lib().tk_shim_register(file.encode("utf-8"), text.encode("utf-8"), flag, out, _OUT_SIZE,
                                           ctypes.byref(err))
     if status in (_capi.ERR_SYNTAX, _capi.ERR_CHECK):
         _, efile, line, col, message, etext = err.decoded()
@@ -90,7 +92,7 @@ def _register_spec(text: str, file: str) -> list[str]:
     return names
 
 
-def kernel(spec: str, file: str = "<string>") -> torch._ops.OpOverloadPacket:
+def kernel(spec: str, file: str = "<string>", checked: bool | None = None) -> torch._ops.OpOverloadPacket:
     """Registers every op of the spec text as torch.ops.tk.<name> and returns
     the first one (the op a file defines first; the others, e.g. its backward
     ops, are on torch.ops.tk too).
@@ -108,18 +110,24 @@ def kernel(spec: str, file: str = "<string>") -> torch._ops.OpOverloadPacket:
     Registration compiles nothing (it checks that the C compiler runs): an
     op's CPU kernel for a dtype is compiled on its first CPU call with that
     dtype, which raises RuntimeError naming the op if the compile fails.
+
+    checked=True compiles checked kernels (docs/spec.md, Bounds): every
+    tensor index is compared to its dim's size, and an out-of-range access
+    raises RuntimeError naming the op, file:line:col, the tensor, the dim
+    and the index. None (the default) follows the environment: TK_CHECKED=1.
+    An op's mode is fixed at its first registration.
     """
     if not isinstance(spec, str):
         raise TypeError(f"torch_tk.kernel: the spec must be a str, got {type(spec).__name__}")
-    names = _register_spec(textwrap.dedent(spec), file)
+    names = _register_spec(textwrap.dedent(spec), file, checked)
     return getattr(torch.ops.tk, names[0])
 
 
-def load(path: str | os.PathLike) -> torch._ops.OpOverloadPacket:
+def load(path: str | os.PathLike, checked: bool | None = None) -> torch._ops.OpOverloadPacket:
     """torch_tk.kernel of a spec file: errors name the file as given."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    names = _register_spec(text, os.fspath(path))
+    names = _register_spec(text, os.fspath(path), checked)
     return getattr(torch.ops.tk, names[0])
 
 

@@ -5,9 +5,13 @@
  * 132 SMs, cuda:1 sm_80 with 108. Modules must be ELF cubins; nothing runs.
  * Occupancy: kernels named *backward_w* take 168 registers a thread, the
  * others 128, on SMs of 65,536 registers, 64 warps and 32 blocks.
- * fake_cuda_stats() returns the counters the test checks. */
+ * fake_cuda_stats() returns the counters the test checks. Device memory
+ * is host memory; fake_cuda_fail_check(rec) makes the next launch that
+ * passes a bounds record (tk_kargs.err) find rec in it, as a kernel whose
+ * check failed would leave it. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tk_kernel.h"
@@ -54,6 +58,19 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 EXPORT CUresult cuGetErrorString(CUresult r, const char **s);
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s);
 EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int block, size_t shared);
+EXPORT void fake_cuda_fail_check(tk_kerr rec);
+EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes);
+EXPORT CUresult cuMemFree_v2(unsigned long long p);
+EXPORT CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *stream);
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, void *stream);
+EXPORT CUresult cuStreamSynchronize(void *stream);
+
+static tk_kerr g_fail;              /* what the next launch with a bounds record writes into it */
+void fake_cuda_fail_check(tk_kerr rec) {
+    pthread_mutex_lock(&g_lock);
+    g_fail = rec;
+    pthread_mutex_unlock(&g_lock);
+}
 
 static char g_contexts[2];          /* their addresses are the two contexts */
 static char g_names[64][128];       /* function handles: the names, by slot */
@@ -151,6 +168,10 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     g_stats.last_stream = stream;
     memcpy(&g_stats.last_kargs, params[0], sizeof g_stats.last_kargs);
     strncpy(g_stats.last_function, (const char *)f, sizeof g_stats.last_function - 1);
+    if (g_fail.hit && g_stats.last_kargs.err) {   /* the failing bounds check fake_cuda_fail_check set up */
+        *g_stats.last_kargs.err = g_fail;
+        g_fail.hit = 0;
+    }
     pthread_mutex_unlock(&g_lock);
     return OK;
 }
@@ -169,5 +190,31 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int b
     int warps = 65536 / warp_regs < 64 ? 65536 / warp_regs : 64;
     int n = warps / (block / 32);
     *blocks = n < 32 ? n : 32;
+    return OK;
+}
+
+/* device memory (a kernel's bounds record): host memory here */
+CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes) {
+    void *m = malloc(bytes);
+    if (!m) return INVALID_VALUE;
+    *p = (unsigned long long)(uintptr_t)m;
+    return OK;
+}
+CUresult cuMemFree_v2(unsigned long long p) {
+    free((void *)(uintptr_t)p);
+    return OK;
+}
+CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *stream) {
+    (void)stream;
+    memset((void *)(uintptr_t)p, v, n);
+    return OK;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, void *stream) {
+    (void)stream;
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return OK;
+}
+CUresult cuStreamSynchronize(void *stream) {
+    (void)stream;
     return OK;
 }

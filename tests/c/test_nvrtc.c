@@ -567,6 +567,43 @@ static void *launch_once(void *p) {
     return NULL;
 }
 
+/* A kernel with bounds checks (a checked op) gets a zeroed record in device
+ * memory (NVRTC compiled its device-side tk_ck); a record the kernel filled
+ * (the fake driver's stand-in) becomes the call's error, naming the access. */
+static void test_fake_bounds(tk_cuda *cu, tk_ctx *ctx, void *lib, fake_stats *st) {
+    static const char *peek = "op peek(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] + x[i + 1]\n";
+    char msg[4096];
+    tk_status ls = tk_load_spec(ctx, "peek.tk", peek, strlen(peek));
+    if (ls != TK_OK) fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+    CHECK(ls == TK_OK);
+    tk_op *op = tk_op_find_mut(ctx, "peek");
+    if (!op) return;
+    tk_op_set_checked(op, 1);
+    static float fake[1];
+    int64_t n = 8, one = 1;
+    tk_tensor_view x = tk_view(fake, TK_F32, 1, &n, &one);
+    x.device = TK_CUDA;
+    tk_arg a = tk_arg_tensor(x);
+    tk_call call;
+    CHECK(tk_bind(op, &a, 1, &call) == TK_OK);
+    CHECK(tk_set_output(&call, 0, x) == TK_OK);
+    int launches = st->launches;
+    tk_status rc = tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg);
+    if (rc != TK_OK) fprintf(stderr, "%s\n", msg);
+    CHECK(rc == TK_OK && st->launches == launches + 1);
+    CHECK(st->last_kargs.err != NULL && call.kargs.err == NULL);
+    void (*fail)(tk_kerr) = NULL;
+    *(void **)&fail = dlsym(lib, "fake_cuda_fail_check");
+    CHECK(fail != NULL);
+    if (!fail) return;
+    fail((tk_kerr){1, 3, 23, 0, 8, 8});   /* slot 0 (x), a read, dim 0 */
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_BOUNDS);
+    CHECK(strcmp(msg, "tk.peek: peek.tk:3:23: read x[8] out of range: dim 0 (N) has size 8 (the read gave 0)") == 0);
+    /* an unchecked kernel gets no record */
+    CHECK(rwkv_call(ctx, 0, 2, 3, 5, &call));
+    CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->last_kargs.err == NULL);
+}
+
 static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
     CHECK(lib != NULL);
@@ -649,6 +686,7 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(rwkv_call(ctx, 0, 2, 3, 5, &call));
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->module_loads == 4 && tk_cache_list(dir, NULL, NULL) == 3);
+    test_fake_bounds(cu, ctx, lib, st);
     printf("fake driver: %d launches, %d modules loaded, %d context pushes\n", st->launches, st->module_loads,
            st->pushes);
     tk_cuda_free(cu);
