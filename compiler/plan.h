@@ -49,6 +49,27 @@ typedef struct tk_body_plan {
     const tk_stmt *vst[TK_MAX_TENSORS];
 } tk_body_plan;
 
+/* A CPU row loop's inner loop that the C compiler may vectorise along the
+ * row (plan_rows.c): printed under `#pragma omp simd` with its reductions,
+ * exp() as tk_vexpf. */
+enum { TK_MAX_ROW_VEC = 32, TK_MAX_ROW_RED = 8 };
+typedef struct tk_row_vec {
+    const tk_stmt *loop;
+    int nred;
+    int red[TK_MAX_ROW_RED];            /* the accumulators' local slots */
+    char red_op[TK_MAX_ROW_RED];        /* '+' sum, '*' product, 'M' max, 'm' min */
+} tk_row_vec;
+
+typedef struct tk_row_plan {
+    int nvec;
+    tk_row_vec vec[TK_MAX_ROW_VEC];
+    /* lanes across adjacent iterations of the innermost (parallel) loop
+     * variable, for unit strides; the rest of the domain one at a time.
+     * 0: none */
+    int lanes;
+    unsigned char arr[TK_MAX_LOCALS];   /* locals held per lane */
+} tk_row_plan;
+
 typedef struct tk_plan {
     const tk_op *op;
     int variant;
@@ -62,6 +83,7 @@ typedef struct tk_plan {
     int row_loop;                       /* a row loop (`for b, _, c in y`): the plain form, one iteration
                                          * (its sequential loops over the '_' dims) a thread or a CPU index;
                                          * no tiles, copies, run plan, chunks, split or mirror */
+    tk_row_plan rows;                   /* CPU row loops: the inner loops vectorised along the row */
 } tk_plan;
 
 /* Plans variant `variant` of op for target: annotates the op's AST for the
