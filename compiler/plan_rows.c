@@ -183,7 +183,10 @@ static void plan_lanes_across(tk_plan *P) {
     if (d->nloop == 0 || tk_owned_dim(d->loop_vars[d->nloop - 1])) return;
     if (tk_variant_float_type(P->op, P->variant) == TK_F64) return;
     if (!lanes_fit(P->op, d->body, d->nbody, d->loop_vars[d->nloop - 1], 0)) return;
-    P->rows.lanes = 16;
+    /* 32: 4 AVX2 vectors in flight along the recurrence (wkv B=8 T=1024
+     * C=768 on one thread, loaded: 8 lanes 72-110 ms, 16 62-112 ms, 32
+     * 33-58 ms, 64 29-40 ms but more of a short row left to the scalar form) */
+    P->rows.lanes = 32;
     assigned_locals(d->body, d->nbody, P->rows.arr);
 }
 

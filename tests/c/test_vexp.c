@@ -5,9 +5,8 @@
  * the values around the overflow and underflow thresholds one by one, and
  * the specials. Normal results: within 1.5 ulp of float64 exp (in units of its
  * float32 rounding); subnormal ones: within 1 unit of 2^-149; beyond the thresholds
- * +inf and +0; inf, -inf and NaN as exp gives them. It also checks that a
- * loop calling it is vectorised: the same results from a loop GCC
- * vectorises (omp simd) as from single calls. */
+ * +inf and +0; inf, -inf and NaN as exp gives them; and a loop of calls,
+ * which GCC vectorises at -O3, gives what single calls give. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -82,13 +81,12 @@ int main(void) {
     CHECK(tk_vexpf(0.0f) == 1.0f && tk_vexpf(-0.0f) == 1.0f);
     CHECK(tk_vexpf(1000.0f) == INFINITY && tk_vexpf(-1000.0f) == 0.0f);
     CHECK(tk_vexpf(FLT_MAX) == INFINITY && tk_vexpf(-FLT_MAX) == 0.0f);
-    CHECK(tk_vexpf(1.0f) == (float)M_E || fabs(tk_vexpf(1.0f) - M_E) <= 2 * FLT_EPSILON * M_E);
-    /* the vectorised form (a loop under omp simd) computes the same values */
+    CHECK(fabs((double)tk_vexpf(1.0f) - exp(1.0)) <= 1.5 * FLT_EPSILON * 2.0);
+    /* a loop of calls (vectorised at -O3) computes the same values as single calls */
     enum { N = 4099 };
     static float xs[N], ys[N];
     for (int i = 0; i < N; i++) xs[i] = -110.0f + 205.0f * (float)i / (float)(N - 1);
     xs[7] = NAN, xs[8] = INFINITY, xs[9] = -INFINITY;
-#pragma omp simd
     for (int i = 0; i < N; i++) ys[i] = tk_vexpf(xs[i]);
     int same = 1;
     for (int i = 0; i < N; i++) {
