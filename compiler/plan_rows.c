@@ -172,6 +172,48 @@ static int lanes_fit(const tk_op *op, tk_stmt **body, int n, const char *inner, 
     return 1;
 }
 
+/* Whether statement s (with what it nests) assigns or reads local `name`. */
+static int mentions(const tk_stmt *s, const char *name) {
+    if (s->kind == TK_S_ASSIGN && strcmp(s->name, name) == 0) return 1;
+    if (expr_uses(s->value, name) || expr_uses(s->lo, name) || expr_uses(s->hi, name)) return 1;
+    for (int k = 0; k < s->nindex; k++)
+        if (expr_uses(s->index[k], name)) return 1;
+    for (int i = 0; i < s->nbody; i++)
+        if (mentions(s->body[i], name)) return 1;
+    for (int i = 0; i < s->norelse; i++)
+        if (mentions(s->orelse[i], name)) return 1;
+    return 0;
+}
+
+/* The lane loops of a lane tile: each run of statements between loops of
+ * a block is one loop over the lanes (emit_tile.c, tile_block). Records in
+ * grp[slot] the run local `slot` appears in (0: none yet, -1: several),
+ * and in own[slot] whether that run's first statement naming it declares
+ * it (so a lane's value never outlives its lane loop). */
+static void lane_runs(const tk_op *op, tk_stmt **body, int n, int *next, int *grp, unsigned char *own) {
+    int i = 0;
+    while (i < n) {
+        if (body[i]->kind == TK_S_FOR) {
+            lane_runs(op, body[i]->body, body[i]->nbody, next, grp, own);
+            i++;
+            continue;
+        }
+        int g = ++*next, k = i;
+        while (k < n && body[k]->kind != TK_S_FOR) k++;
+        for (int r = 0; r < op->nlocals; r++) {
+            const char *name = op->locals[r].name;
+            for (int j = i; j < k; j++) {
+                if (!mentions(body[j], name)) continue;
+                const tk_stmt *s = body[j];
+                own[r] = s->kind == TK_S_ASSIGN && s->ref == r && s->declares && !expr_uses(s->value, name);
+                grp[r] = grp[r] == 0 ? g : -1;
+                break;
+            }
+        }
+        i = k;
+    }
+}
+
 /* Lanes across adjacent iterations: when the row loop's innermost
  * variable is a parallel one (`for b, _, c in y`: c, the contiguous dim of
  * the output), V iterations c .. c + V - 1 run together as the lanes of
@@ -187,7 +229,16 @@ static void plan_lanes_across(tk_plan *P) {
      * C=768 on one thread, loaded: 8 lanes 72-110 ms, 16 62-112 ms, 32
      * 33-58 ms, 64 29-40 ms but more of a short row left to the scalar form) */
     P->rows.lanes = 32;
+    /* held per lane (an array through the tile): the locals that live
+     * across lane loops (WKV's state aa, bb, pp); the rest are private
+     * scalars of the one lane loop that declares and uses them (kt, e1,
+     * ...), which the C compiler keeps in registers */
+    int grp[TK_MAX_LOCALS] = {0}, next = 0;
+    unsigned char own[TK_MAX_LOCALS] = {0};
+    lane_runs(P->op, d->body, d->nbody, &next, grp, own);
     assigned_locals(d->body, d->nbody, P->rows.arr);
+    for (int r = 0; r < P->op->nlocals; r++)
+        if (grp[r] > 0 && own[r]) P->rows.arr[r] = 0;
 }
 
 void plan_rows(tk_plan *P) {
