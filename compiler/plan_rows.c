@@ -217,7 +217,7 @@ static void lane_runs(const tk_op *op, tk_stmt **body, int n, int *next, int *gr
 /* Lanes across adjacent iterations: when the row loop's innermost
  * variable is a parallel one (`for b, _, c in y`: c, the contiguous dim of
  * the output), V iterations c .. c + V - 1 run together as the lanes of
- * omp simd loops, every local held per lane, the sequential loops outside
+ * omp simd loops, the sequential loops outside
  * the lane loops (the lane tile of emit_tile.c). float32 arithmetic only
  * (exp() is tk_vexpf there; float64's exp does not vectorise). */
 static void plan_lanes_across(tk_plan *P) {
