@@ -564,3 +564,30 @@ def test_row_loop_plans(lib_path, tmp_path):
     path.write_text(PLAN_CASES)
     text = plan(str(path), "--dtype", "f32")
     assert [int(n) for n in re.findall(r"loop over i at line (\d+): vectorised", text)] == [9], text
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_loops_spec_stats_and_decay(dtype):
+    """tests/specs/row_loops.tk's row_stats (vectorised max, min, sum, exp) and row_decay (lanes across c:
+    exp and a carried max) against torch, on row lengths and channel counts around the vector widths, with
+    strided views (the one-at-a-time form)."""
+    torch_tk.load(os.path.join(ROOT, "tests", "specs", "row_loops.tk"))
+    tk = torch.ops.tk
+    for N in (1, 9, 33, 300):
+        x = torch.randn(3, 2, N, generator=gen(60 + N), dtype=torch.float64).to(dtype)
+        want = torch.softmax(x.double(), -1) + x.double().amin(-1, keepdim=True)
+        for xv in views(x):
+            torch.testing.assert_close(tk.row_stats(xv).double(), want, **TOL[dtype])
+    for C in (1, 31, 32, 70):
+        k = torch.randn(2, 13, C, generator=gen(61 + C), dtype=torch.float64).to(dtype)
+        kd = k.double()
+        m = torch.full((2, C), -1e30, dtype=torch.float64)
+        s = torch.zeros(2, C, dtype=torch.float64)
+        want = torch.empty(2, 13, C, dtype=torch.float64)
+        for t in range(13):
+            nm = torch.maximum(m, kd[:, t])
+            s = s * torch.exp(m - nm) + torch.exp(kd[:, t] - nm)
+            m = nm
+            want[:, t] = s
+        for kv in views(k):
+            torch.testing.assert_close(tk.row_decay(kv).double(), want, **TOL[dtype])
