@@ -96,6 +96,7 @@ typedef struct emitter {
     unsigned char split_acc[TK_MAX_LOCALS];   /* its accumulators */
     int outputs_only;               /* each_strided: the outputs only */
     int stepped;                    /* GPU chunks: the loop variables come from counters tk_x<k> (chunk_counters) */
+    int vexp;                       /* CPU row loops: printing a vectorised inner loop (exp() is tk_vexpf) */
 } emitter;
 
 /* GPU lane tiles: rows a warp's threads spread over (see gpu_tiles_head) */
@@ -138,6 +139,12 @@ int lane_plan(emitter *E);
 /* plan_run.c */
 void plan_run(emitter *E);
 
+/* plan_rows.c */
+/* Fills P->rows (a CPU row loop, not plain; else leaves it empty). */
+void plan_rows(tk_plan *P);
+/* The vectorised-loop plan of inner loop `loop`, NULL when it runs as written. */
+const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop);
+
 /* plan_gpu.c */
 int split_plan(emitter *E);
 int mirror_plan(emitter *E);
@@ -170,6 +177,8 @@ int has_for(tk_stmt **body, int n);
 void stride_cond(emitter *E, const tk_param *p, int slot, int arg);
 int unit_stride_test(emitter *E, const char *extra);
 void cpu_kernel(emitter *E);
+int row_vec_open(emitter *E, const tk_stmt *loop);
+void row_vec_close(emitter *E, const tk_stmt *loop);
 
 /* emit_lanes.c */
 void set_copy(emitter *E, int c);

@@ -256,13 +256,95 @@ static void group_rows(emitter *E, int step) {
     line(E, "}");
 }
 
+/* CPU row loops: before an inner loop the plan vectorises (plan_rows.c),
+ * the incoming values of its max and min accumulators set aside and the
+ * accumulators set to their identity (so that the lanes' partial results
+ * never hold a NaN and their combination is exact), then `#pragma omp
+ * simd` with its reductions; exp() prints as tk_vexpf inside. Returns 0,
+ * printing nothing, for a loop that runs as written. */
+int row_vec_open(emitter *E, const tk_stmt *loop) {
+    static const char *const clause[] = {"+", "*", "max", "min"}, kinds[] = "+*Mm";
+    const tk_row_vec *v = row_vec_find(E->plan, loop);
+    if (!v) return 0;
+    for (int j = 0; j < v->nred; j++) {
+        if (v->red_op[j] != 'M' && v->red_op[j] != 'm') continue;
+        const tk_local *l = &E->op->locals[v->red[j]];
+        int mx = v->red_op[j] == 'M';
+        line(E, "const %s tk_in_%s = v_%s;", k_vctype[l->type], l->name, l->name);
+        line(E, "v_%s = %s;", l->name, l->type == TK_V_INT ? (mx ? "INT64_MIN" : "INT64_MAX") : mx ? "-INFINITY" : "INFINITY");
+    }
+    begin_line(E);
+    tk_buf_puts(E->b, "#pragma omp simd");
+    for (int k = 0; k < 4; k++) {
+        int n = 0;
+        for (int j = 0; j < v->nred; j++) {
+            if (v->red_op[j] != kinds[k]) continue;
+            if (!n++) tk_buf_printf(E->b, " reduction(%s:", clause[k]);
+            else tk_buf_puts(E->b, ", ");
+            tk_buf_printf(E->b, "v_%s", E->op->locals[v->red[j]].name);
+        }
+        if (n) tk_buf_puts(E->b, ")");
+    }
+    tk_buf_puts(E->b, "\n");
+    E->vexp = 1;
+    return 1;
+}
+
+/* After it: each max (min) accumulator is the max (min) of its incoming
+ * value and the loop's, in the order the loop as written would take. */
+void row_vec_close(emitter *E, const tk_stmt *loop) {
+    static const char *const sfx[] = {"", "i", "i", "f", "d"};     /* ORDER tk_vtype */
+    const tk_row_vec *v = row_vec_find(E->plan, loop);
+    E->vexp = 0;
+    for (int j = 0; v && j < v->nred; j++) {
+        if (v->red_op[j] != 'M' && v->red_op[j] != 'm') continue;
+        const tk_local *l = &E->op->locals[v->red[j]];
+        line(E, "v_%s = tk_%s%s(tk_in_%s, v_%s);", l->name, v->red_op[j] == 'M' ? "max" : "min", sfx[l->type],
+             l->name, l->name);
+    }
+}
+
 /* CPU, a row loop: one iteration (a row, or a (b, c) pair) per index,
  * decomposed each time; the body walks the dims it owns. */
 static void cpu_row_loop(emitter *E) {
-    line(E, "for (tk_i64 lin = begin; lin < end; ++lin) {");
+    const tk_row_plan *R = &E->plan->rows;
+    if (!R->lanes) {
+        line(E, "for (tk_i64 lin = begin; lin < end; ++lin) {");
+        E->indent++;
+        decompose(E, 0);
+        block(E, E->op->decl->body, E->op->decl->nbody);
+        E->indent--;
+        line(E, "}");
+        return;
+    }
+    /* lanes across iterations (plan_rows.c, plan_lanes_across): V adjacent
+     * values of the innermost variable in one row of it, unit strides */
+    const tk_opdecl *d = E->op->decl;
+    const char *v = d->loop_vars[d->nloop - 1];
+    int V = R->lanes;
+    char cond[160];
+    snprintf(cond, sizeof cond, "v_%s + %d <= n_%s && end - lin >= %d", v, V, v, V);
+    line(E, "for (tk_i64 lin = begin; lin < end;) {");
     E->indent++;
     decompose(E, 0);
-    block(E, E->op->decl->body, E->op->decl->nbody);
+    unit_stride_test(E, cond);
+    tk_buf_puts(E->b, " {\n");
+    E->indent++;
+    E->lanes = V;
+    E->ngroup = E->nblocks = 1;
+    E->gdim = d->nloop - 1;
+    memcpy(E->arr, R->arr, sizeof E->arr);
+    E->vexp = E->ftype == TK_V_F32;
+    tile(E);
+    E->vexp = 0;
+    E->lanes = 0;
+    memset(E->arr, 0, sizeof E->arr);
+    line(E, "lin += %d;", V);
+    line(E, "continue;");
+    E->indent--;
+    line(E, "}");
+    block(E, d->body, d->nbody);
+    line(E, "++lin;");
     E->indent--;
     line(E, "}");
 }

@@ -273,6 +273,7 @@ static void call(emitter *E, const tk_expr *e) {
     }
     char f32[16];
     snprintf(f32, sizeof f32, "%sf", f);
+    if (E->vexp && !strcmp(f, "exp")) snprintf(f32, sizeof f32, "tk_vexpf");   /* vectorises (tk_kernel.h) */
     call_f(E, f32, f, e, t);
 }
 
@@ -582,7 +583,8 @@ static void simd_pragma(emitter *E, const tk_stmt *loop, int c0, int c1) {
 
 /* for (v = lo; v < hi; ++v) { body } with lo, hi given as text. */
 void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int c0, int c1) {
-    simd_pragma(E, s, c0, c1);
+    int vec = E->plan->row_loop && !E->tg->gpu && !E->in_lane && row_vec_open(E, s);   /* CPU row loops: as planned */
+    if (!E->plan->row_loop) simd_pragma(E, s, c0, c1);
     line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
     E->indent++;
     int saved = E->copy;
@@ -593,6 +595,7 @@ void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char *hi, in
     E->copy = saved;
     E->indent--;
     line(E, "}");
+    if (vec) row_vec_close(E, s);
 }
 
 /* A range loop in its own block, so that its bounds are evaluated once and

@@ -133,11 +133,15 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
             P->sched[k] = mine ? mine : op->decl->schedule[k];
             P->sched_from[k] = mine ? 2 : op->decl->schedule[k] ? 1 : 0;
         }
+    bounds_plan(P);
     tk_buf scratch = {0};           /* the planning functions print nothing */
     if (target == TK_TARGET_CUDA) {
         plan_cuda(P, &scratch);
     } else {
         plan_cpu_body(P, TK_BODY_NARROW, &scratch);
+        /* row loops vectorise only without run-time checks (checked stores
+         * are conditional, and record the first failure atomically) */
+        if (!P->checked && !bounds_any_check(P)) plan_rows(P);
         if (!P->plain && !P->checked) {
             plan_cpu_body(P, TK_BODY_WIDE, &scratch);
             /* the explicit-vector bodies exist where the wide one tiles on them */
@@ -145,7 +149,6 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
             if (P->wide) plan_cpu_body(P, TK_BODY_MID, &scratch);
         }
     }
-    bounds_plan(P);
     int printed = scratch.len != 0;
     free(scratch.p);
     if (printed) {
@@ -235,6 +238,30 @@ static void bounds_text(tk_buf *b, const tk_plan *P) {
                                    "size; the plain form\n");
 }
 
+/* A CPU row loop's inner loops vectorised along the row, with their reductions. */
+static void rows_text(tk_buf *b, const tk_plan *P) {
+    const tk_opdecl *d = P->op->decl;
+    if (P->rows.lanes) {
+        tk_buf_printf(b, "    lanes: %d adjacent iterations along %s run together (omp simd loops; unit strides, "
+                      "else and for the rest one at a time)\n    locals held per lane: ", P->rows.lanes,
+                      d->loop_vars[d->nloop - 1]);
+        locals_list(b, P->op, P->rows.arr);
+        tk_buf_puts(b, "\n");
+    }
+    for (int i = 0; i < P->rows.nvec; i++) {
+        const tk_row_vec *v = &P->rows.vec[i];
+        tk_buf_printf(b, "    loop over %s at line %d: vectorised along the row (omp simd)", v->loop->name,
+                      v->loop->loc.line);
+        for (int j = 0; j < v->nred; j++) {
+            char k = v->red_op[j];
+            tk_buf_printf(b, "%s%s %s", j ? ", " : "; reductions: ",
+                          k == '+' ? "sum" : k == '*' ? "product" : k == 'M' ? "max" : "min",
+                          P->op->locals[v->red[j]].name);
+        }
+        tk_buf_puts(b, "\n");
+    }
+}
+
 /* A row loop's plan: its domain and the plain form. */
 static void row_text(tk_buf *b, const tk_plan *P) {
     const tk_opdecl *d = P->op->decl;
@@ -258,9 +285,11 @@ static void row_text(tk_buf *b, const tk_plan *P) {
     if (P->target == TK_TARGET_CUDA)
         tk_buf_puts(b, "  kernel: one iteration a thread (grid-stride loop), its loops sequential\n"
                        "    elements a thread computes: 1 iteration (the launcher's grid is the domain's size)\n");
-    else
+    else {
         tk_buf_puts(b, "  body: one iteration an index of at::parallel_for's range, its loops sequential; "
-                       "no lane tiles, copies or run plan\n");
+                       "no unroll copies or run plan\n");
+        rows_text(b, P);
+    }
 }
 
 /* " (spec)" / " (TK_CUDA_TUNE)" after a schedule item. */

@@ -53,6 +53,27 @@ typedef struct tk_body_plan {
     const tk_stmt *vst[TK_MAX_TENSORS];
 } tk_body_plan;
 
+/* A CPU row loop's inner loop that the C compiler may vectorise along the
+ * row (plan_rows.c): printed under `#pragma omp simd` with its reductions,
+ * exp() as tk_vexpf. */
+enum { TK_MAX_ROW_VEC = 32, TK_MAX_ROW_RED = 8 };
+typedef struct tk_row_vec {
+    const tk_stmt *loop;
+    int nred;
+    int red[TK_MAX_ROW_RED];            /* the accumulators' local slots */
+    char red_op[TK_MAX_ROW_RED];        /* '+' sum, '*' product, 'M' max, 'm' min */
+} tk_row_vec;
+
+typedef struct tk_row_plan {
+    int nvec;
+    tk_row_vec vec[TK_MAX_ROW_VEC];
+    /* lanes across adjacent iterations of the innermost (parallel) loop
+     * variable, for unit strides; the rest of the domain one at a time.
+     * 0: none */
+    int lanes;
+    unsigned char arr[TK_MAX_LOCALS];   /* locals held per lane */
+} tk_row_plan;
+
 typedef struct tk_plan {
     const tk_op *op;
     int variant;
@@ -75,6 +96,7 @@ typedef struct tk_plan {
     int checked;                        /* TK_EMIT_CHECKED: every index of every read and of a row loop's
                                          * stores is checked at run time; the plain form (no tiles, copies,
                                          * run plan, chunks, split or mirror) */
+    tk_row_plan rows;                   /* CPU row loops: the inner loops vectorised along the row */
 } tk_plan;
 
 /* Plans variant `variant` of op for target: annotates the op's AST for the
@@ -86,6 +108,8 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *op, int variant, tk_target targ
 
 /* plan_bounds.c: fills P's bounds table (nbstores, bstore, bcheck). */
 void bounds_plan(tk_plan *P);
+/* 1 if some store of the row loop is checked at run time (or checked mode is on). */
+int bounds_any_check(const tk_plan *P);
 /* The indices of store s that the kernel checks at run time (bit k: index
  * k): the unproven ones of a row loop's store, every one in checked mode,
  * none in the element-wise form (it stores at its loop variables). */

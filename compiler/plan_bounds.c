@@ -231,6 +231,14 @@ void bounds_plan(tk_plan *P) {
     if (P->row_loop) plan_stores(P, P->op->decl->body, P->op->decl->nbody);
 }
 
+int bounds_any_check(const tk_plan *P) {
+    if (!P->row_loop) return 0;
+    if (P->checked) return 1;
+    for (int i = 0; i < P->nbstores; i++)
+        if (P->bcheck[i]) return 1;
+    return 0;
+}
+
 unsigned store_checks(const tk_plan *P, const tk_stmt *s) {
     if (!P->row_loop) return 0;   /* the element-wise form stores at its loop variables */
     if (P->checked) return (1u << s->nindex) - 1;

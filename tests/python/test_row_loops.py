@@ -10,6 +10,8 @@ allocates every output with it), so an element a row loop forgets to write
 fails the comparison. Checker errors (racy stores) with file:line:col.
 """
 import os
+import re
+import subprocess
 
 import pytest
 import torch
@@ -347,3 +349,245 @@ op row_flat(k: float[B, T, C]) -> (y: k.dtype[B, T, C], last: k.dtype[C, B]):
     y, last = torch.ops.tk.row_flat(k)
     assert torch.equal(y, k)
     assert torch.equal(last, (k[:, 0] * 2).t())
+
+
+# ---- vectorised row loops (docs/spec.md, "Row loops": SIMD on the CPU) ---------------
+# Inner loops whose only carried state is reductions run under `omp simd` (softmax's max and sum,
+# the norms' sums); exp() is then tk_vexpf. Row lengths around the vector width exercise the vector
+# body and its remainders; strided rows the other body; NaN and inf the max reductions' combination.
+
+ROW_LENGTHS = [1, 7, 8, 9, 15, 16, 17, 33, 1000]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", ROW_LENGTHS)
+def test_vector_rows_softmax_and_norms(dtype, N):
+    tk = spec("softmax")
+    spec("layernorm")
+    x, w, b = norm_inputs(5, N, dtype, 30 + N)
+    x = x * 3
+    for xv in views(x):
+        close(tk.softmax(xv), torch.softmax(x.double(), -1), dtype)
+        close(tk.layernorm(xv, w, b, 1e-5), F.layer_norm(x.double(), (N,), w.double(), b.double(), 1e-5), dtype)
+        close(tk.rmsnorm(xv, w, 1e-6), rmsnorm_torch(x.double(), w.double(), 1e-6), dtype)
+
+
+@pytest.mark.parametrize("N", [8, 9, 33, 1000])
+def test_vector_rows_backward(N):
+    tk = spec("softmax")
+    spec("layernorm")
+    x, w, b = (t.requires_grad_() for t in norm_inputs(6, N, torch.float32, 40 + N))
+    g = torch.randn(6, N, generator=gen(41))
+    for got_fn, want_fn, args in [(tk.softmax, lambda a: torch.softmax(a, -1), (x,)),
+                                  (lambda *a: tk.layernorm(*a, 1e-5), lambda *a: F.layer_norm(a[0], (N,), *a[1:], 1e-5),
+                                   (x, w, b)),
+                                  (lambda *a: tk.rmsnorm(*a, 1e-6), lambda *a: rmsnorm_torch(*a, 1e-6), (x, w))]:
+        got = torch.autograd.grad(got_fn(*args), args, g)
+        want = torch.autograd.grad(want_fn(*args), args, g)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
+def test_vector_rows_softmax_nan_and_inf():
+    """Rows holding NaN, +inf and -inf, at a vector lane, in the remainder and first: as torch.softmax
+    (a NaN anywhere makes the row NaN; -inf gives 0)."""
+    tk = spec("softmax")
+    for N in (9, 33):
+        x = torch.randn(8, N, generator=gen(42))
+        x[0, 3] = float("nan")
+        x[1, 0] = float("nan")
+        x[2, N - 1] = float("nan")
+        x[3, 5] = float("-inf")
+        x[4, :] = float("-inf")
+        x[4, N - 1] = 0.0
+        x[5, 2] = float("inf")
+        x[6, 0] = float("inf")
+        x[7, N - 1] = float("inf")
+        torch.testing.assert_close(tk.softmax(x), torch.softmax(x, -1), equal_nan=True)
+
+
+REDUCE = """op vrow_reduce(x: float[R, N])
+        -> (y: x.dtype[R, N], mx: x.dtype[R], mn: x.dtype[R], sm: x.dtype[R], pr: x.dtype[R]):
+    for r, _ in y:
+        m = x[r, 0]
+        n = x[r, 0]
+        s = 0.0
+        p = 1.0
+        y[r, 0] = -x[r, 0]
+        for i in range(1, N):
+            m = max(m, x[r, i])
+            n = min(n, x[r, i])
+            s += x[r, i]
+            p = p * (1.0 + x[r, i] / 64.0)
+            y[r, i] = -x[r, i]
+        mx[r] = m
+        mn[r] = n
+        sm[r] = s
+        pr[r] = p
+"""
+
+
+def py_fold(row):
+    """The loop as written, in Python: max/min keep the running value unless the new one compares
+    greater/less (so a NaN first stays, a NaN later is skipped)."""
+    m = n = row[0]
+    s, p = 0.0, 1.0
+    for v in row[1:]:
+        m = max(m, v)
+        n = min(n, v)
+        s += v
+        p = p * (1.0 + v / 64.0)
+    return m, n, s, p
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("N", [2, 8, 9, 17, 33, 100])
+def test_vector_rows_max_min_sum_product(dtype, N):
+    """max, min, sum and product reductions in one vectorised loop, with NaN and inf placed first, inside
+    a vector block and in the remainder: max and min as the sequential loop gives them, exactly."""
+    torch_tk.kernel(REDUCE, file="vrow_reduce.tk")
+    x = torch.randn(9, N, generator=gen(43), dtype=torch.float64)
+    x[1, 0] = float("nan")
+    x[2, N // 2] = float("nan")
+    x[3, N - 1] = float("nan")
+    x[4, 1] = float("inf")
+    x[5, N - 1] = float("-inf")
+    x[6, 0] = float("inf")
+    x[7, 0] = float("-inf")
+    x = x.to(dtype)
+    y, *got = torch.ops.tk.vrow_reduce(x)
+    torch.testing.assert_close(y, -x, rtol=0, atol=0, equal_nan=True)
+    for r in range(9):
+        m, n, s, p = py_fold([float(v) for v in x[r].double()])
+        for k, want in enumerate((m, n)):   # exact, NaN where the loop keeps one
+            g = float(got[k][r])
+            assert (g != g and want != want) or g == want, (r, k, g, want)
+        for k, want in ((2, s), (3, p)):    # reordered: close, inf and NaN where the loop has them
+            torch.testing.assert_close(got[k][r].double(), torch.tensor(want, dtype=torch.float64),
+                                       equal_nan=True, **TOL[dtype])
+
+
+VEXP = """op vrow_exp(x: float[..., N]) -> y: x.dtype[..., N]:
+    for _ in y:
+        for i in range(N):
+            y[i] = exp(x[i])
+"""
+
+
+def test_vector_rows_exp_accuracy():
+    """exp() in a vectorised loop (tk_vexpf, compiler/tk_kernel.h) against float64 exp: within 1.5 ulp of
+    float32 over [-104, 89], overflow to inf, underflow to 0, inf, -inf and NaN as torch.exp."""
+    torch_tk.kernel(VEXP, file="vrow_exp.tk")
+    x = torch.cat([torch.linspace(-104.0, 89.0, 200003, dtype=torch.float32),
+                   torch.tensor([0.0, -0.0, 88.72283, 88.72284, 88.8, -87.3365, -103.2789, -103.98, -120.0,
+                                 1e30, -1e30, float("inf"), float("-inf"), float("nan")])])
+    got = torch.ops.tk.vrow_exp(x.reshape(1, -1)).reshape(-1)
+    want = torch.exp(x.double())
+    w32 = want.float()
+    nan = torch.isnan(want)
+    assert torch.isnan(got[nan]).all()
+    inf = torch.isinf(w32) & ~nan
+    big = (got[inf] == float("inf")) | (got[inf] == torch.finfo(torch.float32).max)
+    assert big.all()
+    normal = torch.isfinite(w32) & (w32.abs() >= torch.finfo(torch.float32).tiny)
+    ulp = torch.finfo(torch.float32).eps * torch.exp2(torch.floor(torch.log2(w32[normal].double())))
+    err = ((got[normal].double() - want[normal]).abs() / ulp).max().item()
+    assert err <= 1.5, err
+    sub = torch.isfinite(w32) & ~normal & ~nan      # subnormal results and 0: within 2^-149
+    assert ((got[sub].double() - want[sub]).abs() <= 2.0 ** -149).all()
+    assert got[x == float("-inf")].eq(0).all() and got[x == -120.0].eq(0).all()
+
+
+@pytest.mark.parametrize("C", [1, 31, 32, 33, 65, 100])
+def test_wkv_lanes_across_channels(C):
+    """wkv's lanes over c (32 adjacent channels at once, unit strides): channel counts around the lane
+    width, batch rows not a multiple of it, transposed (strided: one channel at a time) inputs, against
+    the float64 loop, forward and backward."""
+    tk = spec("wkv")
+    w, u, k, v = wkv_inputs(3, 37, C, torch.float32, seed=50 + C, requires_grad=True)
+    want = wkv_loop(w, u, k, v)
+    y = tk.wkv(w, u, k, v)
+    torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
+    g = torch.randn(3, 37, C, generator=gen(51))
+    got = torch.autograd.grad(y, (w, u, k, v), g)
+    exp = torch.autograd.grad(want, (w, u, k, v), g.double())
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a.double(), e.double(), rtol=2e-3, atol=2e-3)
+    kt = k.detach().transpose(0, 2).contiguous().transpose(0, 2)   # C not the contiguous dim
+    torch.testing.assert_close(tk.wkv(w.detach(), u.detach(), kt, v.detach()).double(), want.detach(),
+                               rtol=1e-4, atol=1e-4)
+
+
+PLAN_CASES = """op pl_scan(x: float[R, N]) -> y: x.dtype[R, N]:
+    for r, _ in y:
+        s = 0.0
+        for i in range(N):
+            s += x[r, i]
+            y[r, i] = s
+        for i in range(1, N):
+            y[r, i] = y[r, i - 1] * 0.5
+        for i in range(N):
+            y[r, i] = y[r, i] + 1.0
+        m = 0.0
+        for i in range(N):
+            if x[r, i] > 0.0:
+                m = max(m, x[r, i])
+        for i in range(N - 1):
+            y[r, i + 1] = x[r, i]
+"""
+
+
+def test_row_loop_plans(lib_path, tmp_path):
+    """What the planner vectorises (tkc plan): softmax's three loops with their max and sum, the norms' sums,
+    wkv's lanes across c; not a scan (an accumulator read in the loop), a loop reading an element another
+    iteration stores, an `if`, a store at i + 1; nothing when plain, and no row loop in float64 lanes."""
+    tkc = os.path.join(os.path.dirname(lib_path), "tkc")
+
+    def plan(path, *flags):
+        r = subprocess.run([tkc, "plan", "--target", "cpu", *flags, path], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    sm = plan(os.path.join(SPECS, "softmax.tk"), "--dtype", "f32")
+    assert "loop over i at line 10: vectorised along the row (omp simd); reductions: max m" in sm
+    assert "loop over i at line 13: vectorised along the row (omp simd); reductions: sum s" in sm
+    assert "loop over i at line 18: vectorised along the row (omp simd)\n" in sm
+    assert "loop over i at line 25: vectorised along the row (omp simd); reductions: sum s" in sm
+    assert "lanes:" not in sm
+    assert "vectorised" not in plan(os.path.join(SPECS, "softmax.tk"), "--dtype", "f32", "--plain")
+    assert "vectorised" not in plan(os.path.join(SPECS, "cumsum.tk"), "--dtype", "f32")
+    wkv = plan(os.path.join(SPECS, "wkv.tk"), "--dtype", "f32")
+    assert "lanes: 32 adjacent iterations along c run together" in wkv
+    assert "locals held per lane: aa, bb, pp\n" in wkv   # the state; kt, e1, ... are lane-loop scalars
+    assert "lanes:" not in plan(os.path.join(SPECS, "wkv.tk"), "--dtype", "f64")
+    path = tmp_path / "pl_scan.tk"
+    path.write_text(PLAN_CASES)
+    text = plan(str(path), "--dtype", "f32")
+    assert [int(n) for n in re.findall(r"loop over i at line (\d+): vectorised", text)] == [9], text
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_loops_spec_stats_and_decay(dtype):
+    """tests/specs/row_loops.tk's row_stats (vectorised max, min, sum, exp) and row_decay (lanes across c:
+    exp and a carried max) against torch, on row lengths and channel counts around the vector widths, with
+    strided views (the one-at-a-time form)."""
+    torch_tk.load(os.path.join(ROOT, "tests", "specs", "row_loops.tk"))
+    tk = torch.ops.tk
+    for N in (1, 9, 33, 300):
+        x = torch.randn(3, 2, N, generator=gen(60 + N), dtype=torch.float64).to(dtype)
+        want = torch.softmax(x.double(), -1) + x.double().amin(-1, keepdim=True)
+        for xv in views(x):
+            torch.testing.assert_close(tk.row_stats(xv).double(), want, **TOL[dtype])
+    for C in (1, 31, 32, 70):
+        k = torch.randn(2, 13, C, generator=gen(61 + C), dtype=torch.float64).to(dtype)
+        kd = k.double()
+        m = torch.full((2, C), -1e30, dtype=torch.float64)
+        s = torch.zeros(2, C, dtype=torch.float64)
+        want = torch.empty(2, 13, C, dtype=torch.float64)
+        for t in range(13):
+            nm = torch.maximum(m, kd[:, t])
+            s = s * torch.exp(m - nm) + torch.exp(kd[:, t] - nm)
+            m = nm
+            want[:, t] = s
+        for kv in views(k):
+            torch.testing.assert_close(tk.row_decay(kv).double(), want, **TOL[dtype])

@@ -1,0 +1,255 @@
+/* plan_rows.c - the CPU plan of a row loop's inner loops: which of them the
+ * C compiler may vectorise along the row, and their reductions.
+ *
+ * A sequential `for i in range(...)` inside a row loop may run its
+ * iterations in any order, several at once, when the only state one
+ * iteration hands to the next is reductions: accumulators declared before
+ * the loop and updated in it only as `s += e`, `s -= e`, `s *= e`,
+ * `s = s + e`, `s = s * e`, `m = max(m, e)` or `m = min(m, e)`, with e not
+ * reading an accumulator, and read nowhere else in the loop. Its other
+ * statements must be independent per i: locals the body declares (each
+ * iteration has its own), and stores to elements of the iteration's outputs
+ * at an index list that holds i itself (so two iterations never write one
+ * element) and reads no local the loop assigns; the loop reads an output it
+ * stores only at the same index list (each i its own element). No `if` and
+ * no nested `for` (an outer loop over such loops stays sequential, its
+ * inner loops are planned). Such a loop is printed under `#pragma omp simd`
+ * with its reductions (emit_cpu.c, row_vec_open), which reorders the
+ * additions of a sum as torch's kernels do (docs/spec.md).
+ *
+ * Across iterations: see plan_lanes_across. */
+#include <string.h>
+
+#include "emit.h"
+
+/* The reduction kind of accumulator update s (not a declaration), or 0
+ * when s is no update of a reduction: '+' (+=, -=, s = s + e), '*' (*=,
+ * s = s * e), 'M' (m = max(m, e)), 'm' (m = min(m, e)). *operand: e. */
+static char update_kind(const tk_stmt *s, const tk_expr **operand) {
+    const tk_expr *v = s->value;
+    *operand = v;
+    if (s->op == TK_OPC_ADD || s->op == TK_OPC_SUB) return '+';
+    if (s->op == TK_OPC_MUL) return '*';
+    if (s->op != TK_OPC_NONE || v->nargs != 2) return 0;
+    const tk_expr *a = v->args[0];
+    if (a->kind != TK_E_NAME || strcmp(a->name, s->name) != 0) return 0;
+    *operand = v->args[1];
+    if (v->kind == TK_E_BINARY && v->op == TK_OPC_ADD) return '+';
+    if (v->kind == TK_E_BINARY && v->op == TK_OPC_MUL) return '*';
+    if (v->kind == TK_E_CALL && strcmp(v->name, "max") == 0) return 'M';
+    if (v->kind == TK_E_CALL && strcmp(v->name, "min") == 0) return 'm';
+    return 0;
+}
+
+/* Whether e reads output `out` at an index list other than idx (n
+ * indices); idx NULL: at all. */
+static int reads_other(const tk_expr *e, int out, tk_expr *const *idx, int n) {
+    if (!e) return 0;
+    if (e->kind == TK_E_INDEX && e->is_out && e->ref == out) {
+        if (!idx || e->nargs != n) return 1;
+        for (int k = 0; k < n; k++)
+            if (!expr_equal(e->args[k], idx[k])) return 1;
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (reads_other(e->args[i], out, idx, n)) return 1;
+    return 0;
+}
+
+/* Whether e reads a local the loop assigns (assigned[slot]). */
+static int reads_assigned(const tk_op *op, const tk_expr *e, const unsigned char *assigned) {
+    for (int r = 0; r < op->nlocals; r++)
+        if (assigned[r] && expr_uses(e, op->locals[r].name)) return 1;
+    return 0;
+}
+
+/* Whether the stores of loop's body to each output share one index list
+ * holding the loop variable itself, reading no local the loop assigns,
+ * and the body reads an output it stores only there. */
+static int stores_independent(const tk_op *op, const tk_stmt *loop, const unsigned char *assigned) {
+    for (int out = 0; out < op->decl->noutputs; out++) {
+        const tk_stmt *first = NULL;
+        for (int i = 0; i < loop->nbody; i++) {
+            const tk_stmt *s = loop->body[i];
+            if (s->kind != TK_S_STORE || s->ref != out) continue;
+            if (!first) {
+                int has_i = 0;
+                for (int k = 0; k < s->nindex; k++) {
+                    const tk_expr *x = s->index[k];
+                    if (x->kind == TK_E_NAME && strcmp(x->name, loop->name) == 0) has_i = 1;
+                    else if (reads_assigned(op, x, assigned)) return 0;
+                }
+                if (!has_i) return 0;
+                first = s;
+            }
+        }
+        if (!first) continue;
+        for (int i = 0; i < loop->nbody; i++) {
+            const tk_stmt *s = loop->body[i];
+            if (reads_other(s->value, out, first->index, first->nindex)) return 0;
+            for (int k = 0; k < s->nindex; k++)
+                if (reads_other(s->index[k], out, NULL, 0)) return 0;
+            if (s->kind == TK_S_STORE && s->ref == out) {
+                if (s->nindex != first->nindex) return 0;
+                for (int k = 0; k < s->nindex; k++)
+                    if (!expr_equal(s->index[k], first->index[k])) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Fills *v and returns 1 when inner loop `loop` may be vectorised (see the
+ * head of this file). */
+static int vec_loop(const tk_op *op, const tk_stmt *loop, tk_row_vec *v) {
+    unsigned char declared[TK_MAX_LOCALS] = {0}, assigned[TK_MAX_LOCALS] = {0};
+    char kind[TK_MAX_LOCALS] = {0};
+    memset(v, 0, sizeof *v);
+    v->loop = loop;
+    assigned[loop->ref] = 1;
+    for (int i = 0; i < loop->nbody; i++) {
+        const tk_stmt *s = loop->body[i];
+        if (s->kind == TK_S_IF || s->kind == TK_S_FOR) return 0;
+        if (s->kind != TK_S_ASSIGN) continue;
+        assigned[s->ref] = 1;
+        if (s->declares) declared[s->ref] = 1;
+        if (declared[s->ref]) continue;               /* an iteration's own local */
+        const tk_expr *operand;
+        char k = update_kind(s, &operand);
+        tk_vtype t = op->locals[s->ref].type;
+        if (!k || op->locals[s->ref].is_loop || (t != TK_V_INT && t != TK_V_F32 && t != TK_V_F64)) return 0;
+        if (kind[s->ref] && kind[s->ref] != k) return 0;
+        if (!kind[s->ref]) {
+            if (v->nred == TK_MAX_ROW_RED) return 0;
+            v->red[v->nred] = s->ref;
+            v->red_op[v->nred++] = k;
+        }
+        kind[s->ref] = k;
+    }
+    /* an accumulator is read only as its own update's accumulator operand */
+    for (int j = 0; j < v->nred; j++) {
+        const char *name = op->locals[v->red[j]].name;
+        for (int i = 0; i < loop->nbody; i++) {
+            const tk_stmt *s = loop->body[i];
+            const tk_expr *operand = s->value;
+            if (s->kind == TK_S_ASSIGN && s->ref == v->red[j]) update_kind(s, &operand);
+            if (expr_uses(operand, name)) return 0;
+            for (int k = 0; k < s->nindex; k++)
+                if (expr_uses(s->index[k], name)) return 0;
+        }
+    }
+    return stores_independent(op, loop, assigned);
+}
+
+/* Plans every inner loop of body at any depth into P->rows. */
+static void plan_block(tk_plan *P, tk_stmt **body, int n) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_FOR && P->rows.nvec < TK_MAX_ROW_VEC && vec_loop(P->op, s, &P->rows.vec[P->rows.nvec])) {
+            P->rows.nvec++;
+            continue;
+        }
+        plan_block(P, s->body, s->nbody);
+        plan_block(P, s->orelse, s->norelse);
+    }
+}
+
+/* Whether the loops of body (at any depth) have bounds that read no local
+ * and not the innermost loop variable `inner` (the same in every lane), and
+ * no `if` holds a loop: a lane tile prints such loops once for all its
+ * lanes (emit_tile.c, tile_block). */
+static int lanes_fit(const tk_op *op, tk_stmt **body, int n, const char *inner, int in_if) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_FOR) {
+            if (in_if || expr_uses(s->lo, inner) || expr_uses(s->hi, inner)) return 0;
+            for (int r = 0; r < op->nlocals; r++)
+                if (expr_uses(s->lo, op->locals[r].name) || expr_uses(s->hi, op->locals[r].name)) return 0;
+        }
+        if (!lanes_fit(op, s->body, s->nbody, inner, in_if || s->kind == TK_S_IF) ||
+            !lanes_fit(op, s->orelse, s->norelse, inner, 1))
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether statement s (with what it nests) assigns or reads local `name`. */
+static int mentions(const tk_stmt *s, const char *name) {
+    if (s->kind == TK_S_ASSIGN && strcmp(s->name, name) == 0) return 1;
+    if (expr_uses(s->value, name) || expr_uses(s->lo, name) || expr_uses(s->hi, name)) return 1;
+    for (int k = 0; k < s->nindex; k++)
+        if (expr_uses(s->index[k], name)) return 1;
+    for (int i = 0; i < s->nbody; i++)
+        if (mentions(s->body[i], name)) return 1;
+    for (int i = 0; i < s->norelse; i++)
+        if (mentions(s->orelse[i], name)) return 1;
+    return 0;
+}
+
+/* The lane loops of a lane tile: each run of statements between loops of
+ * a block is one loop over the lanes (emit_tile.c, tile_block). Records in
+ * grp[slot] the run local `slot` appears in (0: none yet, -1: several),
+ * and in own[slot] whether that run's first statement naming it declares
+ * it (so a lane's value never outlives its lane loop). */
+static void lane_runs(const tk_op *op, tk_stmt **body, int n, int *next, int *grp, unsigned char *own) {
+    int i = 0;
+    while (i < n) {
+        if (body[i]->kind == TK_S_FOR) {
+            lane_runs(op, body[i]->body, body[i]->nbody, next, grp, own);
+            i++;
+            continue;
+        }
+        int g = ++*next, k = i;
+        while (k < n && body[k]->kind != TK_S_FOR) k++;
+        for (int r = 0; r < op->nlocals; r++) {
+            const char *name = op->locals[r].name;
+            for (int j = i; j < k; j++) {
+                if (!mentions(body[j], name)) continue;
+                const tk_stmt *s = body[j];
+                own[r] = s->kind == TK_S_ASSIGN && s->ref == r && s->declares && !expr_uses(s->value, name);
+                grp[r] = grp[r] == 0 ? g : -1;
+                break;
+            }
+        }
+        i = k;
+    }
+}
+
+/* Lanes across adjacent iterations: when the row loop's innermost
+ * variable is a parallel one (`for b, _, c in y`: c, the contiguous dim of
+ * the output), V iterations c .. c + V - 1 run together as the lanes of
+ * omp simd loops, the sequential loops outside
+ * the lane loops (the lane tile of emit_tile.c). float32 arithmetic only
+ * (exp() is tk_vexpf there; float64's exp does not vectorise). */
+static void plan_lanes_across(tk_plan *P) {
+    const tk_opdecl *d = P->op->decl;
+    if (d->nloop == 0 || tk_owned_dim(d->loop_vars[d->nloop - 1])) return;
+    if (tk_variant_float_type(P->op, P->variant) == TK_F64) return;
+    if (!lanes_fit(P->op, d->body, d->nbody, d->loop_vars[d->nloop - 1], 0)) return;
+    /* 32: 4 AVX2 vectors in flight along the recurrence (wkv B=8 T=1024
+     * C=768 on one thread, loaded: 8 lanes 72-110 ms, 16 62-112 ms, 32
+     * 33-58 ms, 64 29-40 ms but more of a short row left to the scalar form) */
+    P->rows.lanes = 32;
+    /* held per lane (an array through the tile): the locals that live
+     * across lane loops (WKV's state aa, bb, pp); the rest are private
+     * scalars of the one lane loop that declares and uses them (kt, e1,
+     * ...), which the C compiler keeps in registers */
+    int grp[TK_MAX_LOCALS] = {0}, next = 0;
+    unsigned char own[TK_MAX_LOCALS] = {0};
+    lane_runs(P->op, d->body, d->nbody, &next, grp, own);
+    assigned_locals(d->body, d->nbody, P->rows.arr);
+    for (int r = 0; r < P->op->nlocals; r++)
+        if (grp[r] > 0 && own[r]) P->rows.arr[r] = 0;
+}
+
+void plan_rows(tk_plan *P) {
+    memset(&P->rows, 0, sizeof P->rows);
+    if (!P->row_loop || P->plain || P->target != TK_TARGET_C) return;
+    plan_block(P, P->op->decl->body, P->op->decl->nbody);
+    plan_lanes_across(P);
+}
+
+const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop) {
+    for (int i = 0; i < P->rows.nvec; i++)
+        if (P->rows.vec[i].loop == loop) return &P->rows.vec[i];
+    return NULL;
+}
