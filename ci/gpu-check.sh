@@ -14,7 +14,9 @@
 #              memory, kernels per call (profiler), NVRTC cold / warm first-call
 #              latency, the row-loop examples (wkv vs a loop over t, softmax
 #              at (4096, 1024) and (64, 32768), layernorm, rmsnorm, cumsum vs
-#              torch); its last lines put each figure next to its target
+#              torch; softmax and layernorm also with schedule coop=32, a warp
+#              a row, opt-in until this measures it against a thread a row);
+#              its last lines put each figure next to its target
 #   pytest     the CUDA tests of tests/python (ids matching cuda or gpu, but
 #              not test_gpu_tools, which needs no GPU): all of test_cuda.py
 #              (seed brick_pad bit-equal to torch_pad, rwkv vs F.conv1d with

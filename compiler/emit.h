@@ -138,6 +138,11 @@ int lane_plan(emitter *E);
 /* plan_run.c */
 void plan_run(emitter *E);
 
+/* plan_coop.c */
+/* Decides P's cooperative form (P->coop, its dealt loops) for a row loop
+ * with schedule coop=S > 1; 0 with P->coop_why set when it is refused. */
+int coop_plan(tk_plan *P);
+
 /* plan_gpu.c */
 int split_plan(emitter *E);
 int mirror_plan(emitter *E);
@@ -198,6 +203,9 @@ void gpu_tile_loop(emitter *E);
 int chunk_remainder(const emitter *E, const tk_expr *e);
 void gpu_chunk_loop(emitter *E);
 void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *));
+
+/* emit_coop.c */
+void gpu_coop_loop(emitter *E);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop
