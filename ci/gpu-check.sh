@@ -34,7 +34,9 @@
 #   tune       with GPU_TUNE=1 only (first, after the build): ci/gpu_tune.py,
 #              every CUDA tile shape of TK_CUDA_TUNE checked and timed (~2 min);
 #              GPU_TUNE=quick: the default and nine others, split, ldg,
-#              tiles=1 and regs=128 among them (~2 min, at most 180 s)
+#              tiles=1 and regs=128 among them, and softmax / layernorm with
+#              coop=32 (a warp a row) next to a thread a row (~2 min, at most
+#              180 s)
 # test_nvrtc and bench/gpu_static.py need no GPU: CI and this machine run them.
 # The summary table is printed last. Files in $OUT (default out/gpu-check),
 # at most 8 (the device tool brings 8 back): gpu_check.json (steps, times,

@@ -334,6 +334,8 @@ def test_gpu_tune_dry_run_on_cpu(lib_path, tmp_path):
     for k in ("rwkv_forward f32", "rwkv_forward bf16", "rwkv_backward_w f32", "rwkv_backward_k f32"):
         assert (k, "default") in kernels and (k, "lanes=16,rows=4,warp_rows=8") in kernels, (k, kernels)
     assert ("brick_pad f32", "chunk=16") in kernels
+    for k in ("softmax f32 64x100", "softmax f32 4x1000", "layernorm f32 64x100"):   # row loops: coop vs a thread a row
+        assert (k, "default") in kernels and (k, "coop=32") in kernels, (k, kernels)
     assert "[tune] rwkv_forward f32:" in r.stdout
 
 
