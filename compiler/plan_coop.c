@@ -248,6 +248,10 @@ static int dealable(const tk_op *op, const tk_stmt *L, tk_coop_loop *cl, char *w
     memset(w, 0, sizeof w);
     memset(cl, 0, sizeof *cl);
     written(L->body, L->nbody, w);
+    if (w[L->ref]) {
+        snprintf(why, n, "it assigns its variable %s", L->name);
+        return 0;
+    }
     for (int r = 0; r < op->nlocals; r++) {
         const char *x = op->locals[r].name;
         if (!w[r] || strcmp(x, L->name) == 0) continue;
