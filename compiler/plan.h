@@ -81,7 +81,7 @@ typedef struct tk_plan {
     int ncoop;
     tk_coop_loop coop_loops[TK_COOP_LOOPS];
     int coop_sync;                      /* the body reads outputs back: __syncwarp around the stores */
-    char coop_why[256];
+    char coop_why[512];
 } tk_plan;
 
 /* Plans variant `variant` of op for target: annotates the op's AST for the

@@ -303,7 +303,7 @@ static int dealable(const tk_op *op, const tk_stmt *L, tk_coop_loop *cl, char *w
 typedef struct coop_walk_state {
     tk_plan *P;
     int fail;
-    char first_why[200];            /* why the first loop found was not dealt */
+    char first_why[256];            /* why the first loop found was not dealt */
 } coop_walk_state;
 
 /* Deals the loops of body that can be dealt; seq: the innermost loop around
