@@ -24,7 +24,10 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
                 bandwidth); softmax (4096, 1024) and (64, 32768) vs
                 torch.softmax; layernorm (4096, 1024) vs F.layer_norm; rmsnorm
                 vs its torch composite; cumsum (4096, 1024) vs torch.cumsum;
-                each checked against the torch result first
+                each checked against the torch result first; softmax and
+                layernorm also in the cooperative form (tests/specs/
+                coop_rows.tk: schedule coop=32, a warp a row, opt-in and
+                untimed until this runs) next to the default (a thread a row)
   per call      host time per call of a tiny tk op vs torch.add of the same
                 size (launch overhead), many calls, one synchronize
   first call    a fresh process's first call of each op: cold (empty kernel
@@ -275,6 +278,8 @@ def row_loop_ops():
     specs = os.path.join(HERE, "..", "examples", "specs")
     for name in ("wkv", "softmax", "layernorm", "cumsum"):
         torch_tk.load(os.path.join(specs, name + ".tk"))
+    # the same softmax and layernorm with 'schedule coop=32' (a warp a row)
+    torch_tk.load(os.path.join(HERE, "..", "tests", "specs", "coop_rows.tk"))
     return torch.ops.tk
 
 
@@ -300,6 +305,10 @@ def bench_row_loops(repeat):
         ok = ok and err < 1e-5
         work = dict(bytes=2 * R * N * 4)
         rows.append(row(f"softmax {R}x{N}", "tk", lambda: tk.softmax(x), repeat, work, f"rel err {err:.2g}"))
+        err = rel_err(tk.coop_softmax(x), torch.softmax(x.double(), -1))
+        ok = ok and err < 1e-5
+        rows.append(row(f"softmax {R}x{N}", "tk coop=32", lambda: tk.coop_softmax(x), repeat, work,
+                        f"rel err {err:.2g}; a warp a row"))
         rows.append(row(f"softmax {R}x{N}", "torch.softmax", lambda: torch.softmax(x, -1), repeat, work, "reference"))
     R, N = shapes[0]
     x, wt, bs, eps = rand(R, N), rand(N), rand(N), 1e-5
@@ -307,6 +316,10 @@ def bench_row_loops(repeat):
     ok = ok and err < 1e-4
     work = dict(bytes=2 * R * N * 4)
     rows.append(row("layernorm", "tk", lambda: tk.layernorm(x, wt, bs, eps), repeat, work, f"rel err {err:.2g}"))
+    err = rel_err(tk.coop_layernorm(x, wt, bs, eps), F.layer_norm(x.double(), (N,), wt.double(), bs.double(), eps))
+    ok = ok and err < 1e-4
+    rows.append(row("layernorm", "tk coop=32", lambda: tk.coop_layernorm(x, wt, bs, eps), repeat, work,
+                    f"rel err {err:.2g}; a warp a row"))
     rows.append(row("layernorm", "F.layer_norm", lambda: F.layer_norm(x, (N,), wt, bs, eps), repeat, work, "reference"))
     rms = lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * wt  # noqa: E731
     err = rel_err(tk.rmsnorm(x, wt, eps), rms().double())
@@ -453,6 +466,10 @@ def summary(rows) -> list:
         if a and b:
             out.append(f"{op}: tk {a:.3f} ms = {a / b:.2f}x {ref_impl}" +
                        (" (target <= 1.5x)" if op.startswith("softmax") else ""))
+        c = ms(op, "tk coop=32")
+        if a and c:   # the opt-in cooperative form against the default: decides whether it becomes one
+            out.append(f"{op}: tk coop=32 (a warp a row) {c:.3f} ms = {c / a:.2f}x a thread a row" +
+                       (f", {c / b:.2f}x {ref_impl}" if b else ""))
     for op, tk_impl, ref_impl in (("brick_pad", "tk", "torch_pad (seed)"),
                                   ("rwkv_forward", "tk", "F.conv1d (tf32 off)")):
         m = {r["impl"]: r.get("peak_mem_bytes") for r in rows if r["op"] == op}

@@ -14,7 +14,9 @@
 #              memory, kernels per call (profiler), NVRTC cold / warm first-call
 #              latency, the row-loop examples (wkv vs a loop over t, softmax
 #              at (4096, 1024) and (64, 32768), layernorm, rmsnorm, cumsum vs
-#              torch); its last lines put each figure next to its target
+#              torch; softmax and layernorm also with schedule coop=32, a warp
+#              a row, opt-in until this measures it against a thread a row);
+#              its last lines put each figure next to its target
 #   pytest     the CUDA tests of tests/python (ids matching cuda or gpu, but
 #              not test_gpu_tools, which needs no GPU): all of test_cuda.py
 #              (seed brick_pad bit-equal to torch_pad, rwkv vs F.conv1d with
@@ -32,7 +34,9 @@
 #   tune       with GPU_TUNE=1 only (first, after the build): ci/gpu_tune.py,
 #              every CUDA tile shape of TK_CUDA_TUNE checked and timed (~2 min);
 #              GPU_TUNE=quick: the default and nine others, split, ldg,
-#              tiles=1 and regs=128 among them (~2 min, at most 180 s)
+#              tiles=1 and regs=128 among them, and softmax / layernorm with
+#              coop=32 (a warp a row) next to a thread a row (~2 min, at most
+#              180 s)
 # test_nvrtc and bench/gpu_static.py need no GPU: CI and this machine run them.
 # The summary table is printed last. Files in $OUT (default out/gpu-check),
 # at most 8 (the device tool brings 8 back): gpu_check.json (steps, times,

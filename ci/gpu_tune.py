@@ -11,6 +11,9 @@ checked against a float64 reference, then timed with CUDA events (median of
       thread, as measured before the mirrored default) and regs (a register
       cap: 128 keeps 16 warps an SM where the kernels take 150-180)
   brick_pad f32, seed configuration (136 MB written): chunk bytes
+  softmax f32 (4096, 1024) and (64, 32768), layernorm f32 (4096, 1024), the
+      row loops of examples/specs: coop (lanes of a warp sharing a row,
+      opt-in and untimed until this runs) against a thread a row (default)
 
 The kernels of all shapes are compiled first, in parallel processes (NVRTC
 runs on the CPU), into one disk cache; the timed processes then load them.
@@ -50,6 +53,9 @@ CHUNKS = ["", "chunk=16", "chunk=64", "chunk=128"]
 QUICK_TILES = ["", "lanes=16,rows=4,warp_rows=8", "lanes=16,rows=4,warp_rows=2", "split=1", "split=16",
                "ldg=4", "ldg=8", "tiles=1", "ldg=4,tiles=1", "regs=128"]
 QUICK_CHUNKS = ["", "chunk=16"]
+# row loops: a thread a row (the default) against cooperative rows
+ROWS = ["", "coop=32", "coop=16", "coop=8", "coop=4"]
+QUICK_ROWS = ["", "coop=32"]
 
 WORKER = r"""
 import json, os, statistics, sys, time, torch
@@ -83,6 +89,23 @@ if which == "tiles":
              ("rwkv_forward bf16", lambda: torch.ops.tk.rwkv_forward(wb, kb, r.eps), "fwd", 3e-2, flop),
              ("rwkv_backward_w f32", lambda: torch.ops.tk.rwkv_backward_w(k, g), "gw", 1e-4, flop),
              ("rwkv_backward_k f32", lambda: torch.ops.tk.rwkv_backward_k(w, g), "gk", 1e-4, flop)]
+elif which == "rows":
+    import torch.nn.functional as F
+    for name in ("softmax", "layernorm"):
+        torch_tk.load(os.path.join(os.environ["TK_TUNE_ROOT"], "examples", "specs", name + ".tk"))
+    small = os.environ.get("TK_TUNE_SMALL") == "1"
+    (R, N), (R2, N2) = ((64, 100), (4, 1000)) if small else ((4096, 1024), (64, 32768))
+    x, x2 = torch.randn(R, N, device=dev), torch.randn(R2, N2, device=dev)
+    wt, bs = torch.randn(N, device=dev), torch.randn(N, device=dev)
+    if compile_only:
+        x, x2 = x[:2], x2[:2]
+        want = {}
+    else:
+        want = dict(sm=torch.softmax(x.double(), -1), sm2=torch.softmax(x2.double(), -1),
+                    ln=F.layer_norm(x.double(), (N,), wt.double(), bs.double(), 1e-5))
+    cases = [(f"softmax f32 {R}x{N}", lambda: torch.ops.tk.softmax(x), "sm", 1e-5, 0),
+             (f"softmax f32 {R2}x{N2}", lambda: torch.ops.tk.softmax(x2), "sm2", 1e-5, 0),
+             (f"layernorm f32 {R}x{N}", lambda: torch.ops.tk.layernorm(x, wt, bs, 1e-5), "ln", 1e-4, 0)]
 else:
     tile = ref.seed_tile(dev) if s.TH == ref.SEED.TH and s.TW == ref.SEED.TW else torch.rand(s.TH, s.TW, device=dev)
     if compile_only:
@@ -124,7 +147,7 @@ print("RESULT " + json.dumps(rows))
 
 
 def run(which: str, tune: str, repeat: int, compile_only: bool, env: dict):
-    e = dict(env, TK_CUDA_TUNE=tune)
+    e = dict(env, TK_CUDA_TUNE=tune, TK_TUNE_ROOT=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     p = subprocess.run([sys.executable, "-c", WORKER, which, str(repeat), "1" if compile_only else "0"],
                        env=e, capture_output=True, text=True, timeout=240)
     if p.returncode != 0:
@@ -142,7 +165,8 @@ def main(argv=None) -> int:
                     help="small sizes; with TK_TUNE_DEVICE=cpu, the dry run the test suite makes")
     args = ap.parse_args(argv)
     plan = [("tiles", t) for t in (QUICK_TILES if args.quick else TILES)] + \
-        [("pads", c) for c in (QUICK_CHUNKS if args.quick else CHUNKS)]
+        [("pads", c) for c in (QUICK_CHUNKS if args.quick else CHUNKS)] + \
+        [("rows", c) for c in (QUICK_ROWS if args.quick else ROWS)]
     env = dict(os.environ)
     env.setdefault("TK_CACHE_DIR", tempfile.mkdtemp(prefix="tk-tune-"))
     if args.small:

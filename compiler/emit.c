@@ -204,7 +204,9 @@ static void kernel(emitter *E) {
     tk_buf_printf(E->b, "%s%s {\n", op->kernel_names[E->variant], E->tg->params);
     E->indent = 1;
     prologue(E);
-    if (E->lanes) {
+    if (E->plan->coop > 1) {
+        gpu_coop_loop(E);   /* a row loop's iterations shared by lanes (plan_coop.c) */
+    } else if (E->lanes) {
         /* the lanes' addresses: one pointer plus constant offsets */
         gpu_unit_stride_copy(E, gpu_tile_loop);
     } else {
@@ -253,10 +255,13 @@ tk_status tk_emit_scheduled(tk_ctx *ctx, const tk_op *op, int first, int last, t
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
     const int *v = s->v;
     if (v[TK_SCHED_LANES] || v[TK_SCHED_ROWS] || v[TK_SCHED_WARP_ROWS] || v[TK_SCHED_CHUNK] || v[TK_SCHED_SPLIT] ||
-        v[TK_SCHED_LDG] || v[TK_SCHED_TILES] || v[TK_SCHED_REGS])
-        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d tiles=%d regs=%d "
-                      "(0: default) */\n", v[TK_SCHED_LANES], v[TK_SCHED_ROWS], v[TK_SCHED_WARP_ROWS],
-                      v[TK_SCHED_CHUNK], v[TK_SCHED_SPLIT], v[TK_SCHED_LDG], v[TK_SCHED_TILES], v[TK_SCHED_REGS]);
+        v[TK_SCHED_LDG] || v[TK_SCHED_TILES] || v[TK_SCHED_REGS] || v[TK_SCHED_COOP]) {
+        tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d tiles=%d regs=%d",
+                      v[TK_SCHED_LANES], v[TK_SCHED_ROWS], v[TK_SCHED_WARP_ROWS], v[TK_SCHED_CHUNK],
+                      v[TK_SCHED_SPLIT], v[TK_SCHED_LDG], v[TK_SCHED_TILES], v[TK_SCHED_REGS]);
+        if (v[TK_SCHED_COOP]) tk_buf_printf(&b, " coop=%d", v[TK_SCHED_COOP]);
+        tk_buf_puts(&b, " (0: default) */\n");
+    }
     tk_plan *P = malloc(sizeof *P);
     if (!P) b.oom = 1;
     for (int k = first; k < last && P; k++) {

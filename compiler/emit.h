@@ -145,6 +145,11 @@ void plan_rows(tk_plan *P);
 /* The vectorised-loop plan of inner loop `loop`, NULL when it runs as written. */
 const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop);
 
+/* plan_coop.c */
+/* Decides P's cooperative form (P->coop, its dealt loops) for a row loop
+ * with schedule coop=S > 1; 0 with P->coop_why set when it is refused. */
+int coop_plan(tk_plan *P);
+
 /* plan_gpu.c */
 int split_plan(emitter *E);
 int mirror_plan(emitter *E);
@@ -207,6 +212,9 @@ void gpu_tile_loop(emitter *E);
 int chunk_remainder(const emitter *E, const tk_expr *e);
 void gpu_chunk_loop(emitter *E);
 void gpu_unit_stride_copy(emitter *E, void (*fn)(emitter *));
+
+/* emit_coop.c */
+void gpu_coop_loop(emitter *E);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

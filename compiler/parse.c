@@ -708,7 +708,7 @@ static void parse_backward(parser *p, tk_opdecl *op) {
 }
 
 /* 'schedule' NAME '=' INT {',' NAME '=' INT} NEWLINE: the CUDA tile shape
- * (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs; see compiler/schedule.c). 'schedule' is a
+ * (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop; see compiler/schedule.c). 'schedule' is a
  * word only here, where nothing else but 'backward' or the loop may stand. */
 static void parse_schedule(parser *p, tk_opdecl *op) {
     tk_loc loc = p->tok.loc;
@@ -718,10 +718,10 @@ static void parse_schedule(parser *p, tk_opdecl *op) {
     op->schedule_loc = loc;
     do {
         tk_loc kloc = p->tok.loc;
-        if (!check(p, TK_T_NAME)) expected(p, "a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles or regs)");
+        if (!check(p, TK_T_NAME)) expected(p, "a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs or coop)");
         int k = tk_sched_find(p->tok.start, p->tok.len);
         if (k < 0)
-            error_at(p, kloc, "unknown schedule item '%.*s' (lanes, rows, warp_rows, chunk, split, ldg, tiles or regs)",
+            error_at(p, kloc, "unknown schedule item '%.*s' (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs or coop)",
                      (int)(p->tok.len > 40 ? 40 : p->tok.len), p->tok.start);
         if (op->schedule[k]) error_at(p, kloc, "schedule item '%s' is given twice", tk_sched_keys[k].key);
         next(p);

@@ -2,7 +2,7 @@
  * plan to the printers (plan_apply), and the plan as text (tk_plan_text,
  * `tkc plan`). The decisions themselves are made by lane_plan
  * (plan_lanes.c), plan_run (plan_run.c), split_plan, mirror_plan and
- * chunk_plan (plan_gpu.c), which work on a scratch emitter (the state the
+ * chunk_plan (plan_gpu.c) and coop_plan (plan_coop.c), which work on a scratch emitter (the state the
  * printers' analyses read); only the planner calls them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +92,13 @@ static void plan_cuda(tk_plan *P, tk_buf *scratch) {
     emitter_init(&E, scratch, P);
     E.plain |= P->checked;   /* checked kernels take the plain form */
     int n = 1;
-    if (P->row_loop) {   /* a thread an iteration (cooperative rows: later work) */
-        P->per_thread = 1;
+    if (P->row_loop) {   /* a thread an iteration, or S lanes with schedule coop=S (plan_coop.c) */
+        int coop = 0;
+        if (!P->checked && !bounds_any_check(P))
+            coop = coop_plan(P);
+        else if (P->sched[TK_SCHED_COOP] > 1)   /* (a checked store is made by its own lane: keep one a thread) */
+            snprintf(P->coop_why, sizeof P->coop_why, "the body has stores checked at run time, or checked mode is on");
+        P->per_thread = coop ? -P->coop : 1;
         snapshot(&E, &P->body[0]);
         return;
     }
@@ -262,6 +267,40 @@ static void rows_text(tk_buf *b, const tk_plan *P) {
     }
 }
 
+/* " (spec)" / " (TK_CUDA_TUNE)" after a schedule item. */
+static const char *source_of(int from) { return from == 2 ? " (caller: TK_CUDA_TUNE)" : from == 1 ? " (spec)" : ""; }
+
+/* "  schedule: lanes=8 (spec) ..." or " defaults"; 0 when none is given. */
+static int sched_text(tk_buf *b, const tk_plan *P) {
+    tk_buf_puts(b, "  schedule:");
+    int any = 0;
+    for (int k = 0; k < TK_SCHED_KEYS; k++)
+        if (P->sched[k]) tk_buf_printf(b, " %s=%d%s", tk_sched_keys[k].key, P->sched[k], source_of(P->sched_from[k])), any = 1;
+    tk_buf_puts(b, any ? "\n" : " defaults\n");
+    return any;
+}
+
+/* The cooperative form of a row loop (plan_coop.c). */
+static void coop_text(tk_buf *b, const tk_plan *P) {
+    const tk_op *op = P->op;
+    tk_buf_printf(b, "  kernel: %d lanes of one warp share an iteration (cooperative rows, schedule coop=%d: "
+                  "opt-in, untimed on a GPU)\n", P->coop, P->coop);
+    for (int k = 0; k < P->ncoop; k++) {
+        const tk_coop_loop *c = &P->coop_loops[k];
+        tk_buf_printf(b, "    loop over %s (line %d): dealt over the lanes (%s = lo + lane, lo + lane + %d, ...)",
+                      c->loop->name, c->loop->loc.line, c->loop->name, P->coop);
+        int n = 0;
+        for (int r = 0; r < op->nlocals; r++)
+            if (c->acc[r])
+                tk_buf_printf(b, "%s%s (%s)", n++ ? ", " : "; reductions by warp shuffles: ", op->locals[r].name,
+                              c->acc[r] == TK_COOP_SUM ? "sum" : c->acc[r] == TK_COOP_MAX ? "max" : "min");
+        tk_buf_puts(b, "\n");
+    }
+    tk_buf_puts(b, "    other statements: on every lane (the same values); their stores by lane 0\n");
+    if (P->coop_sync) tk_buf_puts(b, "    __syncwarp before and after the stores: the body reads outputs back\n");
+    tk_buf_printf(b, "    threads an iteration: %d (the launcher's grid is the domain's size times that)\n", P->coop);
+}
+
 /* A row loop's plan: its domain and the plain form. */
 static void row_text(tk_buf *b, const tk_plan *P) {
     const tk_opdecl *d = P->op->decl;
@@ -282,18 +321,24 @@ static void row_text(tk_buf *b, const tk_plan *P) {
     }
     tk_buf_printf(b, " of %s (its '_' dims)\n", o->name);
     bounds_text(b, P);
-    if (P->target == TK_TARGET_CUDA)
+    if (P->target == TK_TARGET_CUDA) {   /* (the schedule line only where one is given: the defaults' text stays) */
+        tk_buf b2 = {0};
+        if (sched_text(&b2, P) && b2.p) tk_buf_puts(b, b2.p);
+        free(b2.p);
+    }
+    if (P->target == TK_TARGET_CUDA && P->coop > 1)
+        coop_text(b, P);
+    else if (P->target == TK_TARGET_CUDA) {
+        if (P->coop_why[0])
+            tk_buf_printf(b, "  cooperative rows (coop=%d) not used: %s\n", P->sched[TK_SCHED_COOP], P->coop_why);
         tk_buf_puts(b, "  kernel: one iteration a thread (grid-stride loop), its loops sequential\n"
                        "    elements a thread computes: 1 iteration (the launcher's grid is the domain's size)\n");
-    else {
+    } else {
         tk_buf_puts(b, "  body: one iteration an index of at::parallel_for's range, its loops sequential; "
                        "no unroll copies or run plan\n");
         rows_text(b, P);
     }
 }
-
-/* " (spec)" / " (TK_CUDA_TUNE)" after a schedule item. */
-static const char *source_of(int from) { return from == 2 ? " (caller: TK_CUDA_TUNE)" : from == 1 ? " (spec)" : ""; }
 
 static void plan_text(tk_buf *b, const tk_plan *P) {
     const tk_op *op = P->op;
@@ -328,11 +373,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
         }
         return;
     }
-    tk_buf_puts(b, "  schedule:");
-    int any = 0;
-    for (int k = 0; k < TK_SCHED_KEYS; k++)
-        if (P->sched[k]) tk_buf_printf(b, " %s=%d%s", tk_sched_keys[k].key, P->sched[k], source_of(P->sched_from[k])), any = 1;
-    tk_buf_puts(b, any ? "\n" : " defaults\n");
+    sched_text(b, P);
     const tk_body_plan *B = &P->body[0];
     tk_buf_puts(b, "  kernel:\n");
     body_text(b, P, B, 1);
@@ -343,6 +384,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
         tk_buf_puts(b, ")\n");
     }
     if (B->mirror) tk_buf_printf(b, "    mirrored tiles: a thread takes tile p of a row and tile n - 1 - p\n");
+    if (P->sched[TK_SCHED_COOP] > 1) tk_buf_puts(b, "    coop: for row loops only; not used here\n");
     tk_buf_printf(b, "    elements a thread computes: %d (the launcher's grid is numel / that)\n", P->per_thread);
 }
 

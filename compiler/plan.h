@@ -74,6 +74,17 @@ typedef struct tk_row_plan {
     unsigned char arr[TK_MAX_LOCALS];   /* locals held per lane */
 } tk_row_plan;
 
+/* CUDA cooperative rows (plan_coop.c): a loop of a row loop's body dealt
+ * over the S lanes that share the iteration, and how its reductions are
+ * combined after it. */
+enum { TK_COOP_SUM = 1, TK_COOP_MAX, TK_COOP_MIN };
+#define TK_COOP_LOOPS 16
+typedef struct tk_coop_loop {
+    const tk_stmt *loop;                /* lane l of S runs iterations lo + l, lo + l + S, ... */
+    unsigned char acc[TK_MAX_LOCALS];   /* per local slot: TK_COOP_SUM (s += e), MAX, MIN (m = max(m, e)); 0 */
+    int stores;                         /* it stores to an output */
+} tk_coop_loop;
+
 typedef struct tk_plan {
     const tk_op *op;
     int variant;
@@ -97,6 +108,15 @@ typedef struct tk_plan {
                                          * stores is checked at run time; the plain form (no tiles, copies,
                                          * run plan, chunks, split or mirror) */
     tk_row_plan rows;                   /* CPU row loops: the inner loops vectorised along the row */
+    /* CUDA, a row loop with 'coop=S' (schedule line or TK_CUDA_TUNE; never a
+     * default: untimed): S consecutive lanes of one warp share each
+     * iteration (plan_coop.c). coop 0: the plain form; coop_why then says why
+     * the form was refused when it was asked for. per_thread is -S. */
+    int coop;
+    int ncoop;
+    tk_coop_loop coop_loops[TK_COOP_LOOPS];
+    int coop_sync;                      /* the body reads outputs back: __syncwarp around the stores */
+    char coop_why[512];
 } tk_plan;
 
 /* Plans variant `variant` of op for target: annotates the op's AST for the

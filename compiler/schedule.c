@@ -11,7 +11,9 @@
  * tile and its mirror image along the row, see mirror_plan), and regs (at most
  * that many registers a thread: __maxnreg__, 32 to 248, a multiple of 8; ptxas
  * spills the rest to local memory; not given: as many as ptxas likes, at most
- * 255). Any key may be left out. It is the knob for measuring shapes
+ * 255), and coop (threads that share each iteration of a row loop: 1, or 2
+ * to 32 consecutive lanes of one warp, see plan_coop.c; untimed, so never a
+ * default). Any key may be left out. It is the knob for measuring shapes
  * on a GPU (ci/gpu_tune.py); the emitted source, and so the kernel cache's
  * key, records the shape. A malformed value is an error. An op's 'schedule'
  * line (docs/spec.md) sets the same items for that op; TK_CUDA_TUNE
@@ -39,7 +41,7 @@ tk_status tk_schedule_parse(const char *text, tk_schedule *s, char *err, size_t 
             s->v[k]) {
             if (err && errlen)
                 snprintf(err, errlen, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
-                         "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, each a power of two, regs 32..248, a multiple of 8",
+                         "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, coop 1..32, each a power of two, regs 32..248, a multiple of 8",
                          text);
             return TK_ERR_INVALID;
         }

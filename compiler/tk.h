@@ -324,15 +324,17 @@ tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,
  * kernel computes when the grid has a thread for every grid-stride
  * iteration (1; a chunk of K; a tile of V x G, twice that for mirrored
  * tiles, over S for split ones, at least 1): the launcher sizes its grid by
- * numel / that. 0 on error (tk_ctx_error). */
+ * numel / that; -S where S threads share each element (a row loop's
+ * cooperative form, schedule coop=S): numel * S threads. 0 on error
+ * (tk_ctx_error). */
 int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant);
 void tk_free(void *p);
 
 /* A CUDA schedule: the items of a spec's `schedule` line, in the order of
- * tk_sched_keys (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs;
+ * tk_sched_keys (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop;
  * docs/spec.md); 0: not given. */
 typedef struct tk_schedule {
-    int v[8];
+    int v[9];
 } tk_schedule;
 /* Parses text in TK_CUDA_TUNE's syntax ("lanes=8,rows=2"; "" or NULL: no
  * item) into *s. A malformed item is TK_ERR_INVALID with a message in err. */

@@ -249,11 +249,11 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
         for (int i = 0; i < tk_op_count(ctx); i++)
             for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++) {
                 const char *k = tk_op_kernel_name(tk_op_at(ctx, i), v);
-                /* threads as fibers only where they exchange values (warp shuffles) */
+                /* threads as fibers only where they exchange values or meet (warp shuffles, __syncwarp) */
                 char *src = NULL;
                 if (tk_emit_scheduled(ctx, tk_op_at(ctx, i), v, v + 1, TK_TARGET_CUDA, 0, &g_sched, &src, NULL) != TK_OK)
                     return 1;
-                int fibers = strstr(src, "__shfl") != NULL;
+                int fibers = strstr(src, "__shfl") != NULL || strstr(src, "__syncwarp") != NULL;
                 free(src);
                 fprintf(out, "static void %s_emu(const tk_kargs *a, tk_i64 begin, tk_i64 end) "
                              "{ tk_emu_launch(%s, a, begin, end, %d); }\n", k, k, fibers);

@@ -93,7 +93,7 @@ typedef struct kernel {
     int state;
     CUmodule mod;
     CUfunction fn;
-    int per_thread;         /* elements a thread computes, as planned (tk_emit_scheduled) */
+    int per_thread;         /* elements a thread computes, as planned (tk_emit_scheduled); -S: S threads an element */
     int checks;             /* its source has bounds checks (tk_ck): a launch passes a device tk_kerr */
     int resident[TK_CUDA_NBLOCKS];  /* blocks of TK_CUDA_BLOCK >> i threads an SM holds (0: unknown) */
     char error[4096];       /* K_FAILED: why */
@@ -425,7 +425,7 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     int cached;
     tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, &k->per_thread, &k->checks, why, n);
     if (st != TK_OK) return st;
-    if (k->per_thread < 1) k->per_thread = 1;
+    if (k->per_thread == 0) k->per_thread = 1;   /* (negative: -S threads an element, cooperative rows) */
     char err[256];
     int pushed;
     CUresult r = enter(cu, d, &pushed);
@@ -548,8 +548,9 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
         CUdeviceptr drec = 0;
         if (k->checks) r = bounds_record(cu, &drec, (CUstream)stream);
         kargs.err = (tk_kerr *)(uintptr_t)drec;
-        /* one thread per chunk or tile (fewer when rows are shorter than one) */
-        int64_t items = kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
+        /* one thread per chunk or tile (fewer when rows are shorter than one), S an element (coop) */
+        int64_t items = k->per_thread < 0 ? kargs.numel * -k->per_thread
+                                          : kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
         unsigned block = tk_cuda_block_size_occ(items, d->nsm, k->resident);
         if (r == 0)
             r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, block, d->nsm), 1, 1, block, 1, 1, 0,

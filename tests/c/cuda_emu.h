@@ -7,7 +7,9 @@
  * each thread is a fiber (ucontext) that runs until it ends or reaches a
  * shuffle: a shuffle is two rounds in which every live thread of the block
  * runs to its next shuffle or its end, the first publishing its value, the
- * second reading its partner's. (ASan warns once that it does not fully
+ * second reading its partner's; a __syncwarp (cooperative rows) is two such
+ * rounds too, so no thread passes it before every thread of its mask
+ * reached it. (ASan warns once that it does not fully
  * support swapcontext; the switches are annotated for it.) A shuffle whose partner is outside its mask, or that has
  * not reached the same shuffle (not converged), is counted in
  * tk_emu_bad_shuffles. The grid is small on purpose (1 to 3 blocks of 32 or
@@ -99,7 +101,7 @@ static const void *tk_emu_main_bottom;
 static size_t tk_emu_main_size;
 #endif
 extern "C" {
-inline long tk_emu_shuffles = 0, tk_emu_bad_shuffles = 0;
+inline long tk_emu_shuffles = 0, tk_emu_bad_shuffles = 0, tk_emu_syncs = 0;
 }
 
 /* From the running fiber back to the scheduler; ending: it will not resume. */
@@ -138,23 +140,55 @@ static void tk_emu_resume(int t) {
 #endif
 }
 
-/* __shfl_xor_sync: lane ^ laneMask's value at the same shuffle. */
+/* Whether thread t of the block is in its warp's mask and has reached the
+ * same shuffle or __syncwarp (the n-th) as the caller, me. */
+static int tk_emu_converged(int me, int t, unsigned mask, long n) {
+    return t >= 0 && t < (int)blockDim.x && (me & ~31) == (t & ~31) && (mask >> (me & 31) & 1) &&
+           (mask >> (t & 31) & 1) && tk_emu_fibers[t].shuffles == n && !tk_emu_fibers[t].done;
+}
+
+/* The value of thread `other` at this shuffle (the caller's v published). */
 template <class T>
-static T __shfl_xor_sync(unsigned mask, T v, int laneMask) {
+static T tk_emu_exchange(unsigned mask, T v, int other) {
     static_assert(sizeof(T) <= 16, "shuffled value too large");
     if (tk_emu_cur < 0) abort();   /* a shuffle in a kernel tkc said has none */
-    int me = tk_emu_cur, other = me ^ laneMask;
+    int me = tk_emu_cur;
     tk_emu_fiber *f = &tk_emu_fibers[me];
     memcpy(f->slot, &v, sizeof v);
     f->shuffles++;
     tk_emu_to_main(0);   /* every live thread publishes */
     T r = v;
-    if (other < 0 || other >= (int)blockDim.x || (me & ~31) != (other & ~31) || !(mask >> (me & 31) & 1) ||
-        !(mask >> (other & 31) & 1) || tk_emu_fibers[other].shuffles != f->shuffles || tk_emu_fibers[other].done)
-        tk_emu_bad_shuffles++;
+    if (!tk_emu_converged(me, other, mask, f->shuffles)) tk_emu_bad_shuffles++;
     else memcpy(&r, tk_emu_fibers[other].slot, sizeof r), tk_emu_shuffles++;
     tk_emu_to_main(0);   /* every live thread reads before anyone publishes again */
     return r;
+}
+
+/* __shfl_xor_sync: lane ^ laneMask's value at the same shuffle. */
+template <class T>
+static T __shfl_xor_sync(unsigned mask, T v, int laneMask) {
+    return tk_emu_exchange(mask, v, tk_emu_cur ^ laneMask);
+}
+
+/* __shfl_sync: lane srcLane's value of the caller's group of `width` lanes. */
+template <class T>
+static T __shfl_sync(unsigned mask, T v, int srcLane, int width = 32) {
+    return tk_emu_exchange(mask, v, (tk_emu_cur & ~(width - 1)) + (srcLane & (width - 1)));
+}
+
+/* __syncwarp: every thread of mask reaches it before any goes on (the
+ * cooperative rows' stores, emit_coop.c); one that does not is counted in
+ * tk_emu_bad_shuffles. */
+static void __syncwarp(unsigned mask) {
+    if (tk_emu_cur < 0) abort();   /* a __syncwarp in a kernel tkc said has none */
+    int me = tk_emu_cur;
+    tk_emu_fiber *f = &tk_emu_fibers[me];
+    f->shuffles++;
+    tk_emu_to_main(0);   /* every live thread runs to its next meeting point */
+    for (int t = (me & ~31); t < (me & ~31) + 32 && t < (int)blockDim.x; t++)
+        if ((mask >> (t & 31) & 1) && !tk_emu_converged(me, t, mask, f->shuffles)) tk_emu_bad_shuffles++;
+    tk_emu_syncs++;
+    tk_emu_to_main(0);
 }
 
 template <class Kernel>

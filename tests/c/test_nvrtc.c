@@ -767,6 +767,40 @@ static void test_per_thread(tk_ctx *ctx) {
         setenv("TK_CUDA_TUNE", "chunk=128", 1);
         CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "f32")) == 32);
         CHECK(tk_emit_cuda_per_thread(ctx, pad, variant_of(pad, "u8")) == 32);   /* at most 32 elements */
+        /* cooperative rows: -S, S threads an iteration of a row loop (the
+         * spec's coop=8, TK_CUDA_TUNE's over it); a scan refuses the form */
+        static const char rows[] = "op coop_sum(x: float[R, N]) -> y: x.dtype[R, N]:\n"
+                                   "    schedule coop=8\n"
+                                   "    for r, _ in y:\n"
+                                   "        s = 0.0\n"
+                                   "        for i in range(N):\n"
+                                   "            s += x[r, i]\n"
+                                   "        for i in range(N):\n"
+                                   "            y[r, i] = x[r, i] - s\n"
+                                   "op coop_scan(x: float[R, N]) -> y: x.dtype[R, N]:\n"
+                                   "    for r, _ in y:\n"
+                                   "        s = 0.0\n"
+                                   "        for i in range(N):\n"
+                                   "            s += x[r, i]\n"
+                                   "            y[r, i] = s\n";
+        unsetenv("TK_CUDA_TUNE");
+        tk_ctx *rc = tk_ctx_new();   /* (its own context: the other tests take every op of ctx) */
+        int loaded = rc && tk_load_spec(rc, "coop.tk", rows, sizeof rows - 1) == TK_OK;
+        if (rc && !loaded) fprintf(stderr, "coop.tk: %s\n", tk_ctx_error(rc));
+        CHECK(loaded);
+        const tk_op *cs = loaded ? tk_op_find(rc, "coop_sum") : NULL, *sc = loaded ? tk_op_find(rc, "coop_scan") : NULL;
+        CHECK(!loaded || (cs && sc));
+        if (cs && sc) {
+            CHECK(tk_emit_cuda_per_thread(rc, cs, variant_of(cs, "f32")) == -8);
+            CHECK(tk_emit_cuda_per_thread(rc, sc, variant_of(sc, "f32")) == 1);
+            setenv("TK_CUDA_TUNE", "coop=32", 1);
+            CHECK(tk_emit_cuda_per_thread(rc, cs, variant_of(cs, "f32")) == -32);
+            CHECK(tk_emit_cuda_per_thread(rc, sc, variant_of(sc, "f32")) == 1);
+            CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 64);   /* no row loop: ignored */
+            setenv("TK_CUDA_TUNE", "coop=1", 1);
+            CHECK(tk_emit_cuda_per_thread(rc, cs, variant_of(cs, "f32")) == 1);
+        }
+        tk_ctx_free(rc);
         setenv("TK_CUDA_TUNE", "lanes=5", 1);
         CHECK(tk_emit_cuda_per_thread(ctx, fwd, variant_of(fwd, "f32")) == 0);
         char *src = NULL;

@@ -540,13 +540,13 @@ static const bad_case bad_cases[] = {
     {H "    schedule regs=256\n" L "        pass\n", "t.tk:2:19: error: schedule regs=256: expected a multiple of 8 from 32 to 248"},
     {H "    schedule regs=24\n" L "        pass\n", "t.tk:2:19: error: schedule regs=24: expected a multiple of 8 from 32 to 248"},
     {H "    schedule foo=2\n" L "        pass\n",
-     "t.tk:2:14: error: unknown schedule item 'foo' (lanes, rows, warp_rows, chunk, split, ldg, tiles or regs)"},
+     "t.tk:2:14: error: unknown schedule item 'foo' (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs or coop)"},
     {H "    schedule rows=2, rows=4\n" L "        pass\n", "t.tk:2:22: error: schedule item 'rows' is given twice"},
     {H "    schedule rows 2\n" L "        pass\n", "t.tk:2:19: error: expected '=' after a schedule item, found '2'"},
     {H "    schedule\n" L "        pass\n",
-     "t.tk:2:13: error: expected a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles or regs), found NEWLINE"},
+     "t.tk:2:13: error: expected a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs or coop), found NEWLINE"},
     {H "    schedule rows=2,\n" L "        pass\n",
-     "t.tk:2:21: error: expected a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles or regs), found NEWLINE"},
+     "t.tk:2:21: error: expected a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs or coop), found NEWLINE"},
     {H "    schedule rows=x\n" L "        pass\n", "t.tk:2:19: error: expected an integer after 'schedule ... =', found 'x'"},
     {H "    schedule rows=2 lanes=8\n" L "        pass\n",
      "t.tk:2:21: error: expected ',' or NEWLINE after a schedule item, found 'lanes'"},
@@ -731,17 +731,17 @@ static void test_prefixes(void) {
 static void test_schedule_parse(void) {
     tk_schedule s;
     char err[512];
-    CHECK(tk_schedule_parse("lanes=8,rows=2,warp_rows=16,chunk=64,split=4,ldg=8,tiles=1,regs=128", &s, err,
+    CHECK(tk_schedule_parse("lanes=8,rows=2,warp_rows=16,chunk=64,split=4,ldg=8,tiles=1,regs=128,coop=16", &s, err,
                             sizeof err) == TK_OK);
     CHECK(s.v[TK_SCHED_LANES] == 8 && s.v[TK_SCHED_ROWS] == 2 && s.v[TK_SCHED_WARP_ROWS] == 16);
     CHECK(s.v[TK_SCHED_CHUNK] == 64 && s.v[TK_SCHED_SPLIT] == 4 && s.v[TK_SCHED_LDG] == 8);
-    CHECK(s.v[TK_SCHED_TILES] == 1 && s.v[TK_SCHED_REGS] == 128);
+    CHECK(s.v[TK_SCHED_TILES] == 1 && s.v[TK_SCHED_REGS] == 128 && s.v[TK_SCHED_COOP] == 16);
     CHECK(tk_schedule_parse("split=2", &s, err, sizeof err) == TK_OK);
     CHECK(s.v[TK_SCHED_SPLIT] == 2 && s.v[TK_SCHED_LANES] == 0 && s.v[TK_SCHED_REGS] == 0);
     CHECK(tk_schedule_parse("", &s, err, sizeof err) == TK_OK && s.v[TK_SCHED_SPLIT] == 0);
     CHECK(tk_schedule_parse(NULL, &s, err, sizeof err) == TK_OK);
     const char *bad[] = {"lanes=3", "lanes=8,lanes=8", "lane=8", "lanes=", "lanes=8,", "lanes=-8", "regs=100",
-                         "chunk=7", "lanes=8 rows=2", "=8", ","};
+                         "coop=3", "coop=64", "chunk=7", "lanes=8 rows=2", "=8", ","};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
         CHECK(tk_schedule_parse(bad[i], &s, err, sizeof err) == TK_ERR_INVALID);

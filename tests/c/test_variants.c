@@ -5,7 +5,9 @@
  * unrolling or SIMD), and as CUDA run on the CPU by cuda_emu.h (tkv_cuda_*:
  * lane tiles, group rows, partial tiles, grid-stride loops; tkv_cudat_*: the
  * same in another tile shape, TK_CUDA_TUNE=lanes=4,rows=8,warp_rows=16,
- * chunk=128,split=4,ldg=8,tiles=1,regs=64 when generated, as schedule lines give;
+ * chunk=128,split=4,ldg=8,tiles=1,regs=64,coop=8 when generated, as schedule
+ * lines give: row loops in the cooperative form of 8 lanes an iteration
+ * where plan_coop.c allows it, 32 or 4 by tests/specs/coop_rows.tk's lines;
  * the default shape takes a tile and its mirror image a thread only where
  * loop bounds move with the innermost variable, tiles=2 everywhere), and
  * all of them
@@ -40,7 +42,7 @@ extern const int tkv_cudat_nkernels;
 #define TK_TUNED_TRIALS 0
 #endif
 extern long tk_emu_misaligned, tk_emu_vector_stores, tk_emu_vector_loads, tk_emu_shuffles,
-    tk_emu_bad_shuffles;    /* cuda_emu.h */
+    tk_emu_bad_shuffles, tk_emu_syncs;    /* cuda_emu.h */
 
 #define GUARD 64
 
@@ -307,6 +309,10 @@ int main(void) {
     printf("test_variants: %ld emulated warp shuffles, %ld not converged or outside their mask\n", tk_emu_shuffles,
            tk_emu_bad_shuffles);
     CHECK(tk_emu_shuffles > 0 && tk_emu_bad_shuffles == 0);
+    /* cooperative rows (tests/specs/coop_rows.tk's schedule lines; coop=8 in
+     * the other shape): their lanes met at __syncwarp around the stores */
+    printf("test_variants: %ld emulated __syncwarp\n", tk_emu_syncs);
+    CHECK(tk_emu_syncs > 0);
     tk_ctx_free(opt);
     tk_ctx_free(plain);
     tk_ctx_free(cuda);

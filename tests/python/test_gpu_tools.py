@@ -128,11 +128,13 @@ def test_gpu_bench_dry_run_on_cpu(lib_path, tmp_path):
                  ("rwkv_forward", "tk"), ("rwkv_forward", "F.conv1d (tf32 off)"), ("rwkv_backward", "tk (autograd)"),
                  ("rwkv_backward", "F.conv1d autograd (tf32 off)"), ("rwkv_backward", "tk rwkv_backward_w alone"),
                  ("rwkv_backward", "tk rwkv_backward_k alone"), ("rwkv_forward", "tk bfloat16"),
-                 ("rwkv_forward", "tk float16"), ("per call", "tk rwkv_forward (8 el.)")]:
+                 ("rwkv_forward", "tk float16"), ("per call", "tk rwkv_forward (8 el.)"),
+                 ("softmax 64x128", "tk"), ("softmax 64x128", "tk coop=32"), ("layernorm", "tk coop=32")]:
         assert case in cases, case
     assert all(row["median_ms"] > 0 for row in res["results"])
     summary = "\n".join(res["summary"])
-    for target in ("<= 40 us", ">= 85%", ">= 300x", "<= 0.30 ms", "<= 0.70 ms", "bfloat16", "float16", "per call"):
+    for target in ("<= 40 us", ">= 85%", ">= 300x", "<= 0.30 ms", "<= 0.70 ms", "bfloat16", "float16", "per call",
+                   "layernorm: tk coop=32 (a warp a row)"):
         assert target in summary, target
     assert "bit-equal to torch_pad" in r.stdout
 
@@ -332,6 +334,8 @@ def test_gpu_tune_dry_run_on_cpu(lib_path, tmp_path):
     for k in ("rwkv_forward f32", "rwkv_forward bf16", "rwkv_backward_w f32", "rwkv_backward_k f32"):
         assert (k, "default") in kernels and (k, "lanes=16,rows=4,warp_rows=8") in kernels, (k, kernels)
     assert ("brick_pad f32", "chunk=16") in kernels
+    for k in ("softmax f32 64x100", "softmax f32 4x1000", "layernorm f32 64x100"):   # row loops: coop vs a thread a row
+        assert (k, "default") in kernels and (k, "coop=32") in kernels, (k, kernels)
     assert "[tune] rwkv_forward f32:" in r.stdout
 
 

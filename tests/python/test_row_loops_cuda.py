@@ -3,7 +3,10 @@ step takes the tests whose ids name cuda): the example specs of
 examples/specs/ (softmax, cumsum, layernorm, rmsnorm, wkv) on CUDA tensors
 against PyTorch on the same device, outputs poisoned (NaN) so an element a
 thread forgets shows, and the backward ops through autograd against the
-CPU's. Skipped where there is no CUDA GPU.
+CPU's; and the cooperative form (tests/specs/coop_rows.tk: schedule
+coop=32 / coop=4, lanes of a warp sharing a row) against PyTorch and against
+the default form, rows shorter than a warp, not multiples of 32, and empty.
+Skipped where there is no CUDA GPU.
 """
 import os
 
@@ -101,3 +104,50 @@ def test_wkv_cuda_matches_cpu(B, T, C):
     tk.wkv(*gpu).pow(2).sum().backward()
     for a, c in zip(small, gpu):
         torch.testing.assert_close(c.grad.cpu(), a.grad, rtol=1e-9, atol=1e-9)
+
+
+def coop_ops():
+    ops()
+    torch_tk.load(os.path.join(ROOT, "tests", "specs", "coop_rows.tk"))
+    return torch.ops.tk
+
+
+@pytest.mark.parametrize("dtype", list(TOL))
+@pytest.mark.parametrize("shape", [(4096, 1024), (64, 32768), (7, 1), (5, 31), (3, 33), (2, 100), (4, 0), (0, 8)])
+def test_coop_rows_cuda(dtype, shape):
+    """softmax and layernorm with a warp a row (schedule coop=32) against torch
+    and against the same spec with a thread a row (examples/specs)."""
+    tk = coop_ops()
+    g = torch.Generator().manual_seed(sum(shape) + 1)
+    x = torch.randn(shape, generator=g, dtype=torch.float64).to("cuda", dtype)
+    got = tk.coop_softmax(x)
+    close(got, torch.softmax(x.double(), -1), dtype)
+    torch.testing.assert_close(got.double(), tk.softmax(x).double(), **TOL[dtype])
+    R, N = shape
+    w = torch.randn(N, generator=g, dtype=torch.float64).to("cuda", dtype)
+    b = torch.randn(N, generator=g, dtype=torch.float64).to("cuda", dtype)
+    got = tk.coop_layernorm(x, w, b, 1e-5)
+    if N > 0:
+        close(got, F.layer_norm(x.double(), (N,), w.double(), b.double(), 1e-5), dtype)
+    torch.testing.assert_close(got.double(), tk.layernorm(x, w, b, 1e-5).double(), **TOL[dtype], equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(9, 1), (6, 3), (5, 37), (3, 130), (2, 0)])
+@pytest.mark.parametrize("k", [0, 1, 5])
+def test_coop_stats_and_refused_scan_cuda(shape, k):
+    """Groups of 4 lanes a row (coop=4): a min, an int count and a sum in one
+    loop, stores by lane 0, a reversed store; and a scan whose form is
+    refused (it runs a thread a row)."""
+    tk = coop_ops()
+    g = torch.Generator().manual_seed(sum(shape) + k)
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    y, lo, cnt = tk.coop_stats(x.cuda(), k)
+    lo_want = torch.minimum(x.min(-1).values if x.shape[-1] else torch.full(x.shape[:1], 1e30, dtype=x.dtype),
+                            torch.tensor(1e30, dtype=x.dtype))
+    t = (x * x).sum(-1)
+    acc = x * sum(j + 1 for j in range(k % 3 + 1))
+    want = (acc + (t - lo_want)[:, None]).flip(-1)
+    torch.testing.assert_close(y.cpu(), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lo.cpu(), lo_want, rtol=0, atol=0)
+    assert torch.equal(cnt.cpu(), (x > 0).sum(-1))
+    torch.testing.assert_close(tk.coop_scan(x.cuda()).cpu(), torch.cumsum(x, -1), rtol=1e-12, atol=1e-12)
