@@ -31,3 +31,26 @@ def tk():
 def lib_path():
     """Absolute path of the loaded libtk."""
     return os.path.abspath(torch_tk.library_path())
+
+
+@pytest.fixture(scope="session")
+def tkc(lib_path):
+    """Path of the tkc built next to the loaded libtk."""
+    path = os.path.join(os.path.dirname(lib_path), "tkc")
+    if not os.path.exists(path):
+        pytest.fail(f"no tkc next to {lib_path}: build the project first")
+    return path
+
+
+@pytest.fixture
+def poisoned_outputs():
+    """torch.empty fills NaN (floats) / the largest value (ints) meanwhile, so
+    an element a kernel leaves unwritten shows. A module uses it with
+    `pytestmark = pytest.mark.usefixtures("poisoned_outputs")`."""
+    was = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(was)
+    torch.utils.deterministic.fill_uninitialized_memory = fill

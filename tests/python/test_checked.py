@@ -20,19 +20,9 @@ import torch
 
 import torch_tk
 
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")   # (conftest.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(autouse=True)
-def poisoned_outputs():
-    """torch.empty fills NaN (floats) meanwhile: an element left unwritten shows."""
-    was = torch.are_deterministic_algorithms_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    yield
-    torch.use_deterministic_algorithms(was)
-    torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 def gen(seed):

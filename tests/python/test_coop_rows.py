@@ -15,14 +15,6 @@ COOP = os.path.join(ROOT, "tests", "specs", "coop_rows.tk")
 EX = os.path.join(ROOT, "examples", "specs")
 
 
-@pytest.fixture(scope="module")
-def tkc(lib_path):
-    path = os.path.join(os.path.dirname(lib_path), "tkc")
-    if not os.path.exists(path):
-        pytest.fail(f"no tkc next to {lib_path}: build the project first")
-    return path
-
-
 def run(tkc, *args, tune=None):
     env = {k: v for k, v in os.environ.items() if k != "TK_CUDA_TUNE"}
     if tune is not None:

@@ -30,20 +30,11 @@ def spec(name):
     return torch.ops.tk
 
 
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")   # (conftest.py)
+
+
 def gen(seed):
     return torch.Generator().manual_seed(seed)
-
-
-@pytest.fixture(autouse=True)
-def poisoned_outputs():
-    """torch.empty fills NaN (floats) / the largest value (ints) meanwhile."""
-    was = torch.are_deterministic_algorithms_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    yield
-    torch.use_deterministic_algorithms(was)
-    torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),

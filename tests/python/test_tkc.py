@@ -14,14 +14,6 @@ SPECS += [os.path.join(ROOT, "tests", "specs", f) for f in sorted(os.listdir(os.
 DEFINED = re.compile(r"^(?:TK_CPU_CLONES )?void (tk_\w+)\(const tk_kargs \*a, tk_i64 begin, tk_i64 end\) \{", re.M)
 
 
-@pytest.fixture(scope="module")
-def tkc(lib_path):
-    path = os.path.join(os.path.dirname(lib_path), "tkc")
-    if not os.path.exists(path):
-        pytest.fail(f"no tkc next to {lib_path}: build the project first")
-    return path
-
-
 def gen(tkc, out, *flags):
     return subprocess.run([tkc, "gen-builtin", *flags, "-o", str(out), *SPECS],
                           capture_output=True, text=True, timeout=120)
