@@ -49,6 +49,7 @@ typedef struct emitter {
     int lanes;                      /* V; 0: no lane tiles */
     int ngroup;                     /* G; 1: no group */
     int in_lane;                    /* emitting inside a lane loop */
+    const char *lane_n;             /* lane loops run tk_j < this (a run-time count of at most V); NULL: V */
     int lane_rev;                   /* lane tk_j is element V - 1 - tk_j of its block */
     int nblocks;                    /* R: blocks of V lanes per tile (copies along the innermost dim) */
     int nacc;                       /* accumulators per lane (lane_plan) */

@@ -317,20 +317,23 @@ static void cpu_row_loop(emitter *E) {
         line(E, "}");
         return;
     }
-    /* lanes across iterations (plan_rows.c, plan_lanes_across): V adjacent
-     * values of the innermost variable in one row of it, unit strides */
+    /* lanes across iterations (plan_rows.c, plan_lanes_across): a block of
+     * tk_nl adjacent values of the innermost variable in one row of it (up
+     * to V: what is left of the row and of the range), unit strides */
     const tk_opdecl *d = E->op->decl;
     const char *v = d->loop_vars[d->nloop - 1];
     int V = R->lanes;
-    char cond[160];
-    snprintf(cond, sizeof cond, "v_%s + %d <= n_%s && end - lin >= %d", v, V, v, V);
+    char cond[64];
+    snprintf(cond, sizeof cond, "tk_nl >= %d", R->lanes_min);
     line(E, "for (tk_i64 lin = begin; lin < end;) {");
     E->indent++;
     decompose(E, 0);
+    line(E, "const int tk_nl = (int)tk_mini(tk_mini(%d, n_%s - v_%s), end - lin);", V, v, v);
     unit_stride_test(E, cond);
     tk_buf_puts(E->b, " {\n");
     E->indent++;
     E->lanes = V;
+    E->lane_n = "tk_nl";
     E->ngroup = E->nblocks = 1;
     E->gdim = d->nloop - 1;
     memcpy(E->arr, R->arr, sizeof E->arr);
@@ -338,8 +341,9 @@ static void cpu_row_loop(emitter *E) {
     tile(E);
     E->vexp = 0;
     E->lanes = 0;
+    E->lane_n = NULL;
     memset(E->arr, 0, sizeof E->arr);
-    line(E, "lin += %d;", V);
+    line(E, "lin += tk_nl;");
     line(E, "continue;");
     E->indent--;
     line(E, "}");

@@ -29,7 +29,8 @@ void lane_head(emitter *E, int simd) {
 
 void lane_open(emitter *E, int simd) {
     lane_head(E, simd);
-    line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) {", E->lanes);
+    if (E->lane_n) line(E, "for (int tk_j = 0; tk_j < %s; ++tk_j) {", E->lane_n);
+    else line(E, "for (int tk_j = 0; tk_j < %d; ++tk_j) {", E->lanes);
     E->indent++;
     E->in_lane = 1;
 }

@@ -247,9 +247,9 @@ static void bounds_text(tk_buf *b, const tk_plan *P) {
 static void rows_text(tk_buf *b, const tk_plan *P) {
     const tk_opdecl *d = P->op->decl;
     if (P->rows.lanes) {
-        tk_buf_printf(b, "    lanes: %d adjacent iterations along %s run together (omp simd loops; unit strides, "
-                      "else and for the rest one at a time)\n    locals held per lane: ", P->rows.lanes,
-                      d->loop_vars[d->nloop - 1]);
+        tk_buf_printf(b, "    lanes: blocks of %d to %d adjacent iterations along %s run together, the sequential loops "
+                      "walked once a block (omp simd loops; unit strides, else and for the rest one at a time)\n"
+                      "    locals held per lane: ", P->rows.lanes_min, P->rows.lanes, d->loop_vars[d->nloop - 1]);
         locals_list(b, P->op, P->rows.arr);
         tk_buf_puts(b, "\n");
     }

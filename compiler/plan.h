@@ -68,9 +68,10 @@ typedef struct tk_row_plan {
     int nvec;
     tk_row_vec vec[TK_MAX_ROW_VEC];
     /* lanes across adjacent iterations of the innermost (parallel) loop
-     * variable, for unit strides; the rest of the domain one at a time.
-     * 0: none */
-    int lanes;
+     * variable, for unit strides: blocks of up to `lanes` iterations (the
+     * width chosen at run time: what is left of the row and of the range),
+     * at least lanes_min; the rest of the domain one at a time. 0: none */
+    int lanes, lanes_min;
     unsigned char arr[TK_MAX_LOCALS];   /* locals held per lane */
 } tk_row_plan;
 

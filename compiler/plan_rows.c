@@ -225,10 +225,15 @@ static void plan_lanes_across(tk_plan *P) {
     if (d->nloop == 0 || tk_owned_dim(d->loop_vars[d->nloop - 1])) return;
     if (tk_variant_float_type(P->op, P->variant) == TK_F64) return;
     if (!lanes_fit(P->op, d->body, d->nbody, d->loop_vars[d->nloop - 1], 0)) return;
-    /* 32: 4 AVX2 vectors in flight along the recurrence (wkv B=8 T=1024
-     * C=768 on one thread, loaded: 8 lanes 72-110 ms, 16 62-112 ms, 32
-     * 33-58 ms, 64 29-40 ms but more of a short row left to the scalar form) */
-    P->rows.lanes = 32;
+    /* Up to 128 lanes a block, at least 8 (one AVX2 vector): the sequential
+     * loop walks t once for the whole block, so each step reads 512 bytes
+     * of a row of k and v instead of 128, and a row loop's strided walk
+     * (wkv: a 3 KB step over t) touches each page for 4 times the work
+     * (wkv B=8 T=1024 C=768 on one thread, idle: 32 lanes 44 ms, 64 29 ms,
+     * 128 26 ms, 256 26 ms; bench/results/2026-12-05-cpu-wkv-lane-blocks.txt).
+     * The state arrays (3 x 512 B for wkv) stay in L1. */
+    P->rows.lanes = 128;
+    P->rows.lanes_min = 8;
     /* held per lane (an array through the tile): the locals that live
      * across lane loops (WKV's state aa, bb, pp); the rest are private
      * scalars of the one lane loop that declares and uses them (kt, e1,

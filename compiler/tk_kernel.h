@@ -322,6 +322,20 @@ TK_FN double tk_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 /* float32 <-> bits */
 TK_FN tk_u32 tk_f2bits(float f) { union { float f; tk_u32 u; } c; c.f = f; return c.u; }
 TK_FN float tk_bits2f(tk_u32 u) { union { float f; tk_u32 u; } c; c.u = u; return c.f; }
+/* c ? a : b on the bits, with no branch for a compiler to take (CPU row
+ * loops' vectorised lane loops, emit_expr.c; both arms already computed) */
+TK_FN float tk_self(int c, float a, float b) {
+    tk_u32 m = (tk_u32)0 - (tk_u32)(c != 0);
+    return tk_bits2f((tk_f2bits(a) & m) | (tk_f2bits(b) & ~m));
+}
+TK_FN double tk_seld(int c, double a, double b) {
+    union { double d; tk_u64 u; } x, y;
+    x.d = a;
+    y.d = b;
+    tk_u64 m = (tk_u64)0 - (tk_u64)(c != 0);
+    x.u = (x.u & m) | (y.u & ~m);
+    return x.d;
+}
 
 /* e^x in float32 without branches or calls, so that a loop calling it
  * vectorises (glibc's expf does not, short of -ffast-math). Used only in the

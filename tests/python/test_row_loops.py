@@ -489,11 +489,11 @@ def test_vector_rows_exp_accuracy():
     assert got[x == float("-inf")].eq(0).all() and got[x == -120.0].eq(0).all()
 
 
-@pytest.mark.parametrize("C", [1, 31, 32, 33, 65, 100])
+@pytest.mark.parametrize("C", [1, 7, 8, 9, 31, 100, 128, 129, 200, 300])
 def test_wkv_lanes_across_channels(C):
-    """wkv's lanes over c (32 adjacent channels at once, unit strides): channel counts around the lane
-    width, batch rows not a multiple of it, transposed (strided: one channel at a time) inputs, against
-    the float64 loop, forward and backward."""
+    """wkv's lanes over c (blocks of 8 to 128 adjacent channels, unit strides; fewer than 8 one at a
+    time): channel counts around the block widths, batch rows not a multiple of them, transposed
+    (strided: one channel at a time) inputs, against the float64 loop, forward and backward."""
     tk = spec("wkv")
     w, u, k, v = wkv_inputs(3, 37, C, torch.float32, seed=50 + C, requires_grad=True)
     want = wkv_loop(w, u, k, v)
@@ -507,6 +507,41 @@ def test_wkv_lanes_across_channels(C):
     kt = k.detach().transpose(0, 2).contiguous().transpose(0, 2)   # C not the contiguous dim
     torch.testing.assert_close(tk.wkv(w.detach(), u.detach(), kt, v.detach()).double(), want.detach(),
                                rtol=1e-4, atol=1e-4)
+
+
+LANE_SELECT = """op lane_select(x: float[B, T, C], lo: float) -> y: x.dtype[B, T, C]:
+    for b, _, c in y:
+        s = 0.0
+        for t in range(T):
+            prev = x[b, t - 1, c] if t > 0 else lo
+            d = x[b, t, c] - prev
+            s = s + (d if d >= 0.0 else -0.5 * d)
+            y[b, t, c] = s
+"""
+
+
+def test_lane_selects(tkc, tmp_path):
+    """`a if c else b` in the lanes of a row loop: with arms that cannot fault (locals, arithmetic) it is
+    printed as the bitwise tk_self, both arms computed (GCC branches on `c ? 1.0f : e` and then does not
+    vectorise); an arm reading a tensor stays a C conditional, read only where its condition holds
+    (x[b, t - 1, c] at t = 0 would read before the tensor). Against a float64 loop, around the block widths."""
+    path = tmp_path / "lane_select.tk"
+    path.write_text(LANE_SELECT)
+    c_text = subprocess.run([tkc, "emit-c", str(path)], capture_output=True, text=True, check=True).stdout
+    f32 = c_text[c_text.index("tk_lane_select__f32_body"):c_text.index("tk_lane_select__f64_body")]
+    lanes = f32[f32.index("#pragma omp simd"):f32.index("lin += tk_nl;")]
+    assert "tk_self((v_d_0 >= 0.0f), v_d_0, ((-0.5f) * v_d_0))" in lanes, lanes
+    assert "((v_t > 0LL) ? t_x[" in lanes, lanes
+    torch_tk.load(str(path))
+    for C in (3, 8, 130):
+        x = torch.randn(2, 33, C, generator=gen(60 + C))
+        xd = x.double()
+        prev = torch.cat([torch.full((2, 1, C), 0.25, dtype=torch.float64), xd[:, :-1]], 1)
+        d = xd - prev
+        want = torch.where(d >= 0, d, -0.5 * d).cumsum(1)
+        for dtype in (torch.float32, torch.float64):
+            got = torch.ops.tk.lane_select(x.to(dtype), 0.25)
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
 PLAN_CASES = """op pl_scan(x: float[R, N]) -> y: x.dtype[R, N]:
@@ -548,7 +583,7 @@ def test_row_loop_plans(lib_path, tmp_path):
     assert "vectorised" not in plan(os.path.join(SPECS, "softmax.tk"), "--dtype", "f32", "--plain")
     assert "vectorised" not in plan(os.path.join(SPECS, "cumsum.tk"), "--dtype", "f32")
     wkv = plan(os.path.join(SPECS, "wkv.tk"), "--dtype", "f32")
-    assert "lanes: 32 adjacent iterations along c run together" in wkv
+    assert "lanes: blocks of 8 to 128 adjacent iterations along c run together" in wkv
     assert "locals held per lane: aa, bb, pp\n" in wkv   # the state; kt, e1, ... are lane-loop scalars
     assert "lanes:" not in plan(os.path.join(SPECS, "wkv.tk"), "--dtype", "f64")
     path = tmp_path / "pl_scan.tk"
