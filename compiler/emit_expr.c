@@ -385,28 +385,21 @@ void expr(emitter *E, const tk_expr *e, tk_vtype want) {
         expr(E, e->args[0], e->vtype);
         tk_buf_puts(E->b, ")");
         break;
-    case TK_E_COND:
-        if (E->vexp && (e->vtype == TK_V_F32 || e->vtype == TK_V_F64) && cannot_fault(e->args[0]) &&
-            cannot_fault(e->args[2])) {
-            /* a bitwise select: GCC turns `c ? 1.0f : e` into branches it
-             * then cannot vectorise (wkv with one exp for two: 26 -> 86 ms) */
-            tk_buf_puts(E->b, e->vtype == TK_V_F32 ? "tk_self(" : "tk_seld(");
-            expr(E, e->args[1], TK_V_BOOL);
-            tk_buf_puts(E->b, ", ");
-            expr(E, e->args[0], e->vtype);
-            tk_buf_puts(E->b, ", ");
-            expr(E, e->args[2], e->vtype);
-            tk_buf_puts(E->b, ")");
-            break;
-        }
-        tk_buf_puts(E->b, "(");
+    case TK_E_COND: {
+        /* in vectorised loops, a bitwise select where both arms may be
+         * computed: GCC turns `c ? 1.0f : e` into branches it then cannot
+         * vectorise (wkv with one exp for two: 26 -> 86 ms) */
+        int bits = E->vexp && (e->vtype == TK_V_F32 || e->vtype == TK_V_F64) && cannot_fault(e->args[0]) &&
+                   cannot_fault(e->args[2]);
+        tk_buf_puts(E->b, !bits ? "(" : e->vtype == TK_V_F32 ? "tk_self(" : "tk_seld(");
         expr(E, e->args[1], TK_V_BOOL);
-        tk_buf_puts(E->b, " ? ");
+        tk_buf_puts(E->b, bits ? ", " : " ? ");
         expr(E, e->args[0], e->vtype);
-        tk_buf_puts(E->b, " : ");
+        tk_buf_puts(E->b, bits ? ", " : " : ");
         expr(E, e->args[2], e->vtype);
         tk_buf_puts(E->b, ")");
         break;
+    }
     case TK_E_BINARY: binary(E, e); break;
     default: break;
     }

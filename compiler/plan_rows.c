@@ -230,7 +230,7 @@ static void plan_lanes_across(tk_plan *P) {
      * of a row of k and v instead of 128, and a row loop's strided walk
      * (wkv: a 3 KB step over t) touches each page for 4 times the work
      * (wkv B=8 T=1024 C=768 on one thread, idle: 32 lanes 44 ms, 64 29 ms,
-     * 128 26 ms, 256 26 ms; bench/results/2026-12-05-cpu-wkv-lane-blocks.txt).
+     * 128 26 ms, 256 26 ms; bench/results/2026-12-05-cpu-row-loops-wkv-blocks.txt).
      * The state arrays (3 x 512 B for wkv) stay in L1. */
     P->rows.lanes = 128;
     P->rows.lanes_min = 8;

@@ -359,13 +359,11 @@ TK_FN double tk_seld(int c, double a, double b) {
 TK_FN float tk_vexpf(float x) {
     const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;   /* ln2_hi + ln2_lo = ln 2 to 2^-32 */
     const float magic = 12582912.0f;                                 /* 1.5 * 2^23 */
-    /* x clamped to [-104, 89] on its bits (floats of one sign order as
-     * their magnitude bits): a comparison with a constant result would
-     * let GCC branch to a folded constant and not vectorise; NaN passes */
-    tk_u32 u = tk_f2bits(x), mag = u & 0x7fffffffu;
-    tk_u32 lim = 0x42b20000u + (u >> 31) * (0x42d00000u - 0x42b20000u);   /* 89.0f, or 104.0f below 0 */
-    mag = mag > 0x7f800000u ? mag : mag < lim ? mag : lim;
-    x = tk_bits2f((u & 0x80000000u) | mag);
+    /* x clamped to [-104, 89] by bitwise selects (tk_self): C's `x < c ?
+     * c : x` lets GCC branch to a folded constant and not vectorise; NaN
+     * fails both comparisons and passes through */
+    x = tk_self(x < -104.0f, -104.0f, x);
+    x = tk_self(x > 89.0f, 89.0f, x);
     float t = x * 1.44269504088896341f + magic;
     float n = t - magic;
     float r = (x - n * ln2_hi) - n * ln2_lo;
