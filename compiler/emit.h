@@ -155,6 +155,9 @@ int coop_plan(tk_plan *P);
 int split_plan(emitter *E);
 int mirror_plan(emitter *E);
 int chunk_plan(emitter *E);
+/* plan_windows.c */
+void window_plan(emitter *E, tk_body_plan *b);
+const tk_window_plan *window_find(const tk_plan *P, const tk_stmt *loop);
 
 /* emit_expr.c */
 void line(emitter *E, const char *fmt, ...)

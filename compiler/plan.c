@@ -2,7 +2,8 @@
  * plan to the printers (plan_apply), and the plan as text (tk_plan_text,
  * `tkc plan`). The decisions themselves are made by lane_plan
  * (plan_lanes.c), plan_run (plan_run.c), split_plan, mirror_plan and
- * chunk_plan (plan_gpu.c) and coop_plan (plan_coop.c), which work on a scratch emitter (the state the
+ * chunk_plan (plan_gpu.c), window_plan (plan_windows.c) and coop_plan
+ * (plan_coop.c), which work on a scratch emitter (the state the
  * printers' analyses read); only the planner calls them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,7 @@ static void plan_cuda(tk_plan *P, tk_buf *scratch) {
     }
     P->per_thread = n;
     snapshot(&E, &P->body[0]);
+    window_plan(&E, &P->body[0]);
 }
 
 tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target target, unsigned flags,
@@ -301,6 +303,33 @@ static void coop_text(tk_buf *b, const tk_plan *P) {
     tk_buf_printf(b, "    threads an iteration: %d (the launcher's grid is the domain's size times that)\n", P->coop);
 }
 
+/* A tensor read as "name at line:col". */
+static void read_text(tk_buf *b, const tk_opdecl *d, const tk_expr *e) {
+    tk_buf_printf(b, "%s at %d:%d", e->is_out ? d->outputs[e->ref].name : d->params[e->ref].name, e->loc.line,
+                  e->loc.col);
+}
+
+/* The GPU tile's sliding windows and streams, per lane loop (plan_windows.c). */
+static void windows_text(tk_buf *b, const tk_plan *P, const tk_body_plan *B) {
+    const tk_opdecl *d = P->op->decl;
+    for (int i = 0; i < B->nwloop; i++) {
+        const tk_window_plan *w = &B->wloop[i];
+        tk_buf_printf(b, "    loop over %s at line %d: sliding windows (one load a step, not one a lane): ",
+                      w->loop->name, w->loop->loc.line);
+        for (int k = 0; k < w->nwin; k++) {
+            tk_buf_puts(b, k ? ", " : "");
+            read_text(b, d, w->win[k]);
+        }
+        if (w->nstrm) tk_buf_printf(b, "; streams (%d elements a load, unit-stride copy): ", w->strm_w);
+        for (int k = 0; k < w->nstrm; k++) {
+            tk_buf_puts(b, k ? ", " : "");
+            read_text(b, d, w->strm[k]);
+            if (w->strm_copy[k] >= 0) tk_buf_printf(b, " (group row %d)", w->strm_copy[k]);
+        }
+        tk_buf_puts(b, "\n");
+    }
+}
+
 /* A row loop's plan: its domain and the plain form. */
 static void row_text(tk_buf *b, const tk_plan *P) {
     const tk_opdecl *d = P->op->decl;
@@ -321,7 +350,8 @@ static void row_text(tk_buf *b, const tk_plan *P) {
     }
     tk_buf_printf(b, " of %s (its '_' dims)\n", o->name);
     bounds_text(b, P);
-    if (P->target == TK_TARGET_CUDA) {   /* (the schedule line only where one is given: the defaults' text stays) */
+    if (P->target == TK_TARGET_CUDA) {   
+/* (the schedule line only where one is given: the defaults' text stays) */
         tk_buf b2 = {0};
         if (sched_text(&b2, P) && b2.p) tk_buf_puts(b, b2.p);
         free(b2.p);
@@ -384,6 +414,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
         tk_buf_puts(b, ")\n");
     }
     if (B->mirror) tk_buf_printf(b, "    mirrored tiles: a thread takes tile p of a row and tile n - 1 - p\n");
+    windows_text(b, P, B);
     if (P->sched[TK_SCHED_COOP] > 1) tk_buf_puts(b, "    coop: for row loops only; not used here\n");
     tk_buf_printf(b, "    elements a thread computes: %d (the launcher's grid is numel / that)\n", P->per_thread);
 }

@@ -26,6 +26,21 @@ enum { TK_BODY_NARROW, TK_BODY_WIDE, TK_BODY_MID, TK_NBODIES };
  * every index checked. */
 #define TK_MAX_BSTORES 64
 
+/* GPU: a lane loop's sliding windows (reads whose element for lane j at
+ * u + 1 is lane j -/+ 1's at u, kept in registers) and streams (reads the
+ * same in every lane advancing one element a step, loaded 16 bytes at a
+ * time in the unit-stride copy); plan_windows.c. */
+enum { TK_MAX_WLOOPS = 8 };
+typedef struct tk_window_plan {
+    const tk_stmt *loop;
+    int nwin;
+    const tk_expr *win[8];
+    int win_shift[8];                   /* -1: lane j takes lane j - 1's value, +1: lane j + 1's */
+    int nstrm, strm_w;                  /* strm_w: elements a load */
+    const tk_expr *strm[8];
+    int strm_copy[8];                   /* the group copy it is read in, -1: every copy */
+} tk_window_plan;
+
 /* One body's decisions. Pointers point into the op's (const) AST. */
 typedef struct tk_body_plan {
     /* lane tiles: V consecutive elements of the innermost dim times G rows
@@ -51,6 +66,8 @@ typedef struct tk_body_plan {
     int mirror;                         /* a thread takes tile p and n - 1 - p */
     int chunk;                          /* K elements a thread, stores gathered in vst */
     const tk_stmt *vst[TK_MAX_TENSORS];
+    int nwloop;                         /* lane loops with windows */
+    tk_window_plan wloop[TK_MAX_WLOOPS];
 } tk_body_plan;
 
 /* A CPU row loop's inner loop that the C compiler may vectorise along the
