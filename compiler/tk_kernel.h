@@ -10,6 +10,23 @@
 #ifndef TK_KERNEL_H
 #define TK_KERNEL_H
 
+/* A run-time spec's kernel (compiled with -march=native -DTK_NO_CLONES,
+ * runtime/cc.c) on a CPU with AVX2 or AVX-512 takes every unit-stride call
+ * in a body compiled with literal unit strides (the wide / mid body, or the
+ * body's unit-stride call); the body with the strides as variables serves
+ * only strided calls. Two GCC -O3 passes spent two of the ~6.7 s of
+ * compiling the rwkv copy on that body alone: versioning its loops for
+ * stride 1 (a case it never runs) and unroll-and-jam of its per-lane
+ * scalar loops. The other bodies' code is the same without them
+ * (bench/results/2026-12-05-cpu-compile-time-2.txt). Set first, so every
+ * function of the file has the same options (inlining stays as it was).
+ * libtk's built-in kernels (target clones, run-time choice) keep them. */
+#if defined(TK_NO_CLONES) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    ((defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)) && !defined(__CUDACC__) && \
+    !defined(__CUDACC_RTC__)
+#pragma GCC optimize("no-version-loops-for-strides", "no-loop-unroll-and-jam")
+#endif
+
 #if defined(__CUDACC_RTC__)
 typedef signed char tk_i8;
 typedef unsigned char tk_u8;
