@@ -17,8 +17,10 @@
  * only strided calls. Two GCC -O3 passes spent two of the ~6.7 s of
  * compiling the rwkv copy on that body alone: versioning its loops for
  * stride 1 (a case it never runs) and unroll-and-jam of its per-lane
- * scalar loops. The other bodies' code is the same without them
- * (bench/results/2026-12-05-cpu-compile-time-2.txt). Set first, so every
+ * scalar loops. The other bodies' code is the same without them; strided
+ * calls of that body lose a fast path for the tensors that do have unit
+ * strides (rwkv copy, k strided: 68 -> 77 ms;
+ * bench/results/2026-12-05-cpu-compile-time-2.txt). Set first, so every
  * function of the file has the same options (inlining stays as it was).
  * libtk's built-in kernels (target clones, run-time choice) keep them. */
 #if defined(TK_NO_CLONES) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
