@@ -10,6 +10,26 @@
 #ifndef TK_KERNEL_H
 #define TK_KERNEL_H
 
+/* A run-time spec's kernel (compiled with -march=native -DTK_NO_CLONES,
+ * runtime/cc.c) on a CPU with AVX2 or AVX-512 takes every unit-stride call
+ * in a body compiled with literal unit strides (the wide / mid body, or the
+ * body's unit-stride call); the body with the strides as variables serves
+ * only strided calls. GCC's unroll-and-jam of that body's per-lane scalar
+ * loops cost about 1 s of the ~6.5 s of compiling the rwkv copy and no
+ * speed (rwkv copy, k strided: 67.9 / 67.5 ms with it off, 68.3 / 67.9
+ * with it on); the other bodies' code is the same without it
+ * (bench/results/2026-12-05-cpu-compile-time-2.txt). Versioning loops for
+ * stride 1 would save another second but costs strided calls 12 % (the
+ * tensors that do have unit strides lose their fast path): kept. Set
+ * first, so every function of the file has the same options (inlining
+ * stays as it was). libtk's built-in kernels (target clones, run-time
+ * choice) are compiled as before. */
+#if defined(TK_NO_CLONES) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    ((defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)) && !defined(__CUDACC__) && \
+    !defined(__CUDACC_RTC__)
+#pragma GCC optimize("no-loop-unroll-and-jam")
+#endif
+
 #if defined(__CUDACC_RTC__)
 typedef signed char tk_i8;
 typedef unsigned char tk_u8;
