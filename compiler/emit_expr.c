@@ -356,7 +356,6 @@ static void binary(emitter *E, const tk_expr *e) {
     tk_buf_puts(E->b, ")");
 }
 
-/* Emits e converted to type want (TK_V_NONE: e's own type). */
 /* Whether evaluating e can neither touch memory nor trap (no tensor read,
  * no integer division or modulo), so that both arms of a select may be
  * computed. */
@@ -371,6 +370,7 @@ static int cannot_fault(const tk_expr *e) {
     return 1;
 }
 
+/* Emits e converted to type want (TK_V_NONE: e's own type). */
 void expr(emitter *E, const tk_expr *e, tk_vtype want) {
     open_conv(E, e->vtype, want);
     switch (e->kind) {
