@@ -55,6 +55,8 @@ typedef struct emitter {
     int nacc;                       /* accumulators per lane (lane_plan) */
     int vx;                         /* tiles on explicit vectors: R may exceed 1 */
     int vx_any;                     /* some lane loop runs on explicit vectors (the wide bodies exist) */
+    const tk_stmt *vx_loop[32];     /* the lane loops that do (plan_lanes.c, lane_plan) */
+    int nvx_loop;
     int gcopy, rcopy;               /* the copy being emitted: group row g, lane block r */
     const char *mask;               /* assignments take effect only where this holds */
     int lane_fix;                   /* >= 0: lane index printed instead of tk_j (vector addresses) */
@@ -201,6 +203,8 @@ int group_invariant(const emitter *E, const tk_expr *e);
 
 /* emit_vec.c */
 int vx_loop_ok(emitter *E, const tk_stmt *s);
+/* Whether the plan put lane loop s on explicit vectors. */
+int vx_loop_planned(const emitter *E, const tk_stmt *s);
 int expr_equal(const tk_expr *a, const tk_expr *b);
 int row_match(const emitter *E, const tk_expr *e);
 void vx_loop(emitter *E, const tk_stmt *s, int nb);

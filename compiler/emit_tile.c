@@ -159,7 +159,7 @@ static void tile_lane_for(emitter *E, const tk_stmt *s) {
         line(E, "tk_hr%d[tk_j] = (%s)(tk_mini(tk_maxi(tk_hi%d[tk_j], tk_mn), tk_mx) - tk_mn);", g, mi, g);
     }
     lane_close(E);
-    if (E->wide && vx_loop_ok(E, s)) {
+    if (E->wide && vx_loop_planned(E, s)) {
         vx_loop(E, s, nb);   /* the wide body has unit strides: no omp simd form */
     } else {
         line(E, "{");

@@ -20,6 +20,8 @@ static void snapshot(const emitter *E, tk_body_plan *b) {
     b->nacc = E->nacc;
     b->vx = E->vx;
     b->vx_any = E->vx_any;
+    memcpy(b->vx_loop, E->vx_loop, sizeof b->vx_loop);
+    b->nvx_loop = E->nvx_loop;
     b->lane_rev = E->lane_rev;
     memcpy(b->arr, E->arr, sizeof b->arr);
     b->copies = E->ncopies;
@@ -45,6 +47,8 @@ void plan_apply(emitter *E, const tk_body_plan *b) {
     E->nacc = b->nacc;
     E->vx = b->vx;
     E->vx_any = b->vx_any;
+    memcpy(E->vx_loop, b->vx_loop, sizeof E->vx_loop);
+    E->nvx_loop = b->nvx_loop;
     E->lane_rev = b->lane_rev;
     memcpy(E->arr, b->arr, sizeof E->arr);
     E->ncopies = b->copies;

@@ -49,6 +49,8 @@ typedef struct tk_body_plan {
     int nacc;                           /* accumulators a lane */
     int vx;                             /* every lane loop on explicit vectors */
     int vx_any;                         /* some lane loop on explicit vectors */
+    const tk_stmt *vx_loop[32];         /* the lane loops on explicit vectors (wide and mid bodies) */
+    int nvx_loop;
     int lane_rev;                       /* lanes run backwards (reads mostly descend) */
     unsigned char arr[TK_MAX_LOCALS];   /* locals held per lane */
     /* no tiles: unroll-and-jam copies along the innermost dim, and the run

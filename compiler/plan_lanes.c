@@ -183,6 +183,12 @@ static int lane_walk(emitter *E, tk_stmt **body, int n, lane_info *li) {
 /* R for a tile of G group rows: with explicit vectors, about 24
  * accumulator vectors of the 32 AVX-512 registers (12 of the 16 AVX2 ones),
  * each broadcast of a group row feeding R of them. */
+int vx_loop_planned(const emitter *E, const tk_stmt *s) {
+    for (int i = 0; i < E->nvx_loop; i++)
+        if (E->vx_loop[i] == s) return 1;
+    return 0;
+}
+
 int lane_blocks(const emitter *E, int G) {
     if (!E->vx) return 1;
     int r = (E->wide == 2 ? 12 : 24) / (E->nacc * G);
@@ -266,12 +272,14 @@ int lane_plan(emitter *E) {
      * group row feeding R of them */
     E->nblocks = 1;
     int vx = E->wide, any = 0;
+    E->nvx_loop = 0;
     for (int k = 0; E->wide && k < li.nloops; k++) {
         for (int i = 0; i < li.nouter[k]; i++) E->shared[i] = li.outer[k][i];
         E->nshared = li.nouter[k];
         int ok = vx_loop_ok(E, li.loops[k]);
         vx = vx && ok;
         any = any || ok;
+        if (ok) E->vx_loop[E->nvx_loop++] = li.loops[k];
         E->nshared = 0;
     }
     E->nacc = nacc;
