@@ -133,6 +133,7 @@ void plan_apply(emitter *E, const tk_body_plan *b);
 
 /* plan_lanes.c */
 int lane_invariant(const emitter *E, const tk_expr *e);
+int expr_count(const tk_expr *e, const char *name);
 int stmt_count(tk_stmt **body, int nb, const char *name);
 void assigned_locals(tk_stmt **body, int n, unsigned char *out);
 int lane_coef(const tk_expr *e, const char *v, int64_t *coef);

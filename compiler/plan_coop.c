@@ -106,20 +106,13 @@ static int outside_ok(tk_stmt **body, int n, const tk_stmt *L, const char *x) {
     return 1;
 }
 
-/* How often e reads local x. */
-static int count_uses(const tk_expr *e, const char *x) {
-    if (!e) return 0;
-    int n = e->kind == TK_E_NAME && strcmp(e->name, x) == 0;
-    for (int i = 0; i < e->nargs; i++) n += count_uses(e->args[i], x);
-    return n;
-}
-
+/* How often statements read local x (store indices included). */
 static int body_uses(tk_stmt **body, int n, const char *x) {
     int c = 0;
     for (int i = 0; i < n; i++) {
         const tk_stmt *s = body[i];
-        c += count_uses(s->value, x) + count_uses(s->lo, x) + count_uses(s->hi, x);
-        for (int j = 0; j < s->nindex; j++) c += count_uses(s->index[j], x);
+        c += expr_count(s->value, x) + expr_count(s->lo, x) + expr_count(s->hi, x);
+        for (int j = 0; j < s->nindex; j++) c += expr_count(s->index[j], x);
         c += body_uses(s->body, s->nbody, x) + body_uses(s->orelse, s->norelse, x);
     }
     return c;

@@ -49,14 +49,15 @@ int lane_invariant(const emitter *E, const tk_expr *e) {
     return 1;
 }
 
-/* Occurrences of local name (read or assigned) in statements. */
-static int expr_count(const tk_expr *e, const char *name) {
+/* How often e names `name`. */
+int expr_count(const tk_expr *e, const char *name) {
     if (!e) return 0;
     int n = e->kind == TK_E_NAME && strcmp(e->name, name) == 0;
     for (int i = 0; i < e->nargs; i++) n += expr_count(e->args[i], name);
     return n;
 }
 
+/* Occurrences of local name (read or assigned) in statements. */
 int stmt_count(tk_stmt **body, int nb, const char *name) {
     int n = 0;
     for (int i = 0; i < nb; i++) {
