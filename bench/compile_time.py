@@ -21,7 +21,12 @@ TK_DEBUG=1, whose report on stderr gives the emitted C of every compile:
 --cc-time every compiled file is compiled again, alone, with the same
 command, to tell the compiler's share from tk's.
 
-    PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 bench/compile_time.py [--cc-time]
+--speed then times the rwkv copy itself in a new process (its kernel from
+the cache): float32, B=8 C=768 T=768, median of 7 calls, contiguous (the
+vector body on AVX2 / AVX-512 CPUs) and with k strided (every other element
+along t: the narrow body).
+
+    PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 bench/compile_time.py [--cc-time] [--speed]
 """
 from __future__ import annotations
 
@@ -77,6 +82,29 @@ err = ((got.double() - want).abs().max() / want.abs().max()).item()
 assert err < 1e-4, f"{case}: relative error {err}"
 print(json.dumps({"register": t1 - t0, "first_call": t2 - t1, "total": t2 - t0, "child_cpu": c1 - c0, "self_cpu": s1 - s0,
                   "rel_err": err}))
+"""
+
+# The --speed child: the rwkv copy's calls, contiguous and k strided.
+SPEED_CHILD = r"""
+import json, sys, time
+import torch, torch_tk
+op = torch_tk.kernel(sys.stdin.read())
+g = torch.Generator().manual_seed(0)
+B, C, T = 8, 768, 768
+w, k = torch.randn(C, T, generator=g), torch.randn(B, C, T, generator=g)
+ks = torch.empty(B, C, 2 * T)[..., ::2]
+ks.copy_(k)
+want = op(w, k, 0.25)
+assert torch.allclose(op(w, ks, 0.25), want, rtol=1e-4, atol=1e-3)
+def median_ms(*args):
+    op(*args)
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        op(*args)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[3] * 1e3
+print(json.dumps({"contiguous_ms": median_ms(w, k, 0.25), "k_strided_ms": median_ms(w, ks, 0.25)}))
 """
 
 
@@ -135,9 +163,17 @@ def run_case(case: str, text: str, cache: str, with_cc_time: bool) -> dict:
     return result
 
 
+def torch_threads() -> int:
+    """The threads a torch op uses here (the children's setting)."""
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True,
+                       text=True, check=True)
+    return int(r.stdout.strip())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cc-time", action="store_true", help="time the compiler alone on each compiled file")
+    ap.add_argument("--speed", action="store_true", help="time the rwkv copy's calls too (B=8 C=768 T=768)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     results = {}
@@ -146,6 +182,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tk-compile-time-") as cache:
             results[case + " cold"] = run_case(case, text, cache, args.cc_time)
             results[case + " warm"] = run_case(case, text, cache, False)
+            if case == "rwkv" and args.speed:
+                r = subprocess.run([sys.executable, "-c", SPEED_CHILD], input=text, capture_output=True, text=True,
+                                   env=dict(os.environ, TK_CACHE_DIR=cache), timeout=1800)
+                if r.returncode != 0:
+                    raise SystemExit(f"rwkv speed failed:\n{r.stderr[-4000:]}")
+                speed = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print(f"{'case':<12} {'register s':>10} {'first call s':>12} {'total s':>9} {'cc cpu s':>8} {'tk cpu s':>8} {'files':>5}  "
           f"C lines{' (cc alone: wall s, cpu s)' if args.cc_time else ''}")
@@ -154,6 +196,10 @@ def main() -> None:
                           for n, (w, c) in zip(r["c_lines"], r.get("cc_s", [(0, 0)] * len(r["c_lines"]))))
         print(f"{name:<12} {r['register']:>10.3f} {r['first_call']:>12.3f} {r['total']:>9.3f} {r['child_cpu']:>8.2f} {r['self_cpu']:>8.3f} "
               f"{r['files']:>5}  {lines}")
+    if args.speed:
+        print(f"rwkv copy, f32 B=8 C=768 T=768, median of 7 ({torch_threads()} threads): "
+              f"contiguous {speed['contiguous_ms']:.1f} ms, k strided {speed['k_strided_ms']:.1f} ms")
+        results["rwkv speed"] = speed
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)

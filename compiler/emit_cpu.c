@@ -522,6 +522,48 @@ static void buf_move(tk_buf *to, tk_buf *from) {
     memset(from, 0, sizeof *from);
 }
 
+/* The entry without the run-time choice (TK_NO_CLONES, or no target
+ * clones): the wide body where the compiler targets AVX-512 (kw), the mid
+ * one where it targets AVX2 (km), for unit strides; else the narrow body. */
+static void static_entry(emitter *E, int kw, int km) {
+    const char *name = E->op->kernel_names[E->variant];
+    line(E, "void %s%s;", name, E->tg->params);
+    line(E, "void %s%s {", name, E->tg->params);
+    E->indent = 1;
+    each_strided(E, stride_load, 0);
+    line(E, kw && km ? "#if defined(TK_WIDE_STATIC) || TK_VXH" : kw ? "#if defined(TK_WIDE_STATIC)" : "#if TK_VXH");
+    int test = unit_stride_test(E, NULL);
+    if (test) tk_buf_puts(E->b, " {\n");
+    else line(E, "{");
+    E->indent++;
+    if (kw) {
+        line(E, "#if defined(TK_WIDE_STATIC)");
+        line(E, "if (tk_env_narrow() == 0) {");
+        E->indent++;
+        body_call(E, "_wbody", 1);
+        line(E, "return;");
+        E->indent--;
+        line(E, "}");
+        line(E, "#endif");
+    }
+    if (km) {
+        line(E, "#if TK_VXH");
+        line(E, "if (tk_env_narrow() < 2) {");
+        E->indent++;
+        body_call(E, "_mbody", 1);
+        line(E, "return;");
+        E->indent--;
+        line(E, "}");
+        line(E, "#endif");
+    }
+    E->indent--;
+    line(E, "}");
+    line(E, "#endif");
+    body_call(E, "_body", 0);
+    E->indent = 0;
+    line(E, "}");
+}
+
 /* The CPU kernel: force-inlined bodies and an entry that picks one. The
  * narrow body (16-lane tiles in omp simd loops) is compiled per instruction
  * set (GCC target_clones); where its tiles have explicit-vector loops, a
@@ -529,18 +571,21 @@ static void buf_move(tk_buf *to, tk_buf *from) {
  * serves AVX-512 CPUs and a mid one (256-bit vectors, its own tile plan:
  * fewer accumulators for the 16 AVX2 registers) x86-64-v3 CPUs, both for
  * unit strides; the narrow body then serves the rest (baseline x86-64) and
- * strided calls. */
+ * strided calls. A kernel compiled for one CPU (plan->cpu) carries only the
+ * bodies that CPU runs (plan->kept), and no run-time choice. */
 void cpu_kernel(emitter *E) {
     const char *name = E->op->kernel_names[E->variant];
     const char *sfx = E->plain ? "_plain" : "", *clones = E->plain ? "" : "TK_CPU_CLONES ";
     emitter init = *E;
     tk_buf *out = E->b, wpre = {0}, wbody = {0}, mpre = {0}, mbody = {0}, nbody = {0};
-    int wide = E->plan->wide;
-    if (wide) {
+    int kw = E->plan->kept[TK_BODY_WIDE], km = E->plan->kept[TK_BODY_MID], any = E->plan->cpu == TK_CPU_ANY;
+    if (kw) {
         E->pre = &wpre;
         E->b = &wbody;
         cpu_body(E, "_wbody", TK_BODY_WIDE);
         *E = init;
+    }
+    if (km) {
         E->pre = &mpre;
         E->b = &mbody;
         cpu_body(E, "_mbody", TK_BODY_MID);
@@ -550,11 +595,14 @@ void cpu_kernel(emitter *E) {
     E->b = &nbody;
     cpu_body(E, "_body", TK_BODY_NARROW);
     E->b = out;
-    if (wide) {   /* GNU C vectors: only where TK_VXW (TK_VXH) */
+    if (kw) {   /* GNU C vectors: only where TK_VXW (TK_VXH) */
         tk_buf_puts(out, "#if TK_VXW\n");
         buf_move(out, &wpre);
         buf_move(out, &wbody);
-        tk_buf_puts(out, "#endif\n#if TK_VXH\n");
+        tk_buf_puts(out, "#endif\n");
+    }
+    if (km) {
+        tk_buf_puts(out, "#if TK_VXH\n");
         buf_move(out, &mpre);
         buf_move(out, &mbody);
         tk_buf_puts(out, "#endif\n");
@@ -565,7 +613,7 @@ void cpu_kernel(emitter *E) {
     free(mbody.p);
     buf_move(out, &nbody);
     E->indent = 0;
-    if (!wide) {
+    if (!kw && !km) {
         tk_buf_printf(E->b, "%svoid %s%s%s;\n", clones, name, sfx, E->tg->params);
         tk_buf_printf(E->b, "%svoid %s%s%s {\n", clones, name, sfx, E->tg->params);
         E->indent = 1;
@@ -578,6 +626,10 @@ void cpu_kernel(emitter *E) {
      * with the strides as variables (no unit-stride copy of it: AVX2 and
      * AVX-512 CPUs run the others then), strided calls and CPUs without
      * AVX2 */
+    if (!any) {   /* one CPU: no run-time choice (TK_NO_CLONES) */
+        static_entry(E, kw, km);
+        return;
+    }
     line(E, "#if TK_WIDE_DISPATCH");
     line(E, "static TK_WIDE_TARGET void %s_wide%s {", name, E->tg->params);
     E->indent = 1;
@@ -617,36 +669,6 @@ void cpu_kernel(emitter *E) {
     E->indent = 0;
     line(E, "}");
     line(E, "#else");
-    line(E, "void %s%s;", name, E->tg->params);
-    line(E, "void %s%s {", name, E->tg->params);
-    E->indent = 1;
-    each_strided(E, stride_load, 0);
-    line(E, "#if defined(TK_WIDE_STATIC) || TK_VXH");
-    test = unit_stride_test(E, NULL);
-    if (test) tk_buf_puts(E->b, " {\n");
-    else line(E, "{");
-    E->indent++;
-    line(E, "#if defined(TK_WIDE_STATIC)");
-    line(E, "if (tk_env_narrow() == 0) {");
-    E->indent++;
-    body_call(E, "_wbody", 1);
-    line(E, "return;");
-    E->indent--;
-    line(E, "}");
-    line(E, "#endif");
-    line(E, "#if TK_VXH");
-    line(E, "if (tk_env_narrow() < 2) {");
-    E->indent++;
-    body_call(E, "_mbody", 1);
-    line(E, "return;");
-    E->indent--;
-    line(E, "}");
-    line(E, "#endif");
-    E->indent--;
-    line(E, "}");
-    line(E, "#endif");
-    body_call(E, "_body", 0);
-    E->indent = 0;
-    line(E, "}");
+    static_entry(E, 1, 1);
     line(E, "#endif");
 }

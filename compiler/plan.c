@@ -138,6 +138,8 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     P->plain = (flags & TK_EMIT_PLAIN) != 0;
     P->row_loop = op->row_loop;
     P->checked = (flags & TK_EMIT_CHECKED) != 0 || op->checked;
+    P->cpu = flags & TK_EMIT_CPU_AVX512 ? TK_CPU_AVX512 : flags & TK_EMIT_CPU_AVX2 ? TK_CPU_AVX2
+           : flags & TK_EMIT_CPU_BASE ? TK_CPU_BASE : TK_CPU_ANY;
     if (target == TK_TARGET_CUDA)   /* the caller's items, else the spec's schedule line, else the defaults */
         for (int k = 0; k < TK_SCHED_KEYS; k++) {
             int mine = sched ? sched->v[k] : 0;
@@ -159,6 +161,11 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
             P->wide = !P->row_loop && P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
             if (P->wide) plan_cpu_body(P, TK_BODY_MID, &scratch);
         }
+        /* one CPU: the bodies it compiles (tk_kernel.h: TK_VXW with
+         * AVX-512, TK_VXH with AVX2 and FMA but not AVX-512) */
+        P->kept[TK_BODY_NARROW] = 1;
+        P->kept[TK_BODY_WIDE] = P->wide && (P->cpu == TK_CPU_ANY || P->cpu == TK_CPU_AVX512);
+        P->kept[TK_BODY_MID] = P->wide && (P->cpu == TK_CPU_ANY || P->cpu == TK_CPU_AVX2);
     }
     int printed = scratch.len != 0;
     free(scratch.p);
@@ -397,11 +404,16 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
                                                      "wide (512-bit vectors, unit strides)",
                                                      "mid (256-bit vectors, unit strides)"};
         static const int order[TK_NBODIES] = {TK_BODY_WIDE, TK_BODY_MID, TK_BODY_NARROW};
+        static const char *const cpus[] = {"", "x86-64 without AVX2, or another architecture", "AVX2 and FMA",
+                                           "AVX-512"};
+        if (P->cpu != TK_CPU_ANY)
+            tk_buf_printf(b, "  compiled for the running CPU alone (%s, -march=native): the bodies it runs\n",
+                          cpus[P->cpu]);
         if (!P->plain && !P->wide)
             tk_buf_puts(b, "  no explicit-vector bodies: the narrow body serves every CPU\n");
         for (int k = 0; k < TK_NBODIES; k++) {
             int w = order[k];
-            if (w != TK_BODY_NARROW && !P->wide) continue;
+            if (!P->kept[w]) continue;
             tk_buf_printf(b, "  body %s:\n", names[w]);
             body_text(b, P, &P->body[w], 0);
         }

@@ -21,6 +21,9 @@
  * instruction set and strided calls), the wide one (512-bit explicit
  * vectors) and the mid one (256-bit). A CUDA kernel has one, [0]. */
 enum { TK_BODY_NARROW, TK_BODY_WIDE, TK_BODY_MID, TK_NBODIES };
+/* the CPUs a CPU kernel is compiled for (tk.h, TK_EMIT_CPU_*): every one
+ * (target clones, the run-time choice), or the running one alone */
+enum { TK_CPU_ANY, TK_CPU_BASE, TK_CPU_AVX2, TK_CPU_AVX512 };
 
 /* Stores of a row loop whose bounds the plan records; later ones have
  * every index checked. */
@@ -114,6 +117,9 @@ typedef struct tk_plan {
     int sched_from[TK_SCHED_KEYS];      /* 0 default, 1 the spec's schedule line, 2 the caller's (TK_CUDA_TUNE) */
     tk_body_plan body[TK_NBODIES];
     int wide;                           /* CPU: the wide and mid bodies exist (explicit-vector loops) */
+    int cpu;                            /* CPU: TK_CPU_ANY, or the one CPU the kernel is compiled for */
+    unsigned char kept[TK_NBODIES];     /* CPU: the bodies the kernel's file carries (all that exist for
+                                         * TK_CPU_ANY; else those that CPU runs) */
     int per_thread;                     /* CUDA: elements of the index space a thread computes */
     int row_loop;                       /* a row loop (`for b, _, c in y`): the plain form, one iteration
                                          * (its sequential loops over the '_' dims) a thread or a CPU index;

@@ -316,6 +316,16 @@ tk_status tk_emit(tk_ctx *ctx, const tk_op *op, tk_target target, char **out);
  * *kargs.err and skipped (a read gives 0), and the caller reports it
  * (tk_run_cpu; tk_kerr_message). The plain form, under the usual names. */
 #define TK_EMIT_CHECKED 2u
+/* TK_EMIT_CPU_BASE, TK_EMIT_CPU_AVX2, TK_EMIT_CPU_AVX512 (one at most): CPU
+ * kernels compiled for the running CPU alone (-march=native -DTK_NO_CLONES,
+ * runtime/cc.c), which has no AVX2, AVX2 and FMA, or AVX-512F: the file
+ * carries only the bodies such a CPU runs (the narrow one; the 256-bit one
+ * with AVX2; the 512-bit one with AVX-512), and the narrow body's tiles are
+ * sized for its registers. No flag: every body, for libtk's built-in
+ * kernels (target clones and the run-time choice). */
+#define TK_EMIT_CPU_BASE 4u
+#define TK_EMIT_CPU_AVX2 8u
+#define TK_EMIT_CPU_AVX512 16u
 tk_status tk_emit_ex(tk_ctx *ctx, const tk_op *op, tk_target target, unsigned flags, char **out);
 /* Generates one variant only. */
 tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,

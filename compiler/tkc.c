@@ -1,12 +1,15 @@
 /* tkc.c - the tk spec compiler's command line.
  *
  *   tkc check SPEC...               parse and check; print each op's schema
- *   tkc emit-c [--plain|--checked] SPEC    print the C source of every op in SPEC
+ *   tkc emit-c [--plain|--checked] [--dtype CODE] [--cpu base|avx2|avx512] SPEC
+ *                                   print the C source of every op in SPEC
+ *                                   (--dtype: one variant; --cpu: as compiled
+ *                                   for one CPU at run time, TK_EMIT_CPU_*)
  *   tkc emit-cuda [--plain|--checked] SPEC print the CUDA C source (--plain: without
  *                                   tiles, windows, hoisting or unrolling;
  *                                   --checked: checked kernels, every index
  *                                   compared to its dim's size, docs/spec.md)
- *   tkc plan [--target cpu|cuda] [--dtype CODE] [--plain] [--checked] SPEC...
+ *   tkc plan [--target cpu|cuda] [--dtype CODE] [--cpu base|avx2|avx512] [--plain] [--checked] SPEC...
  *                                   print what the planner decided for each
  *                                   kernel: tiles, lanes, copies, split
  *                                   reductions, chunks, a thread's elements
@@ -119,12 +122,21 @@ static int load_all(tk_ctx *ctx, int n, char **paths, char **texts) {
 
 /* Writes the source of every op; emu: CUDA kernels become static functions
  * (the same names as the CPU kernels they are tested against). */
-static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, int emu, FILE *out) {
+static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, int emu, const char *dtype, FILE *out) {
     static const char head[] = "extern \"C\" __global__ ";
     for (int i = 0; i < tk_op_count(ctx); i++) {
         char *src;
         const tk_op *op = tk_op_at(ctx, i);
-        if (tk_emit_scheduled(ctx, op, 0, tk_op_nvariants(op), target, flags, &g_sched, &src, NULL) != TK_OK) {
+        int first = 0, last = tk_op_nvariants(op);
+        if (dtype) {   /* the variant coded dtype alone */
+            while (first < last && strcmp(tk_op_variant_code(op, first), dtype) != 0) first++;
+            if (first == last) {
+                fprintf(stderr, "tkc: op %s has no variant %s\n", tk_op_name(op), dtype);
+                return 1;
+            }
+            last = first + 1;
+        }
+        if (tk_emit_scheduled(ctx, op, first, last, target, flags, &g_sched, &src, NULL) != TK_OK) {
             fprintf(stderr, "%s\n", tk_ctx_error(ctx));
             return 1;
         }
@@ -242,7 +254,7 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
                 fprintf(out, "void %s%s(const tk_kargs *a, tk_i64 begin, tk_i64 end);\n",
                         tk_op_kernel_name(tk_op_at(ctx, i), v), kernel_suffix(flags, 0));
     } else {
-        rc = emit_all(ctx, emu ? TK_TARGET_CUDA : TK_TARGET_C, flags, emu, out);
+        rc = emit_all(ctx, emu ? TK_TARGET_CUDA : TK_TARGET_C, flags, emu, NULL, out);
     }
     if (rc) return rc;
     if (emu) {   /* each kernel behind the CPU kernel type: a launch of the whole index space */
@@ -304,10 +316,17 @@ static int plan_all(tk_ctx *ctx, tk_target target, unsigned flags, const char *d
 }
 
 static int usage(void) {
-    fputs("usage: tkc check SPEC... | emit-c [--plain|--checked] SPEC... | emit-cuda [--plain|--checked] SPEC... |\n"
-          "       plan [--target cpu|cuda] [--dtype CODE] [--plain] [--checked] SPEC... |\n"
+    fputs("usage: tkc check SPEC... | emit-c [--plain|--checked] [--dtype CODE] [--cpu base|avx2|avx512] SPEC... |\n"
+          "       emit-cuda [--plain|--checked] [--dtype CODE] SPEC... |\n"
+          "       plan [--target cpu|cuda] [--dtype CODE] [--cpu base|avx2|avx512] [--plain] [--checked] SPEC... |\n"
           "       gen-builtin [--plain | --cuda-emu] [--table NAME] [--parts N] -o OUT SPEC...\n", stderr);
     return 2;
+}
+
+/* The emission flag of `--cpu NAME` (tk.h, TK_EMIT_CPU_*); 0 if unknown. */
+static unsigned cpu_flag(const char *name) {
+    return !strcmp(name, "base") ? TK_EMIT_CPU_BASE : !strcmp(name, "avx2") ? TK_EMIT_CPU_AVX2
+         : !strcmp(name, "avx512") ? TK_EMIT_CPU_AVX512 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -332,6 +351,8 @@ int main(int argc, char **argv) {
                 else if (strcmp(tg, "cuda") == 0) target = TK_TARGET_CUDA;
                 else return usage();
             } else if (strcmp(argv[first], "--dtype") == 0 && first + 1 < argc) dtype = argv[++first];
+            else if (strcmp(argv[first], "--cpu") == 0 && first + 1 < argc && cpu_flag(argv[first + 1]))
+                flags |= cpu_flag(argv[++first]);
             else return usage();
         }
         if (first >= argc) return usage();
@@ -351,9 +372,17 @@ int main(int argc, char **argv) {
         if (!outpath || first >= argc || (emu && (flags || nparts))) return usage();
     } else if (strcmp(cmd, "check") && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda")) {
         return usage();
-    } else if (strcmp(cmd, "check") && (strcmp(argv[first], "--plain") == 0 || strcmp(argv[first], "--checked") == 0)) {
-        flags |= strcmp(argv[first], "--plain") == 0 ? TK_EMIT_PLAIN : TK_EMIT_CHECKED;
-        if (++first >= argc) return usage();
+    } else if (strcmp(cmd, "check")) {   /* emit-c, emit-cuda */
+        for (; first < argc && argv[first][0] == '-'; first++) {
+            if (strcmp(argv[first], "--plain") == 0) flags |= TK_EMIT_PLAIN;
+            else if (strcmp(argv[first], "--checked") == 0) flags |= TK_EMIT_CHECKED;
+            else if (strcmp(argv[first], "--dtype") == 0 && first + 1 < argc) dtype = argv[++first];
+            else if (strcmp(argv[first], "--cpu") == 0 && first + 1 < argc && cpu_flag(argv[first + 1]) &&
+                     strcmp(cmd, "emit-c") == 0)
+                flags |= cpu_flag(argv[++first]);
+            else return usage();
+        }
+        if (first >= argc) return usage();
     }
     int n = argc - first;
     tk_ctx *ctx = tk_ctx_new();
@@ -382,7 +411,7 @@ int main(int argc, char **argv) {
                 rc = finish_new(out, tmp, outpath, rc);
             }
         } else {
-            rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, flags, 0, stdout);
+            rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, flags, 0, dtype, stdout);
         }
     }
     for (int i = 0; i < n; i++) free(texts[i]);

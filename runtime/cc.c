@@ -289,12 +289,26 @@ static void remove_build_dir(const char *dir, const char *hex) {
 
 /* ---- the compile ---------------------------------------------------------------- */
 
-/* The C of every variant of ops[0..nops), malloc'd; NULL and msg on error. */
-static char *emit_all(tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_t n) {
+/* TK_EMIT_CPU_* for kernels compiled with -march=native on this CPU: the
+ * bodies such a compile keeps (tk_kernel.h: TK_VXW with AVX-512F, TK_VXH
+ * with AVX2 and FMA). 0 (every body) without the native flags. */
+unsigned tk_cc_emit_flags(const tk_cc *cc) {
+    if (!cc) return 0;
+    if (!cc->cpu[0]) return 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx512f")) return TK_EMIT_CPU_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return TK_EMIT_CPU_AVX2;
+#endif
+    return TK_EMIT_CPU_BASE;
+}
+
+/* The C of every variant of ops[0..nops) as cc compiles it, malloc'd; NULL
+ * and msg on error. */
+static char *emit_all(const tk_cc *cc, tk_ctx *ctx, tk_op *const *ops, int nops, char *msg, size_t n) {
     tk_buf b = {0};
     for (int i = 0; i < nops; i++) {
         char *src = NULL;
-        if (tk_emit(ctx, ops[i], TK_TARGET_C, &src) != TK_OK) {
+        if (tk_emit_ex(ctx, ops[i], TK_TARGET_C, tk_cc_emit_flags(cc), &src) != TK_OK) {
             tk_put(msg, n, "tk: generating C for %s failed: %s", tk_op_name(ops[i]), tk_ctx_error(ctx));
             free(b.p);
             return NULL;
@@ -464,7 +478,7 @@ tk_status tk_cc_compile(tk_cc *cc, tk_ctx *ctx, tk_op *const *ops, int nops, cha
     char what[512];
     op_names(ops, nops, what, sizeof what);
     if (!identity(cc, msg, msglen)) return TK_ERR_NOTFOUND;
-    char *src = emit_all(ctx, ops, nops, msg, msglen);
+    char *src = emit_all(cc, ctx, ops, nops, msg, msglen);
     if (!src) return TK_ERR_COMPILE;
     kernel_set set = {ops, nops, -1};
     tk_status st = compile_source(cc, src, what, &set, msg, msglen);
@@ -487,7 +501,8 @@ tk_status tk_cc_compile_variant(tk_cc *cc, tk_ctx *ctx, tk_op *op, int variant, 
     if (msg && msglen) msg[0] = 0;
     if (!cc || !ctx || !op || variant < 0 || variant >= tk_op_nvariants(op)) return TK_ERR_INVALID;
     char *src = NULL;
-    if (tk_emit_variant(ctx, op, variant, TK_TARGET_C, &src) != TK_OK) {
+    if (tk_emit_scheduled(ctx, op, variant, variant + 1, TK_TARGET_C, tk_cc_emit_flags(cc), NULL, &src, NULL) !=
+        TK_OK) {
         tk_put(msg, msglen, "tk: generating C for %s (%s) failed: %s", tk_op_name(op),
                tk_op_variant_code(op, variant), tk_ctx_error(ctx));
         return TK_ERR_COMPILE;

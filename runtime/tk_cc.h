@@ -91,8 +91,14 @@ tk_status tk_cc_compile(tk_cc *cc, tk_ctx *ctx, tk_op *const *ops, int nops, cha
  * variant: "tk: compiling the CPU kernels of axpy (f32) failed ...". */
 tk_status tk_cc_compile_variant(tk_cc *cc, tk_ctx *ctx, tk_op *op, int variant, char *msg, size_t msglen);
 
+/* The tk_emit_ex flags of the C that cc compiles: TK_EMIT_CPU_* for the
+ * running CPU when kernels are compiled for it alone (-march=native; the
+ * file then carries only the bodies this CPU runs), else 0. */
+unsigned tk_cc_emit_flags(const tk_cc *cc);
+
 /* tk_cc_compile_variant from a source the caller emitted with
- * tk_emit_variant(ctx, op2, variant, TK_TARGET_C, &src): for callers that
+ * tk_emit_scheduled(ctx, op2, variant, variant + 1, TK_TARGET_C,
+ * tk_cc_emit_flags(cc), NULL, &src, NULL): for callers that
  * emit under a lock of their own and compile outside it. The kernel is
  * attached to op, which may be another context's copy of op2 (same spec
  * text: same kernel names). Thread-safe for different ops or variants; the

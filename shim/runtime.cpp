@@ -245,11 +245,13 @@ LazyOp* lazy_op(Runtime& rt, const tk_op* op) {
 
 // The C of one variant of lazy's op, malloc'd; throws with the emitter's
 // message (a bug in tk: the spec was checked when it was registered).
-char* emit_variant(LazyOp& lazy, int variant) {
+char* emit_variant(LazyOp& lazy, int variant, const tk_cc* cc) {
   std::lock_guard<std::mutex> lock(lazy.spec->emit_mutex);
   tk_ctx* ctx = lazy.spec->ctx.get();
   char* src = nullptr;
-  TORCH_CHECK(tk_emit_variant(ctx, lazy.source, variant, TK_TARGET_C, &src) == TK_OK, "tk: generating C for ",
+  TORCH_CHECK(tk_emit_scheduled(ctx, lazy.source, variant, variant + 1, TK_TARGET_C, tk_cc_emit_flags(cc), nullptr, &src,
+                                nullptr) == TK_OK,
+              "tk: generating C for ",
               tk_op_name(lazy.op), " (", tk_op_variant_code(lazy.op, variant), ") failed: ", tk_ctx_error(ctx));
   return src;
 }
@@ -263,7 +265,7 @@ void ensure_cpu_kernel(const tk_op* op, int variant) {
   Variant& v = lazy->variants[variant];
   std::lock_guard<std::mutex> lock(v.mutex);
   if (tk_op_cpu_kernel(op, variant) != nullptr) return;  // another thread's first call compiled it meanwhile
-  std::unique_ptr<char, void (*)(void*)> src(emit_variant(*lazy, variant), &std::free);
+  std::unique_ptr<char, void (*)(void*)> src(emit_variant(*lazy, variant, rt.cc), &std::free);
   std::string buf(32768, '\0');
   const tk_status st = tk_cc_compile_variant_source(rt.cc, lazy->op, variant, src.get(), &buf[0], buf.size());
   if (st != TK_OK) {
