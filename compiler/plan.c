@@ -161,6 +161,9 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
             P->wide = !P->row_loop && P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
             if (P->wide) plan_cpu_body(P, TK_BODY_MID, &scratch);
         }
+        /* beside vector bodies the narrow one runs as x86-64-v3 or baseline
+         * code only: planned again for that (lane_plan's rows) */
+        if (P->wide && P->cpu == TK_CPU_ANY) plan_cpu_body(P, TK_BODY_NARROW, &scratch);
         /* one CPU: the bodies it compiles (tk_kernel.h: TK_VXW with
          * AVX-512, TK_VXH with AVX2 and FMA but not AVX-512) */
         P->kept[TK_BODY_NARROW] = 1;

@@ -248,13 +248,18 @@ int lane_plan(emitter *E) {
         vec /= 2;
         gmax = 4;
     }
-    /* the narrow body compiled for an AVX2 CPU alone (a run-time spec): a
-     * lane tile is 2 ymm registers, so 4 rows keep 8 of the 16 in use. The
-     * rwkv copy (f32, B=8 C=768 T=768, k strided, 2 threads): 8 rows 69 ms
-     * and a 5.5 s first call; 4 rows 47 ms and 3.8 s; 2 rows 53-65 ms, 6 rows
-     * 64 ms (bench/results/2026-12-05-cpu-compile-time-3.txt). Built-in
-     * kernels (every CPU, target clones) keep 8. */
-    if (!E->tg->gpu && E->wide == 0 && E->plan->cpu == TK_CPU_AVX2) gmax = 4;
+    /* the narrow body where it runs as AVX2 code: compiled for an AVX2 CPU
+     * alone (a run-time spec), or beside vector bodies (then it is compiled
+     * for x86-64-v3 and baseline only, TK_NARROW_CLONES). A lane tile is 2
+     * ymm registers, so 4 rows keep 8 of the 16 in use. The rwkv copy (f32,
+     * B=8 C=768 T=768, k strided, 2 threads): 8 rows 69 ms and a 5.5 s first
+     * call; 4 rows 47 ms and 3.8 s; 2 rows 53-65 ms, 6 rows 64 ms
+     * (bench/results/2026-12-05-cpu-compile-time-3.txt). Kernels whose
+     * narrow body is also compiled for AVX-512 (target clones without
+     * vector bodies; -march=native there) keep 8: 8 zmm registers. */
+    if (!E->tg->gpu && E->wide == 0 &&
+        (E->plan->cpu == TK_CPU_AVX2 || (E->plan->cpu == TK_CPU_ANY && E->plan->wide)))
+        gmax = 4;
     if (E->gdim != d->nloop - 1) {
         E->ngroup = nacc >= gmax ? 1 : gmax / nacc;
         /* group copies vary the group variable: the bounds must still fit */

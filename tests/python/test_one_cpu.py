@@ -72,8 +72,9 @@ def test_one_cpu_files_are_smaller(tkc):
 
 
 def test_narrow_tiles_for_avx2_registers(tkc):
-    """The narrow body of rwkv_forward: 8 rows for every CPU, 4 for an AVX2
-    one (2 ymm registers a row's 16 lanes)."""
+    """The narrow body of rwkv_forward, which runs as AVX2 or older code
+    (beside vector bodies, or for an AVX2 CPU): 4 rows (a row's 16 lanes are
+    2 ymm registers); compiled for an AVX-512 CPU, 8."""
     spec = os.path.join(ROOT, "ops", "rwkv_forward.tk")
 
     def narrow(*args):
@@ -83,13 +84,34 @@ def test_narrow_tiles_for_avx2_registers(tkc):
         return first, first.split("body narrow")[1].splitlines()[1]
 
     text, line = narrow()
-    assert "x 8 rows along b" in line, line
+    assert "x 4 rows along b" in line, line
     text, line = narrow("--cpu", "avx2")
     assert "x 4 rows along b" in line, line
     assert "compiled for the running CPU alone (AVX2 and FMA" in text
     assert "body mid" in text and "body wide" not in text
     text, line = narrow("--cpu", "avx512")
     assert "x 8 rows along b" in line and "body wide" in text and "body mid" not in text
+
+
+def test_narrow_rows_follow_the_code_it_runs_as(tkc):
+    """Every spec's CPU plans: the narrow body of a kernel with vector bodies
+    (x86-64-v3 and baseline clones only) takes at most 4 group rows; one
+    without them (also an x86-64-v4 clone) up to 8, as before."""
+    seen = set()
+    for spec in SPECS:
+        r = subprocess.run([tkc, "plan", spec], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        for plan in r.stdout.split("\nplan ")[0:]:
+            if "body narrow" not in plan:
+                continue
+            m = re.search(r"x (\d+) rows along", plan.split("body narrow")[1].splitlines()[1])
+            if not m:
+                continue
+            vector = "no explicit-vector bodies" not in plan
+            rows = int(m.group(1))
+            assert rows <= (4 if vector else 8), (spec, plan[:200])
+            seen.add((vector, rows))
+    assert (True, 4) in seen and (False, 8) in seen, seen
 
 
 def test_usage_errors(tkc):
