@@ -522,6 +522,19 @@ static void buf_move(tk_buf *to, tk_buf *from) {
     memset(from, 0, sizeof *from);
 }
 
+/* `#if guard`: if (cond) the body of suffix sfx with unit strides, and
+ * return. */
+static void guarded_call(emitter *E, const char *guard, const char *cond, const char *sfx) {
+    line(E, "#if %s", guard);
+    line(E, "if (%s) {", cond);
+    E->indent++;
+    body_call(E, sfx, 1);
+    line(E, "return;");
+    E->indent--;
+    line(E, "}");
+    line(E, "#endif");
+}
+
 /* The entry without the run-time choice (TK_NO_CLONES, or no target
  * clones): the wide body where the compiler targets AVX-512 (kw), the mid
  * one where it targets AVX2 (km), for unit strides; else the narrow body. */
@@ -536,26 +549,8 @@ static void static_entry(emitter *E, int kw, int km) {
     if (test) tk_buf_puts(E->b, " {\n");
     else line(E, "{");
     E->indent++;
-    if (kw) {
-        line(E, "#if defined(TK_WIDE_STATIC)");
-        line(E, "if (tk_env_narrow() == 0) {");
-        E->indent++;
-        body_call(E, "_wbody", 1);
-        line(E, "return;");
-        E->indent--;
-        line(E, "}");
-        line(E, "#endif");
-    }
-    if (km) {
-        line(E, "#if TK_VXH");
-        line(E, "if (tk_env_narrow() < 2) {");
-        E->indent++;
-        body_call(E, "_mbody", 1);
-        line(E, "return;");
-        E->indent--;
-        line(E, "}");
-        line(E, "#endif");
-    }
+    if (kw) guarded_call(E, "defined(TK_WIDE_STATIC)", "tk_env_narrow() == 0", "_wbody");
+    if (km) guarded_call(E, "TK_VXH", "tk_env_narrow() < 2", "_mbody");
     E->indent--;
     line(E, "}");
     line(E, "#endif");
