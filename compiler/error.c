@@ -36,6 +36,11 @@ tk_status tk_error_set(tk_error *e, tk_status st, const char *file, tk_loc loc, 
     return st;
 }
 
+void tk_error_from_message(tk_error *e, int status, const char *message) {
+    tk_error_clear(e);
+    tk_error_set(e, (tk_status)status, NULL, (tk_loc){0, 0}, "%s", message ? message : "");
+}
+
 void tk_error_append(tk_error *e, const char *fmt, ...) {
     if (!e) return;
     size_t n = strlen(e->message);

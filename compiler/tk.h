@@ -127,6 +127,10 @@ typedef struct tk_error {
 
 /* The context's last error; status TK_OK (and "" texts) if none. */
 const tk_error *tk_ctx_last_error(const tk_ctx *ctx);
+/* Fills *e with an error about no place in a spec: status and message (the
+ * text is the message alone). For a host that reports its own failures in
+ * the same type (the PyTorch shim does). A NULL e is ignored. */
+void tk_error_from_message(tk_error *e, int status, const char *message);
 
 /* Parses and checks a spec file and adds its ops to ctx. On error nothing
  * is added and the message reads "file:line:col: error: ...". */

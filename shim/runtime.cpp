@@ -281,16 +281,6 @@ void ensure_cpu_kernel(const tk_op* op, int variant) {
 
 }  // namespace tk_shim
 
-namespace {
-// err as the error `message` with no place in a spec.
-void error_without_place(tk_error* err, int status, const std::string& message) {
-  *err = tk_error{};
-  err->status = status;
-  snprintf(err->message, sizeof err->message, "%s", message.c_str());
-  snprintf(err->text, sizeof err->text, "%s", message.c_str());
-}
-}  // namespace
-
 // For torch_tk.kernel / torch_tk.load (ctypes, python/torch_tk/_capi.py):
 // registers every op of the spec `text` (named `file` in messages) as
 // torch.ops.tk.<name>. checked: 1 checked kernels (docs/spec.md, Bounds),
@@ -311,9 +301,9 @@ extern "C" __attribute__((visibility("default"))) int tk_shim_register(const cha
     if (f.error.status != TK_OK)
       error = f.error;
     else
-      error_without_place(&error, f.status, f.message);
+      tk_error_from_message(&error, f.status, f.message.c_str());
   } catch (const std::exception& e) {
-    error_without_place(&error, TK_ERR_INVALID, e.what());
+    tk_error_from_message(&error, TK_ERR_INVALID, e.what());
   }
   if (out != nullptr && outlen > 0) snprintf(out, outlen, "%s", error.status == TK_OK ? names.c_str() : "");
   if (err != nullptr) *err = error;

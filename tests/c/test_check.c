@@ -391,8 +391,23 @@ static int error_fields_ok(const tk_ctx *ctx, int st) {
     return ok;
 }
 
+/* tk_error_from_message: no place, the text is the message; a previous
+ * error's place does not survive. */
+static void test_error_from_message(void) {
+    tk_error e;
+    memset(&e, 0x55, sizeof e);
+    e.file[sizeof e.file - 1] = 0;
+    tk_error_from_message(&e, TK_ERR_NOTFOUND, "tk: no C compiler");
+    CHECK(e.status == TK_ERR_NOTFOUND && e.line == 0 && e.col == 0 && e.file[0] == 0);
+    CHECK(strcmp(e.message, "tk: no C compiler") == 0 && strcmp(e.text, e.message) == 0);
+    tk_error_from_message(&e, TK_ERR_INVALID, NULL);
+    CHECK(e.status == TK_ERR_INVALID && e.message[0] == 0 && e.text[0] == 0);
+    tk_error_from_message(NULL, TK_ERR_INVALID, "ignored");   /* no crash */
+}
+
 int main(void) {
     test_output_written();
+    test_error_from_message();
     CHECK(tk_ctx_last_error(NULL)->status == TK_ERR_INVALID);
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
         tk_ctx *ctx = tk_ctx_new();
