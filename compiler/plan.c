@@ -151,19 +151,18 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     if (target == TK_TARGET_CUDA) {
         plan_cuda(P, &scratch);
     } else {
-        plan_cpu_body(P, TK_BODY_NARROW, &scratch);
-        /* row loops vectorise only without run-time checks (checked stores
-         * are conditional, and record the first failure atomically) */
-        if (!P->checked && !bounds_any_check(P)) plan_rows(P);
         if (!P->plain && !P->checked) {
             plan_cpu_body(P, TK_BODY_WIDE, &scratch);
             /* the explicit-vector bodies exist where the wide one tiles on them */
             P->wide = !P->row_loop && P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
             if (P->wide) plan_cpu_body(P, TK_BODY_MID, &scratch);
         }
-        /* beside vector bodies the narrow one runs as x86-64-v3 or baseline
-         * code only: planned again for that (lane_plan's rows) */
-        if (P->wide && P->cpu == TK_CPU_ANY) plan_cpu_body(P, TK_BODY_NARROW, &scratch);
+        /* after them: beside vector bodies the narrow one runs as x86-64-v3
+         * or baseline code only (lane_plan's rows read P->wide) */
+        plan_cpu_body(P, TK_BODY_NARROW, &scratch);
+        /* row loops vectorise only without run-time checks (checked stores
+         * are conditional, and record the first failure atomically) */
+        if (!P->checked && !bounds_any_check(P)) plan_rows(P);
         /* one CPU: the bodies it compiles (tk_kernel.h: TK_VXW with
          * AVX-512, TK_VXH with AVX2 and FMA but not AVX-512) */
         P->kept[TK_BODY_NARROW] = 1;

@@ -101,7 +101,7 @@ def test_narrow_rows_follow_the_code_it_runs_as(tkc):
     for spec in SPECS:
         r = subprocess.run([tkc, "plan", spec], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
-        for plan in r.stdout.split("\nplan ")[0:]:
+        for plan in r.stdout.split("\nplan "):
             if "body narrow" not in plan:
                 continue
             m = re.search(r"x (\d+) rows along", plan.split("body narrow")[1].splitlines()[1])
