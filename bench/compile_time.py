@@ -24,7 +24,8 @@ command, to tell the compiler's share from tk's.
 --speed then times the rwkv copy itself in a new process (its kernel from
 the cache): float32, B=8 C=768 T=768, median of 7 calls, contiguous (the
 vector body on AVX2 / AVX-512 CPUs) and with k strided (every other element
-along t: the narrow body).
+along t: the narrow body); and contiguous with B=3, whose rows are not in
+groups of 4: the vector functions of single rows (skewed lane blocks).
 
     PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 bench/compile_time.py [--cc-time] [--speed]
 """
@@ -104,7 +105,9 @@ def median_ms(*args):
         op(*args)
         times.append(time.perf_counter() - t0)
     return sorted(times)[3] * 1e3
-print(json.dumps({"contiguous_ms": median_ms(w, k, 0.25), "k_strided_ms": median_ms(w, ks, 0.25)}))
+k3 = torch.randn(3, C, T, generator=g)
+print(json.dumps({"contiguous_ms": median_ms(w, k, 0.25), "k_strided_ms": median_ms(w, ks, 0.25),
+                  "b3_contiguous_ms": median_ms(w, k3, 0.25)}))
 """
 
 
@@ -198,7 +201,8 @@ def main() -> None:
               f"{r['files']:>5}  {lines}")
     if args.speed:
         print(f"rwkv copy, f32 B=8 C=768 T=768, median of 7 ({torch_threads()} threads): "
-              f"contiguous {speed['contiguous_ms']:.1f} ms, k strided {speed['k_strided_ms']:.1f} ms")
+              f"contiguous {speed['contiguous_ms']:.1f} ms, k strided {speed['k_strided_ms']:.1f} ms; "
+              f"B=3 contiguous {speed['b3_contiguous_ms']:.1f} ms")
         results["rwkv speed"] = speed
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

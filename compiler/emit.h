@@ -61,12 +61,17 @@ typedef struct emitter {
     const char *mask;               /* assignments take effect only where this holds */
     int lane_fix;                   /* >= 0: lane index printed instead of tk_j (vector addresses) */
     const char *vmask;              /* explicit vectors: the lane mask of this copy, NULL: all lanes */
-    const tk_expr *vload[16];       /* explicit vectors: reads loaded once per lane block ... */
-    int vload_r[16];                /* ... of this lane block, as tk_ld<i> */
+    const tk_expr *vload[16];       /* explicit vectors: reads loaded once for the group rows, tk_ld<i> */
     int nvload;
-    const tk_expr *row[32];         /* explicit vectors: broadcast reads through a row pointer ... */
-    int row_copy[32];               /* ... of this copy, tk_rp<i> (unit last-dim stride) */
-    int nrow;
+    const tk_expr *row[32];         /* explicit vectors: broadcast reads through a row pointer tk_rp<i> */
+    int nrow;                       /* (unit last-dim stride; one per group row) */
+    /* explicit-vector functions (vx_loop): a tile's copies are loops over
+     * tk_g (group row) and tk_r (lane block), their values arrays indexed
+     * by them; loop variables and row pointers are printed with those
+     * indices */
+    int symc;
+    int vld_arr;                    /* hoisted loads are arrays tk_ld<i>[tk_r] (the loop over every copy) */
+    const unsigned char *vx_acc;    /* locals held per copy, x_<name>[copy] (the others: per-copy temporaries) */
     tk_buf *pre;                    /* functions emitted before the kernel's body (explicit-vector loops) */
     int nvx;                        /* explicit-vector loops outlined so far */
     unsigned char arr[TK_MAX_LOCALS];   /* local held per lane (an array) */

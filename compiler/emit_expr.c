@@ -75,11 +75,15 @@ static void loop_var(emitter *E, const char *name) {
         int off = E->rcopy * E->lanes;
         char j[16] = "tk_j";
         if (E->lane_fix >= 0) snprintf(j, sizeof j, "%d", E->lane_fix);
-        if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d - %s))", name, off + E->lanes - 1, j);
+        if (E->symc && E->nblocks > 1) {   /* lane block tk_r */
+            if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d * tk_r + %d - %s))", name, E->lanes, E->lanes - 1, j);
+            else tk_buf_printf(E->b, "(v_%s + (%d * tk_r + %s))", name, E->lanes, j);
+        } else if (E->lane_rev) tk_buf_printf(E->b, "(v_%s + (%d - %s))", name, off + E->lanes - 1, j);
         else if (off) tk_buf_printf(E->b, "(v_%s + (%d + %s))", name, off, j);
         else tk_buf_printf(E->b, "(v_%s + %s)", name, j);
     } else if (E->lanes && strcmp(name, d->loop_vars[E->gdim]) == 0) {
-        if (E->gcopy > 0) tk_buf_printf(E->b, "(v_%s + %d)", name, E->gcopy);
+        if (E->symc && E->ngroup > 1) tk_buf_printf(E->b, "(v_%s + tk_g)", name);
+        else if (E->gcopy > 0) tk_buf_printf(E->b, "(v_%s + %d)", name, E->gcopy);
         else tk_buf_printf(E->b, "v_%s", name);
     } else if (E->copy > 0 && strcmp(name, d->loop_vars[E->gdim]) == 0)
         tk_buf_printf(E->b, "(v_%s + %d)", name, E->copy);
@@ -203,7 +207,7 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         }
     int r = row_match(E, e);
     if (r >= 0) {   /* through the copy's row pointer: unit stride along the last dim */
-        tk_buf_printf(E->b, "%stk_rp%d[", pre, r);
+        tk_buf_printf(E->b, E->symc && E->ngroup > 1 ? "%stk_rp%d[tk_g][" : "%stk_rp%d[", pre, r);
         expr(E, e->args[e->nargs - 1], TK_V_INT);
         stride(E, p, e->nargs - 1);
         tk_buf_printf(E->b, "]%s", post);

@@ -16,7 +16,14 @@
  * loop: one vector register per accumulator of each copy, one load per
  * contiguous read shared by the copies, and the edges of lanes' ranges as
  * selects under a lane mask. Each lane still sums in the spec's order. The
- * omp simd form stays for other compilers and non-unit strides. */
+ * omp simd form stays for other compilers and non-unit strides.
+ *
+ * The tile's copies are printed once, as loops over the group rows (tk_g)
+ * and the lane blocks (tk_r) marked TK_UNROLL, with the per-copy values in
+ * arrays indexed by them (x_<local>[copy], row pointers tk_rp<i>[tk_g],
+ * loads tk_ld<i>[tk_r], lane ranges tk_lr[set]): the C compiler unrolls the
+ * loops whole and keeps the arrays in registers (scalar replacement), the
+ * same code as the copies written out, at a fraction of the text. */
 
 /* Whether e has the same value in every lane of a copy (it may differ
  * between group rows). */
@@ -166,10 +173,32 @@ static void vx_load(emitter *E, const tk_expr *e) {
     if (dir < 0) tk_buf_puts(E->b, ")");
 }
 
+/* Loop form: the index of the copy being printed, from tk_g and tk_r. */
+static void vx_copy_index(emitter *E) {
+    int G = E->ngroup, R = E->nblocks;
+    if (G > 1 && R > 1) tk_buf_printf(E->b, "tk_g * %d + tk_r", R);
+    else if (G > 1) tk_buf_puts(E->b, "tk_g");
+    else if (R > 1) tk_buf_puts(E->b, "tk_r");
+    else tk_buf_puts(E->b, "0");
+}
+
+/* The current copy's vector of local `name` (ref): x_<name>[copy] for the
+ * locals held per copy, x_<name> for the per-copy temporaries of the loop
+ * body. */
+static void vx_local(emitter *E, const char *name, int ref) {
+    if (E->vx_acc[ref]) {
+        tk_buf_printf(E->b, "x_%s[", name);
+        vx_copy_index(E);
+        tk_buf_puts(E->b, "]");
+    } else {
+        tk_buf_printf(E->b, "x_%s", name);
+    }
+}
+
 static void vx_expr(emitter *E, const tk_expr *e) {
     for (int i = 0; i < E->nvload; i++)
-        if (E->vload_r[i] == E->rcopy && expr_equal(E->vload[i], e)) {
-            tk_buf_printf(E->b, "tk_ld%d", i);
+        if (expr_equal(E->vload[i], e)) {
+            tk_buf_printf(E->b, E->vld_arr ? "tk_ld%d[tk_r]" : "tk_ld%d", i);
             return;
         }
     if (vx_uniform(E, e)) {
@@ -187,7 +216,7 @@ static void vx_expr(emitter *E, const tk_expr *e) {
     }
     switch (e->kind) {
     case TK_E_INDEX: vx_load(E, e); break;
-    case TK_E_NAME: tk_buf_printf(E->b, "x_%s_%d", e->name, E->copy); break;
+    case TK_E_NAME: vx_local(E, e->name, e->ref); break;
     case TK_E_UNARY:
         tk_buf_puts(E->b, e->op == TK_OPC_NEG ? "(-" : "(+");
         vx_expr(E, e->args[0]);
@@ -221,24 +250,32 @@ static void vx_value(emitter *E, const tk_expr *e) {
 static void vx_assign(emitter *E, const tk_stmt *a) {
     const char *S = vx_sfx(E);
     begin_line(E);
-    if (a->declares) {
-        tk_buf_printf(E->b, "tk_v%s x_%s_%d = ", S, a->name, E->copy);
+    if (a->declares && !E->vx_acc[a->ref]) {
+        tk_buf_printf(E->b, "tk_v%s ", S);
+        vx_local(E, a->name, a->ref);
+        tk_buf_puts(E->b, " = ");
         vx_value(E, a->value);
     } else if (!E->vmask && a->op == TK_OPC_NONE) {
-        tk_buf_printf(E->b, "x_%s_%d = ", a->name, E->copy);
+        vx_local(E, a->name, a->ref);
+        tk_buf_puts(E->b, " = ");
         vx_value(E, a->value);
     } else if (!E->vmask) {
-        tk_buf_printf(E->b, "x_%s_%d %s= ", a->name, E->copy, tk_opc_text(a->op));
+        vx_local(E, a->name, a->ref);
+        tk_buf_printf(E->b, " %s= ", tk_opc_text(a->op));
         vx_expr(E, a->value);
     } else {
-        tk_buf_printf(E->b, "x_%s_%d = tk_vsel_%s(%s, ", a->name, E->copy, S, E->vmask);
+        vx_local(E, a->name, a->ref);
+        tk_buf_printf(E->b, " = tk_vsel_%s(%s, ", S, E->vmask);
         if (a->op == TK_OPC_NONE) {
             vx_value(E, a->value);
         } else {
-            tk_buf_printf(E->b, "x_%s_%d %s ", a->name, E->copy, tk_opc_text(a->op));
+            vx_local(E, a->name, a->ref);
+            tk_buf_printf(E->b, " %s ", tk_opc_text(a->op));
             vx_expr(E, a->value);
         }
-        tk_buf_printf(E->b, ", x_%s_%d)", a->name, E->copy);
+        tk_buf_puts(E->b, ", ");
+        vx_local(E, a->name, a->ref);
+        tk_buf_puts(E->b, ")");
     }
     tk_buf_puts(E->b, ";\n");
 }
@@ -261,7 +298,7 @@ int expr_equal(const tk_expr *a, const tk_expr *b) {
 int row_match(const emitter *E, const tk_expr *e) {
     for (int i = 0; i < E->nrow; i++) {
         const tk_expr *r = E->row[i];
-        if (E->row_copy[i] != E->copy || r->ref != e->ref || r->nargs != e->nargs) continue;
+        if (r->ref != e->ref || r->nargs != e->nargs) continue;
         int same = 1;
         for (int k = 0; same && k < e->nargs - 1; k++) same = expr_equal(r->args[k], e->args[k]);
         if (same) return i;
@@ -277,46 +314,69 @@ static void vx_rows_in(emitter *E, const tk_expr *e, const char *v) {
         return;
     for (int i = 0; i < e->nargs - 1; i++)
         if (expr_uses(e->args[i], v)) return;
-    begin_line(E);
-    tk_buf_printf(E->b, "const %s *const tk_rp%d = t_%s + (", k_ctype[tk_variant_dtype(E->op, E->variant, e->ref)],
-                  E->nrow, param(E, e->ref)->name);
+    const char *T = k_ctype[tk_variant_dtype(E->op, E->variant, e->ref)];
+    if (E->ngroup > 1) {   /* one per group row (a broadcast read is the same in every lane block) */
+        line(E, "const %s *tk_rp%d[%d];", T, E->nrow, E->ngroup);
+        begin_line(E);
+        tk_buf_printf(E->b, "TK_UNROLL for (int tk_g = 0; tk_g < %d; ++tk_g) tk_rp%d[tk_g] = t_%s + (", E->ngroup,
+                      E->nrow, param(E, e->ref)->name);
+    } else {
+        begin_line(E);
+        tk_buf_printf(E->b, "const %s *const tk_rp%d = t_%s + (", T, E->nrow, param(E, e->ref)->name);
+    }
     tensor_offset_n(E, e, e->nargs - 1);   /* the row: all but the last index */
     tk_buf_puts(E->b, ");\n");
-    E->row[E->nrow] = e;
-    E->row_copy[E->nrow++] = E->copy;
+    E->row[E->nrow++] = e;
 }
 
-/* Declares the row pointers of every copy for lane loop s. */
+/* Declares the row pointers of lane loop s (arrays over the group rows). */
 static void vx_rows(emitter *E, const tk_stmt *s) {
     E->nrow = 0;
-    for (int c = 0; c < E->ngroup * E->nblocks; c++) {
-        set_copy(E, c);
-        for (int i = 0; i < s->nbody; i++) vx_rows_in(E, s->body[i]->value, s->name);
-    }
+    set_copy(E, 0);
+    for (int i = 0; i < s->nbody; i++) vx_rows_in(E, s->body[i]->value, s->name);
 }
 
-/* Loads the vector reads of the loop body that all group rows of lane block
- * r share, once (for copies of bound set k, or all when k < 0). */
+/* Loads a vector read of the loop body that the group rows share, once:
+ * where 0, inside the loop over the lane blocks (tk_ld<i>); 1, for every
+ * block, as an array tk_ld<i>[tk_r] filled by a loop of its own; 2, lane
+ * block 0's (the skewed walk, where every block reads what block 0 does). */
 static void vx_hoist_one(emitter *E, const tk_expr *e, void *arg) {
-    int r = *(int *)arg;
+    int where = *(int *)arg;
     if (!group_invariant(E, e) || E->nvload == 16) return;
     for (int i = 0; i < E->nvload; i++)
-        if (E->vload_r[i] == r && expr_equal(E->vload[i], e)) return;
-    set_copy(E, r);
+        if (expr_equal(E->vload[i], e)) return;
+    if (where == 1) line(E, "tk_v%s tk_ld%d[%d];", vx_sfx(E), E->nvload, E->nblocks);
     begin_line(E);
-    tk_buf_printf(E->b, "const tk_v%s tk_ld%d = ", vx_sfx(E), E->nvload);
+    if (where == 1)
+        tk_buf_printf(E->b, "TK_UNROLL for (int tk_r = 0; tk_r < %d; ++tk_r) tk_ld%d[tk_r] = ", E->nblocks, E->nvload);
+    else tk_buf_printf(E->b, "const tk_v%s tk_ld%d = ", vx_sfx(E), E->nvload);
+    E->symc = where != 2;   /* block 0: printed as copy 0 */
     vx_load(E, e);
+    E->symc = 1;
     tk_buf_puts(E->b, ";\n");
-    E->vload[E->nvload] = e;
-    E->vload_r[E->nvload++] = r;
+    E->vload[E->nvload++] = e;
 }
 
-static void vx_hoist(emitter *E, const tk_stmt *s, int k, int nb) {
+static void vx_hoist(emitter *E, const tk_stmt *s, int where) {
     E->nvload = 0;
-    for (int r = 0; r < E->nblocks; r++) {
-        if (k >= 0 && bound_set(E, r, nb) != k) continue;
-        for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_hoist_one, &r);
-    }
+    E->vld_arr = where == 1;
+    set_copy(E, 0);
+    for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_hoist_one, &where);
+}
+
+/* Opens `for (tk_<v> ...)` over n copies when n > 1 (returns whether it
+ * did: the caller closes it with vx_end). */
+static int vx_for(emitter *E, const char *v, int n) {
+    if (n <= 1) return 0;
+    line(E, "TK_UNROLL for (int %s = 0; %s < %d; ++%s) {", v, v, n, v);
+    E->indent++;
+    return 1;
+}
+
+static void vx_end(emitter *E, int opened) {
+    if (!opened) return;
+    E->indent--;
+    line(E, "}");
 }
 
 static void vx_span(emitter *E, const tk_expr *e, void *arg) {
@@ -328,69 +388,108 @@ static void vx_span(emitter *E, const tk_expr *e, void *arg) {
          E->tg->args, E->op->slot[e->ref], p->name, E->tg->args, E->op->slot[e->ref]);
 }
 
-/* The body once for the copies of bound set k (all when k < 0), under
- * mask m (NULL: every lane). */
-static void vx_set_body(emitter *E, const tk_stmt *s, int k, int nb, const char *m) {
-    int N = E->ngroup * E->nblocks;
+/* The body for every copy (all 1) or, inside the loops over the nb bound
+ * sets (vx_sets_open), for the copies of the set; under mask m (NULL:
+ * every lane). */
+static void vx_set_body(emitter *E, const tk_stmt *s, int all, int nb, const char *m) {
+    int og = 0, orr = 0;
     E->vmask = m;
-    if (k < 0 || nb == E->nblocks) vx_hoist(E, s, k, nb);
-    for (int i = 0; i < s->nbody; i++)
-        for (int c = 0; c < N; c++)
-            if (k < 0 || bound_set(E, c, nb) == k) {
-                set_copy(E, c);
-                vx_assign(E, s->body[i]);
-            }
+    if (all) {
+        vx_hoist(E, s, E->nblocks > 1);
+        og = vx_for(E, "tk_g", E->ngroup);
+        orr = vx_for(E, "tk_r", E->nblocks);
+    } else if (nb == E->nblocks) {   /* a set per lane block: its group rows */
+        vx_hoist(E, s, 0);
+        og = vx_for(E, "tk_g", E->ngroup);
+    }
+    set_copy(E, 0);
+    for (int i = 0; i < s->nbody; i++) vx_assign(E, s->body[i]);
+    vx_end(E, orr);
+    vx_end(E, og);
     E->vmask = NULL;
     E->nvload = 0;
+    E->vld_arr = 0;
 }
 
-/* Bound set k's lane ranges folded: [tk_ua, tk_ub) where some lane is on,
- * [tk_uc, tk_ud) where every lane is (offsets from tk_mn). */
-static void vx_fold_bounds(emitter *E, int k) {
+/* The lane ranges of the bound set the loops of vx_sets_open are at (nb
+ * sets: one per lane block, or one per copy): tk_lr[set], tk_hr[set]. */
+static void vx_set_ranges(const emitter *E, int nb, char *lr, char *hr, size_t n) {
+    int R = E->nblocks, by_copy = nb != R;
+    char set[32] = "0";
+    if (by_copy && R > 1) snprintf(set, sizeof set, "tk_g * %d + tk_r", R);
+    else if (by_copy) snprintf(set, sizeof set, "tk_g");
+    else if (R > 1) snprintf(set, sizeof set, "tk_r");
+    snprintf(lr, n, "tk_lr[%s]", set);
+    snprintf(hr, n, "tk_hr[%s]", set);
+}
+
+/* Opens the loops over the nb bound sets (lane blocks, or every copy);
+ * returns which it opened (bit 0 tk_g, bit 1 tk_r) for vx_sets_close. */
+static int vx_sets_open(emitter *E, int nb) {
+    int g = nb != E->nblocks && vx_for(E, "tk_g", E->ngroup);
+    int r = vx_for(E, "tk_r", E->nblocks);
+    return g | r << 1;
+}
+
+static void vx_sets_close(emitter *E, int opened) {
+    vx_end(E, opened >> 1 & 1);
+    vx_end(E, opened & 1);
+}
+
+/* The current bound set's lane ranges folded (nb sets): [tk_ua, tk_ub)
+ * where some lane is on, [tk_uc, tk_ud) where every lane is (offsets from
+ * tk_mn). */
+static void vx_fold_bounds(emitter *E, int nb) {
     const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
-    line(E, "%s tk_ua = tk_lr%d[0], tk_ub = tk_hr%d[0], tk_uc = tk_lr%d[0], tk_ud = tk_hr%d[0];", I, k, k, k, k);
+    char lr[48], hr[48];
+    vx_set_ranges(E, nb, lr, hr, sizeof lr);
+    line(E, "%s tk_ua = %s[0], tk_ub = %s[0], tk_uc = %s[0], tk_ud = %s[0];", I, lr, hr, lr, hr);
     line(E, "for (int tk_q = 1; tk_q < %d; ++tk_q) {", E->lanes);
     E->indent++;
-    line(E, "tk_ua = tk_lr%d[tk_q] < tk_ua ? tk_lr%d[tk_q] : tk_ua;", k, k);
-    line(E, "tk_ub = tk_hr%d[tk_q] > tk_ub ? tk_hr%d[tk_q] : tk_ub;", k, k);
-    line(E, "tk_uc = tk_lr%d[tk_q] > tk_uc ? tk_lr%d[tk_q] : tk_uc;", k, k);
-    line(E, "tk_ud = tk_hr%d[tk_q] < tk_ud ? tk_hr%d[tk_q] : tk_ud;", k, k);
+    line(E, "tk_ua = %s[tk_q] < tk_ua ? %s[tk_q] : tk_ua;", lr, lr);
+    line(E, "tk_ub = %s[tk_q] > tk_ub ? %s[tk_q] : tk_ub;", hr, hr);
+    line(E, "tk_uc = %s[tk_q] > tk_uc ? %s[tk_q] : tk_uc;", lr, lr);
+    line(E, "tk_ud = %s[tk_q] < tk_ud ? %s[tk_q] : tk_ud;", hr, hr);
     E->indent--;
     line(E, "}");
 }
 
-/* The lane mask m at loop variable s, from the lanes' ranges x_lr, x_hr:
+/* The lane mask m at loop variable s, from the lanes' ranges tk_xl, tk_xh:
  * lr <= ur < hr from the signs of ur - lr and ur - hr (no vector compares:
  * GCC lowers those lane by lane in target clones). */
 static void vx_lane_mask(emitter *E, const tk_stmt *s, const char *m) {
     const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
     int sh = E->ftype == TK_V_F64 ? 63 : 31;
     line(E, "const %s tk_ur = (%s)(v_%s - tk_mn);", I, I, s->name);
-    line(E, "const tk_v%s %s = ~((tk_ur - x_lr) >> %d) & ((tk_ur - x_hr) >> %d);", vx_msfx(E), m, sh, sh);
+    line(E, "const tk_v%s %s = ~((tk_ur - tk_xl) >> %d) & ((tk_ur - tk_xh) >> %d);", vx_msfx(E), m, sh, sh);
 }
 
-/* u over [lo, hi) on vectors. Masked: each bound set runs on its own (its
- * lanes' sums stay in order; sets share nothing), over the part of
- * [lo, hi) where any of its lanes is on: where all are, without selects;
- * elsewhere lanes outside their own range keep their values. */
+/* u over [lo, hi) on vectors. Masked: each bound set runs on its own, in a
+ * loop over the sets (its lanes' sums stay in order; sets share nothing),
+ * over the part of [lo, hi) where any of its lanes is on: where all are,
+ * without selects; elsewhere lanes outside their own range keep their
+ * values. */
 static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int masked, int nb) {
     line(E, "{");
     E->indent++;
     if (!masked) {
         line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
         E->indent++;
-        vx_set_body(E, s, -1, nb, NULL);
+        vx_set_body(E, s, 1, nb, NULL);
         E->indent--;
         line(E, "}");
     } else {
         const char *M = vx_msfx(E);
         unsigned char seen[64] = {0};
         for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
-        for (int k = 0; k < nb; k++) {
+        int opened = vx_sets_open(E, nb);
+        {
+            char lr[48], hr[48];
+            vx_set_ranges(E, nb, lr, hr, sizeof lr);
             line(E, "{");
             E->indent++;
-            line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr%d), x_hr = tk_vld_%s(tk_hr%d);", M, M, k, M, k);
-            vx_fold_bounds(E, k);
+            line(E, "const tk_v%s tk_xl = tk_vld_%s(%s), tk_xh = tk_vld_%s(%s);", M, M, lr, M, hr);
+            vx_fold_bounds(E, nb);
             line(E, "const tk_i64 tk_a = tk_maxi(%s, tk_mn + tk_ua), tk_b = tk_mini(%s, tk_mn + tk_ub);", lo, hi);
             line(E, "tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);");
             line(E, "if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;");
@@ -400,10 +499,10 @@ static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *h
                      s->name);
                 E->indent++;
                 if (part == 1) {
-                    vx_set_body(E, s, k, nb, NULL);
+                    vx_set_body(E, s, 0, nb, NULL);
                 } else {
                     vx_lane_mask(E, s, "tk_m");
-                    vx_set_body(E, s, k, nb, "tk_m");
+                    vx_set_body(E, s, 0, nb, "tk_m");
                 }
                 E->indent--;
                 line(E, "}");
@@ -411,6 +510,7 @@ static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *h
             E->indent--;
             line(E, "}");
         }
+        vx_sets_close(E, opened);
     }
     E->indent--;
     line(E, "}");
@@ -452,155 +552,159 @@ static int vx_skew(emitter *E, const tk_stmt *s, int nb) {
     return d == INT_MIN ? 0 : d;
 }
 
-/* Block k's u over [from, to) under its lane mask. */
-static void vx_masked_part(emitter *E, const tk_stmt *s, int k, int nb, const char *from, const char *to) {
+/* ---- skewed lane blocks in loop form ----------------------------------------------
+ * The same walk as vx_skewed, the blocks' values in arrays indexed by tk_r:
+ * per-block bounds tk_a[r] .. tk_d[r], tk_il[r], tk_ih[r]; the stretches
+ * between two blocks' bounds a loop over tk_s; in each step a loop over the
+ * blocks that are on. */
+
+/* Block tk_r's u over [from[tk_r], to[tk_r]) under its lane mask, for every
+ * block. */
+static void vx_skew_masked(emitter *E, const tk_stmt *s, const char *from, const char *to) {
     const char *M = vx_msfx(E);
-    line(E, "{");
-    E->indent++;
-    line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr%d), x_hr = tk_vld_%s(tk_hr%d);", M, M, k, M, k);
-    line(E, "for (tk_i64 v_%s = %s%d; v_%s < %s%d; ++v_%s) {", s->name, from, k, s->name, to, k, s->name);
+    int o = vx_for(E, "tk_r", E->nblocks);
+    line(E, "const tk_v%s tk_xl = tk_vld_%s(tk_lr[tk_r]), tk_xh = tk_vld_%s(tk_hr[tk_r]);", M, M, M);
+    line(E, "for (tk_i64 v_%s = %s[tk_r]; v_%s < %s[tk_r]; ++v_%s) {", s->name, from, s->name, to, s->name);
     E->indent++;
     vx_lane_mask(E, s, "tk_m");
-    vx_set_body(E, s, k, nb, "tk_m");
+    vx_set_body(E, s, 0, E->nblocks, "tk_m");
     E->indent--;
     line(E, "}");
-    E->indent--;
-    line(E, "}");
+    vx_end(E, o);
 }
 
-/* Steps i of [lo, hi) of the skewed walk for the blocks in mask `on` (bit
- * r: block r); cond: test which blocks are on (their unmasked ranges
- * [tk_il, tk_ih) in i) instead. m: a lane mask (block 0's, which every
- * block's equals there), NULL: none. */
-static void vx_skew_steps(emitter *E, const tk_stmt *s, int D, const char *lo, const char *hi, int cond,
-                          unsigned on, const char *m) {
-    int R = E->nblocks;
-    line(E, "for (tk_i64 tk_i = %s; tk_i < %s; ++tk_i) {", lo, hi);
-    E->indent++;
+/* One step tk_i of the skewed walk: block 0's windows loaded once at
+ * u = tk_i (under mask m, NULL: none), then the body of each block tk_r at
+ * u = tk_i + tk_r * D, but where C condition skip holds (NULL: none); cond:
+ * only the blocks whose unmasked range [tk_il, tk_ih) holds tk_i (skipping
+ * the step when none does). The loop over the blocks always has constant
+ * bounds, so that a compiler unrolls it whole even where it does not
+ * unroll the loop around it (tk_s): every index of x_<local> is then a
+ * constant, and the arrays stay in registers (Clang's SROA, GCC's SRA). */
+static void vx_skew_step(emitter *E, const tk_stmt *s, int D, const char *skip, int cond, const char *m) {
     if (cond) {
-        for (int r = 0; r < R; r++) line(E, "const int tk_on%d = tk_i >= tk_il%d && tk_i < tk_ih%d;", r, r, r);
-        begin_line(E);
-        tk_buf_puts(E->b, "if (!(tk_on0");
-        for (int r = 1; r < R; r++) tk_buf_printf(E->b, " | tk_on%d", r);
-        tk_buf_puts(E->b, ")) continue;\n");
+        line(E, "int tk_any = 0;");
+        line(E, "TK_UNROLL for (int tk_r = 0; tk_r < %d; ++tk_r) tk_any |= tk_i >= tk_il[tk_r] && tk_i < tk_ih[tk_r];",
+             E->nblocks);
+        line(E, "if (!tk_any) continue;");
     }
-    /* the windows, loaded once at block 0's u = i (valid: some block is on
-     * over all its lanes, or over the lanes of the mask, and reads the same
-     * addresses) */
     line(E, "const tk_i64 v_%s = tk_i;", s->name);
     if (m) vx_lane_mask(E, s, m);
     E->vmask = m;
-    vx_hoist(E, s, 0, R);
-    int n0 = E->nvload;
-    for (int r = 1; r < R; r++)
-        for (int i = 0; i < n0 && E->nvload < 16; i++) {
-            line(E, "const tk_v%s tk_ld%d = tk_ld%d;", vx_sfx(E), E->nvload, i);
-            E->vload[E->nvload] = E->vload[i];
-            E->vload_r[E->nvload++] = r;
-        }
-    for (int r = 0; r < R; r++) {
-        if (!cond && !(on >> r & 1)) continue;
-        line(E, cond ? "if (tk_on%d) {" : "{", r);
-        E->indent++;
-        if (r > 0) line(E, "const tk_i64 v_%s = tk_i + %d;", s->name, r * D);
-        set_copy(E, r);
-        for (int i = 0; i < s->nbody; i++) vx_assign(E, s->body[i]);
-        E->indent--;
-        line(E, "}");
-    }
+    vx_hoist(E, s, 2);   /* block 0's loads (every block reads the same addresses at its own u) */
+    line(E, "TK_UNROLL for (int tk_r = 0; tk_r < %d; ++tk_r) {", E->nblocks);
+    E->indent++;
+    if (skip) line(E, "if (%s) continue;", skip);
+    if (cond) line(E, "if (tk_i < tk_il[tk_r] || tk_i >= tk_ih[tk_r]) continue;");
+    line(E, "const tk_i64 v_%s = tk_i + tk_r * %d;", s->name, D);
+    set_copy(E, 0);
+    for (int i = 0; i < s->nbody; i++) vx_assign(E, s->body[i]);
+    E->indent--;
+    line(E, "}");
     E->vmask = NULL;
     E->nvload = 0;
+}
+
+/* Steps tk_i of [lo, hi) (C expressions), the blocks but where skip holds. */
+static void vx_skew_steps_loop(emitter *E, const tk_stmt *s, int D, const char *lo, const char *hi, const char *skip,
+                               int cond, const char *m) {
+    line(E, "for (tk_i64 tk_i = %s; tk_i < %s; ++tk_i) {", lo, hi);
+    E->indent++;
+    vx_skew_step(E, s, D, skip, cond, m);
     E->indent--;
     line(E, "}");
 }
 
-/* u over [tk_mn, tk_mx) with skewed blocks: each block's masked head, the
- * skewed walk over the blocks' unmasked ranges (where all blocks are on, no
- * tests), each block's masked tail. */
-static void vx_skewed(emitter *E, const tk_stmt *s, int nb, int D) {
+static void vx_skewed_loop(emitter *E, const tk_stmt *s, int D) {
     int R = E->nblocks;
     unsigned char seen[64] = {0};
     line(E, "{");
     E->indent++;
     for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
-    for (int k = 0; k < R; k++) {
-        /* [a, b): some lane on; [c, d): every lane on */
-        line(E, "tk_i64 tk_a%d, tk_b%d, tk_c%d, tk_d%d;", k, k, k, k);
-        line(E, "{");
-        E->indent++;
-        vx_fold_bounds(E, k);
-        line(E, "tk_a%d = tk_maxi(tk_mn, tk_mn + tk_ua);", k);
-        line(E, "tk_b%d = tk_mini(tk_mx, tk_mn + tk_ub);", k);
-        line(E, "tk_c%d = tk_maxi(tk_a%d, tk_mn + tk_uc);", k, k);
-        line(E, "tk_d%d = tk_mini(tk_b%d, tk_mn + tk_ud);", k, k);
-        line(E, "if (tk_c%d >= tk_d%d) tk_c%d = tk_d%d = tk_b%d > tk_a%d ? tk_b%d : tk_a%d;", k, k, k, k, k, k,
-             k, k);
-        E->indent--;
-        line(E, "}");
-    }
-    for (int k = 0; k < R; k++) vx_masked_part(E, s, k, nb, "tk_a", "tk_c");
-    for (int k = 0; k < R; k++) line(E, "const tk_i64 tk_il%d = tk_c%d - %d, tk_ih%d = tk_d%d - %d;", k, k, k * D, k, k, k * D);
-    line(E, "tk_i64 tk_imin = tk_il0, tk_imax = tk_ih0, tk_ia = tk_il0, tk_ib = tk_ih0;");
-    for (int k = 1; k < R; k++) {
-        line(E, "tk_imin = tk_mini(tk_imin, tk_il%d);", k);
-        line(E, "tk_imax = tk_maxi(tk_imax, tk_ih%d);", k);
-        line(E, "tk_ia = tk_maxi(tk_ia, tk_il%d);", k);
-        line(E, "tk_ib = tk_mini(tk_ib, tk_ih%d);", k);
-    }
-    unsigned all = (1u << R) - 1;
+    /* [a, b): some lane of block r on; [c, d): every lane; [il, ih): [c, d) in steps i */
+    line(E, "tk_i64 tk_a[%d], tk_b[%d], tk_c[%d], tk_d[%d], tk_il[%d], tk_ih[%d];", R, R, R, R, R, R);
+    line(E, "for (int tk_r = 0; tk_r < %d; ++tk_r) {", R);
+    E->indent++;
+    vx_fold_bounds(E, R);
+    line(E, "tk_a[tk_r] = tk_maxi(tk_mn, tk_mn + tk_ua);");
+    line(E, "tk_b[tk_r] = tk_mini(tk_mx, tk_mn + tk_ub);");
+    line(E, "tk_c[tk_r] = tk_maxi(tk_a[tk_r], tk_mn + tk_uc);");
+    line(E, "tk_d[tk_r] = tk_mini(tk_b[tk_r], tk_mn + tk_ud);");
+    line(E, "if (tk_c[tk_r] >= tk_d[tk_r]) tk_c[tk_r] = tk_d[tk_r] = tk_b[tk_r] > tk_a[tk_r] ? tk_b[tk_r] : tk_a[tk_r];");
+    line(E, "tk_il[tk_r] = tk_c[tk_r] - tk_r * %d, tk_ih[tk_r] = tk_d[tk_r] - tk_r * %d;", D, D);
+    E->indent--;
+    line(E, "}");
+    vx_skew_masked(E, s, "tk_a", "tk_c");
+    line(E, "tk_i64 tk_imin = tk_il[0], tk_imax = tk_ih[0], tk_ia = tk_il[0], tk_ib = tk_ih[0];");
+    line(E, "for (int tk_r = 1; tk_r < %d; ++tk_r) {", R);
+    E->indent++;
+    line(E, "tk_imin = tk_mini(tk_imin, tk_il[tk_r]);");
+    line(E, "tk_imax = tk_maxi(tk_imax, tk_ih[tk_r]);");
+    line(E, "tk_ia = tk_maxi(tk_ia, tk_il[tk_r]);");
+    line(E, "tk_ib = tk_mini(tk_ib, tk_ih[tk_r]);");
+    E->indent--;
+    line(E, "}");
     /* blocks p(0), p(1), ... in decreasing order of their ranges in i (D > 0:
      * block r starts r * D earlier, so typically 0, 1, ...): then the blocks
-     * on before the common part are p(j..R-1), after it p(0..j-1), a fixed
-     * set over each stretch between two bounds, and no step tests which */
-#define P(j) (D > 0 ? (j) : R - 1 - (j))
+     * on before the common part are p(s..R-1), after it p(0..s-1), a fixed
+     * set over each stretch between two bounds, and no step tests which.
+     * p(s) is s for D > 0, R - 1 - s for D < 0. */
+    char lo[48], hi[48], skip[48];
     line(E, "int tk_mono = tk_ia < tk_ib;");
-    for (int j = 1; j < R; j++)
-        line(E, "tk_mono &= tk_il%d >= tk_il%d && tk_ih%d >= tk_ih%d;", P(j - 1), P(j), P(j - 1), P(j));
+    line(E, "for (int tk_s = 1; tk_s < %d; ++tk_s)", R);
+    if (D > 0) line(E, "    tk_mono &= tk_il[tk_s - 1] >= tk_il[tk_s] && tk_ih[tk_s - 1] >= tk_ih[tk_s];");
+    else line(E, "    tk_mono &= tk_il[%d - tk_s] >= tk_il[%d - tk_s] && tk_ih[%d - tk_s] >= tk_ih[%d - tk_s];", R, R - 1, R, R - 1);
     line(E, "if (tk_mono) {");
     E->indent++;
-    for (int j = R - 1; j >= 1; j--) {
-        char lo[32], hi[32];
-        snprintf(lo, sizeof lo, "tk_il%d", P(j));
-        snprintf(hi, sizeof hi, "tk_il%d", P(j - 1));
-        unsigned on = 0;
-        for (int q = j; q < R; q++) on |= 1u << P(q);
-        vx_skew_steps(E, s, D, lo, hi, 0, on, NULL);
+    for (int before = 1; before >= 0; before--) {
+        /* stretch s: steps [x[p(s)], x[p(s - 1)]) */
+        const char *x = before ? "tk_il" : "tk_ih";
+        if (D > 0) {
+            snprintf(lo, sizeof lo, "%s[tk_s]", x);
+            snprintf(hi, sizeof hi, "%s[tk_s - 1]", x);
+        } else {
+            snprintf(lo, sizeof lo, "%s[%d - tk_s]", x, R - 1);
+            snprintf(hi, sizeof hi, "%s[%d - tk_s]", x, R);
+        }
+        /* its blocks: before, p(s..R-1); after, p(0..s-1) */
+        if (before && D > 0) snprintf(skip, sizeof skip, "tk_r < tk_s");
+        else if (before) snprintf(skip, sizeof skip, "tk_r >= %d - tk_s", R);
+        else if (D > 0) snprintf(skip, sizeof skip, "tk_r >= tk_s");
+        else snprintf(skip, sizeof skip, "tk_r < %d - tk_s", R);
+        line(E, "TK_UNROLL for (int tk_s = %d; tk_s >= 1; --tk_s)", R - 1);
+        E->indent++;
+        vx_skew_steps_loop(E, s, D, lo, hi, skip, 0, NULL);
+        E->indent--;
+        if (before) vx_skew_steps_loop(E, s, D, "tk_ia", "tk_ib", NULL, 0, NULL);
     }
-    vx_skew_steps(E, s, D, "tk_ia", "tk_ib", 0, all, NULL);
-    for (int j = R - 1; j >= 1; j--) {
-        char lo[32], hi[32];
-        snprintf(lo, sizeof lo, "tk_ih%d", P(j));
-        snprintf(hi, sizeof hi, "tk_ih%d", P(j - 1));
-        unsigned on = 0;
-        for (int q = 0; q < j; q++) on |= 1u << P(q);
-        vx_skew_steps(E, s, D, lo, hi, 0, on, NULL);
-    }
-#undef P
     E->indent--;
     line(E, "} else {");
     E->indent++;
     line(E, "if (tk_ia >= tk_ib) tk_ia = tk_ib = tk_imin;");
-    vx_skew_steps(E, s, D, "tk_imin", "tk_ia", 1, all, NULL);
-    vx_skew_steps(E, s, D, "tk_ia", "tk_ib", 0, all, NULL);
-    vx_skew_steps(E, s, D, "tk_ib", "tk_imax", 1, all, NULL);
+    vx_skew_steps_loop(E, s, D, "tk_imin", "tk_ia", NULL, 1, NULL);
+    vx_skew_steps_loop(E, s, D, "tk_ia", "tk_ib", NULL, 0, NULL);
+    vx_skew_steps_loop(E, s, D, "tk_ib", "tk_imax", NULL, 1, NULL);
     E->indent--;
     line(E, "}");
     /* the masked tails: skewed too when every block's equals block 0's
      * shifted by r * D (the same steps of i, the same lane mask) */
     line(E, "int tk_tail = 1;");
-    for (int k = 1; k < R; k++) {
-        line(E, "tk_tail &= tk_d%d - %d == tk_d0 && tk_b%d - %d == tk_b0;", k, k * D, k, k * D);
-        line(E, "for (int tk_q = 0; tk_q < %d; ++tk_q) tk_tail &= tk_hr%d[tk_q] - %d == tk_hr0[tk_q];", E->lanes, k,
-             k * D);
-    }
+    line(E, "for (int tk_r = 1; tk_r < %d; ++tk_r) {", R);
+    E->indent++;
+    line(E, "tk_tail &= tk_d[tk_r] - tk_r * %d == tk_d[0] && tk_b[tk_r] - tk_r * %d == tk_b[0];", D, D);
+    line(E, "for (int tk_q = 0; tk_q < %d; ++tk_q) tk_tail &= tk_hr[tk_r][tk_q] - tk_r * %d == tk_hr[0][tk_q];",
+         E->lanes, D);
+    E->indent--;
+    line(E, "}");
     line(E, "if (tk_tail) {");
     E->indent++;
-    line(E, "const tk_v%s x_lr = tk_vld_%s(tk_lr0), x_hr = tk_vld_%s(tk_hr0);", vx_msfx(E), vx_msfx(E), vx_msfx(E));
-    vx_skew_steps(E, s, D, "tk_d0", "tk_b0", 0, all, "tk_m");
+    line(E, "const tk_v%s tk_xl = tk_vld_%s(tk_lr[0]), tk_xh = tk_vld_%s(tk_hr[0]);", vx_msfx(E), vx_msfx(E),
+         vx_msfx(E));
+    vx_skew_steps_loop(E, s, D, "tk_d[0]", "tk_b[0]", NULL, 0, "tk_m");
     E->indent--;
     line(E, "} else {");
     E->indent++;
-    for (int k = 0; k < R; k++) vx_masked_part(E, s, k, nb, "tk_d", "tk_b");
+    vx_skew_masked(E, s, "tk_d", "tk_b");
     E->indent--;
     line(E, "}");
     E->indent--;
@@ -686,16 +790,34 @@ void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     prologue(E);
     each_strided(E, vx_unit_stride, 0);
     E->shared[E->nshared++] = s->name;
-    /* per-lane locals the loop reads or sets: in registers for the loop */
-    for (int r = 0; r < E->op->nlocals; r++)
-        if (used_local[r])
-            for (int c = 0; c < N; c++)
-                line(E, "tk_v%s x_%s_%d = tk_vld_%s(v_%s_%d);", S, E->op->locals[r].name, c, S,
-                     E->op->locals[r].name, c);
-    vx_rows(E, s);
     int skew = vx_skew(E, s, nb);
+    E->symc = 1;
+    E->vx_acc = used_local;
+    /* per-lane locals the loop reads or sets: arrays over the copies, in
+     * registers for the loop */
+    for (int r = 0; r < E->op->nlocals; r++)
+        if (used_local[r]) {
+            const char *nm = E->op->locals[r].name;
+            begin_line(E);
+            tk_buf_printf(E->b, "%s *const v_%s[%d] = {", k_vctype[E->op->locals[r].type], nm, N);
+            for (int c = 0; c < N; c++) tk_buf_printf(E->b, "%sv_%s_%d", c ? ", " : "", nm, c);
+            tk_buf_puts(E->b, "};\n");
+            line(E, "tk_v%s x_%s[%d];", S, nm, N);
+            line(E, "TK_UNROLL for (int tk_q = 0; tk_q < %d; ++tk_q) x_%s[tk_q] = tk_vld_%s(v_%s[tk_q]);", N, nm, S,
+                 nm);
+        }
+    {   /* the bound sets' lane ranges, indexed by set */
+        const char *I = E->ftype == TK_V_F64 ? "long long" : "int";
+        for (int h = 0; h < 2; h++) {
+            begin_line(E);
+            tk_buf_printf(E->b, "const %s *const tk_%cr[%d] = {", I, h ? 'h' : 'l', nb);
+            for (int k = 0; k < nb; k++) tk_buf_printf(E->b, "%stk_%cr%d", k ? ", " : "", h ? 'h' : 'l', k);
+            tk_buf_puts(E->b, "};\n");
+        }
+    }
+    vx_rows(E, s);
     if (skew) {
-        vx_skewed(E, s, nb, skew);
+        vx_skewed_loop(E, s, skew);
     } else {
         line(E, "if (tk_L < tk_H) {");
         E->indent++;
@@ -711,8 +833,10 @@ void vx_loop(emitter *E, const tk_stmt *s, int nb) {
     }
     for (int r = 0; r < E->op->nlocals; r++)
         if (used_local[r] && set[r])
-            for (int c = 0; c < N; c++)
-                line(E, "tk_vst_%s(v_%s_%d, x_%s_%d);", S, E->op->locals[r].name, c, E->op->locals[r].name, c);
+            line(E, "TK_UNROLL for (int tk_q = 0; tk_q < %d; ++tk_q) tk_vst_%s(v_%s[tk_q], x_%s[tk_q]);", N, S,
+                 E->op->locals[r].name, E->op->locals[r].name);
+    E->symc = 0;
+    E->vx_acc = NULL;
     E->nrow = 0;
     E->nshared--;
     E->indent = 0;

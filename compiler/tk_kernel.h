@@ -525,6 +525,16 @@ TK_FN tk_u16 tk_f32_to_f16(float f) { return tk_f32_to_f16_lanes(f); }
 #endif
 /* an explicit-vector loop runs in a function of its own (see emit.c) */
 #define TK_NOINLINE __attribute__((noinline, unused))
+/* a loop over a tile's copies (group rows, lane blocks) in such a function:
+ * unrolled whole, so that its arrays of accumulators, row pointers and loads
+ * become registers (emit_vec.c). Defined beforehand (-DTK_UNROLL=), the
+ * compiler decides alone: 1 s less to compile the rwkv copy, its calls up to
+ * 8 % slower (bench/results/2026-12-06-cpu-vector-loops.txt). */
+#if !defined(TK_UNROLL) && defined(__clang__)
+#define TK_UNROLL _Pragma("clang loop unroll(full)")
+#elif !defined(TK_UNROLL)
+#define TK_UNROLL _Pragma("GCC unroll 64")
+#endif
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #elif defined(__has_warning)

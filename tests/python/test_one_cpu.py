@@ -62,13 +62,16 @@ def test_only_the_bodies_that_cpu_runs(tkc, cpu):
 
 def test_one_cpu_files_are_smaller(tkc):
     """ops/rwkv_forward.tk, float32: the file for one CPU leaves out the
-    other CPUs' bodies (bench/results/2026-12-05-cpu-compile-time-3.txt has
-    the counts)."""
+    other CPUs' bodies: the AVX2 and AVX-512 files each add their vector
+    body to the narrow one, and together hold no more than the file for
+    every CPU (bench/results/2026-12-06-cpu-vector-loops.txt has the
+    counts)."""
     spec = os.path.join(ROOT, "ops", "rwkv_forward.tk")
     every = emit(tkc, "--dtype", "f32", spec).count("\n")
     lines = {cpu: emit(tkc, "--dtype", "f32", "--cpu", cpu, spec).count("\n") for cpu in ("base", "avx2", "avx512")}
     assert lines["base"] < lines["avx2"] < every / 2, (lines, every)
-    assert lines["avx2"] < lines["avx512"] < every * 0.7, (lines, every)
+    assert lines["avx2"] < lines["avx512"] < every, (lines, every)
+    assert lines["avx2"] + lines["avx512"] - lines["base"] <= every, (lines, every)
 
 
 def test_narrow_tiles_for_avx2_registers(tkc):
