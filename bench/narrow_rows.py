@@ -8,6 +8,10 @@ element along t: the narrow body). Each way runs in a child process per
 library given, alternated, so two builds compare in one run:
 
     PYTHONPATH=python python3 bench/narrow_rows.py --lib A.so --lib B.so [--rounds 2] [--ways narrow,strided]
+        [--batch 4] [--min]
+
+--batch sets B (default 32); --min reports the fastest of the --repeat
+calls instead of the median (on a noisy machine the less disturbed figure).
 """
 from __future__ import annotations
 
@@ -19,9 +23,9 @@ import sys
 
 CHILD = r"""
 import json, sys, time, torch, torch_tk
-way, repeat = sys.argv[1], int(sys.argv[2])
+way, repeat, B, pick = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 g = torch.Generator().manual_seed(0)
-B, C, T = 32, 768, 768
+C, T = 768, 768
 w, k = torch.randn(C, T, generator=g), torch.randn(B, C, T, generator=g)
 if way == "strided":
     ks = torch.empty(B, C, 2 * T)[..., ::2]
@@ -32,7 +36,7 @@ def median_ms(f):
     ts = []
     for _ in range(repeat):
         t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
-    return sorted(ts)[repeat // 2] * 1e3
+    return (min(ts) if pick == "min" else sorted(ts)[repeat // 2]) * 1e3
 fwd = median_ms(lambda: torch.ops.tk.rwkv_forward(w, k, 0.1))
 wg, kg = w.clone().requires_grad_(), k.clone().requires_grad_()
 gy = torch.randn(B, C, T, generator=g)
@@ -49,8 +53,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the libraries")
     ap.add_argument("--ways", default="contiguous,narrow,strided", help="which of the three ways to time")
+    ap.add_argument("--batch", type=int, default=32, help="B (C = T = 768)")
+    ap.add_argument("--min", action="store_true", help="the fastest call instead of the median")
     args = ap.parse_args()
-    print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs); B={args.batch} C=768 T=768, "
+          f"{'fastest' if args.min else 'median'} of {args.repeat} calls")
     rows = []
     for rnd in range(args.rounds):
         for way in args.ways.split(","):
@@ -59,7 +66,8 @@ def main() -> None:
                 if way == "narrow":
                     env["TK_CPU_NARROW"] = "baseline"
                 r = subprocess.run([sys.executable, "-c", CHILD, "strided" if way == "strided" else "contiguous",
-                                    str(args.repeat)], capture_output=True, text=True, env=env, timeout=1800)
+                                    str(args.repeat), str(args.batch), "min" if args.min else "median"],
+                                   capture_output=True, text=True, env=env, timeout=1800)
                 if r.returncode != 0:
                     raise SystemExit(r.stderr[-4000:])
                 got = json.loads(r.stdout.strip().splitlines()[-1])

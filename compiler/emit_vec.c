@@ -552,11 +552,15 @@ static int vx_skew(emitter *E, const tk_stmt *s, int nb) {
     return d == INT_MIN ? 0 : d;
 }
 
-/* ---- skewed lane blocks in loop form ----------------------------------------------
- * The same walk as vx_skewed, the blocks' values in arrays indexed by tk_r:
- * per-block bounds tk_a[r] .. tk_d[r], tk_il[r], tk_ih[r]; the stretches
- * between two blocks' bounds a loop over tk_s; in each step a loop over the
- * blocks that are on. */
+/* The skewed walk (vx_skewed_loop) in loops: the blocks' values in arrays
+ * indexed by tk_r (per-block bounds tk_a[r] .. tk_d[r], tk_il[r],
+ * tk_ih[r]), the stretches between two blocks' bounds a loop over tk_s, in
+ * each step a loop over the blocks skipping those that are off. The loops
+ * that touch accumulators are TK_UNROLL (unrolled, the arrays are registers
+ * and the tests of which blocks are on constants); the bookkeeping loops
+ * (the blocks' bounds, the checks) stay rolled: unrolled too, rwkv's B=3
+ * forward (single rows, the skewed functions) ran 8-15 % slower in libtk
+ * (bench/results/2026-12-06-cpu-vector-loops.txt). */
 
 /* Block tk_r's u over [from[tk_r], to[tk_r]) under its lane mask, for every
  * block. */
