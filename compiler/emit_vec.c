@@ -173,13 +173,22 @@ static void vx_load(emitter *E, const tk_expr *e) {
     if (dir < 0) tk_buf_puts(E->b, ")");
 }
 
-/* Loop form: the index of the copy being printed, from tk_g and tk_r. */
+/* The index of a copy from the loop variables tk_g and tk_r, as C text in
+ * out: of the copy (rows 1), or of its lane block alone (rows 0; the bound
+ * sets of tiles whose bounds ignore the group row). */
+static void vx_index(const emitter *E, int rows, char *out, size_t n) {
+    int G = rows ? E->ngroup : 1, R = E->nblocks;
+    if (G > 1 && R > 1) snprintf(out, n, "tk_g * %d + tk_r", R);
+    else if (G > 1) snprintf(out, n, "tk_g");
+    else if (R > 1) snprintf(out, n, "tk_r");
+    else snprintf(out, n, "0");
+}
+
+/* The index of the copy being printed. */
 static void vx_copy_index(emitter *E) {
-    int G = E->ngroup, R = E->nblocks;
-    if (G > 1 && R > 1) tk_buf_printf(E->b, "tk_g * %d + tk_r", R);
-    else if (G > 1) tk_buf_puts(E->b, "tk_g");
-    else if (R > 1) tk_buf_puts(E->b, "tk_r");
-    else tk_buf_puts(E->b, "0");
+    char idx[32];
+    vx_index(E, 1, idx, sizeof idx);
+    tk_buf_puts(E->b, idx);
 }
 
 /* The current copy's vector of local `name` (ref): x_<name>[copy] for the
@@ -414,11 +423,8 @@ static void vx_set_body(emitter *E, const tk_stmt *s, int all, int nb, const cha
 /* The lane ranges of the bound set the loops of vx_sets_open are at (nb
  * sets: one per lane block, or one per copy): tk_lr[set], tk_hr[set]. */
 static void vx_set_ranges(const emitter *E, int nb, char *lr, char *hr, size_t n) {
-    int R = E->nblocks, by_copy = nb != R;
-    char set[32] = "0";
-    if (by_copy && R > 1) snprintf(set, sizeof set, "tk_g * %d + tk_r", R);
-    else if (by_copy) snprintf(set, sizeof set, "tk_g");
-    else if (R > 1) snprintf(set, sizeof set, "tk_r");
+    char set[32];
+    vx_index(E, nb != E->nblocks, set, sizeof set);
     snprintf(lr, n, "tk_lr[%s]", set);
     snprintf(hr, n, "tk_hr[%s]", set);
 }
@@ -483,33 +489,31 @@ static void vx_range(emitter *E, const tk_stmt *s, const char *lo, const char *h
         unsigned char seen[64] = {0};
         for (int i = 0; i < s->nbody; i++) vx_reads(E, s->body[i]->value, vx_span, seen);
         int opened = vx_sets_open(E, nb);
-        {
-            char lr[48], hr[48];
-            vx_set_ranges(E, nb, lr, hr, sizeof lr);
-            line(E, "{");
+        char lr[48], hr[48];
+        vx_set_ranges(E, nb, lr, hr, sizeof lr);
+        line(E, "{");
+        E->indent++;
+        line(E, "const tk_v%s tk_xl = tk_vld_%s(%s), tk_xh = tk_vld_%s(%s);", M, M, lr, M, hr);
+        vx_fold_bounds(E, nb);
+        line(E, "const tk_i64 tk_a = tk_maxi(%s, tk_mn + tk_ua), tk_b = tk_mini(%s, tk_mn + tk_ub);", lo, hi);
+        line(E, "tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);");
+        line(E, "if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;");
+        for (int part = 0; part < 3; part++) {
+            static const char *const from[] = {"tk_a", "tk_c", "tk_d"}, *const to[] = {"tk_c", "tk_d", "tk_b"};
+            line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, from[part], s->name, to[part],
+                 s->name);
             E->indent++;
-            line(E, "const tk_v%s tk_xl = tk_vld_%s(%s), tk_xh = tk_vld_%s(%s);", M, M, lr, M, hr);
-            vx_fold_bounds(E, nb);
-            line(E, "const tk_i64 tk_a = tk_maxi(%s, tk_mn + tk_ua), tk_b = tk_mini(%s, tk_mn + tk_ub);", lo, hi);
-            line(E, "tk_i64 tk_c = tk_maxi(tk_a, tk_mn + tk_uc), tk_d = tk_mini(tk_b, tk_mn + tk_ud);");
-            line(E, "if (tk_c >= tk_d) tk_c = tk_d = tk_b > tk_a ? tk_b : tk_a;");
-            for (int part = 0; part < 3; part++) {
-                static const char *const from[] = {"tk_a", "tk_c", "tk_d"}, *const to[] = {"tk_c", "tk_d", "tk_b"};
-                line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, from[part], s->name, to[part],
-                     s->name);
-                E->indent++;
-                if (part == 1) {
-                    vx_set_body(E, s, 0, nb, NULL);
-                } else {
-                    vx_lane_mask(E, s, "tk_m");
-                    vx_set_body(E, s, 0, nb, "tk_m");
-                }
-                E->indent--;
-                line(E, "}");
+            if (part == 1) {
+                vx_set_body(E, s, 0, nb, NULL);
+            } else {
+                vx_lane_mask(E, s, "tk_m");
+                vx_set_body(E, s, 0, nb, "tk_m");
             }
             E->indent--;
             line(E, "}");
         }
+        E->indent--;
+        line(E, "}");
         vx_sets_close(E, opened);
     }
     E->indent--;

@@ -44,7 +44,7 @@ def test_vector_functions_are_loops_not_copies(tkc, cpu):
             continue
         for fn in vector_functions(r.stdout):
             seen += 1
-            head, body = fn.split("{\n", 1)
+            _, body = fn.split("{\n", 1)
             assert not re.search(r"\bx_\w+_\d+\b", body), (spec, fn[:400])
             assert not re.search(r"tk_ld\d+ = tk_ld\d+", body), spec
             assert "TK_UNROLL for (int tk_" in body, (spec, fn[:400])
