@@ -8,6 +8,11 @@
 // An op without backward ops refuses inputs that require grad. Being a C++
 // kernel at the Autograd key, this works the same from Python, TorchScript,
 // C++ libtorch, torch.compile and torch.export. docs/autograd.md.
+// GCC's -Warray-bounds misreads torch's unpacking of an InputMetadata
+// (ivalue_inl.h: a tuple of 6 is held out of line, not in the 3 inline
+// slots it names): off for torch's headers only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -15,14 +20,26 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/saved_variable.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+// Compiled autograd (torch._dynamo.compiled_autograd) calls a node through
+// compiled_args and apply_with_saved; their helpers' interface is the one of
+// torch 2.13 (the version CI builds against). Older torch: the node has
+// neither, and compiled autograd says so (docs/autograd.md).
+#define TK_COMPILED_AUTOGRAD 1
+#include <torch/csrc/dynamo/compiled_autograd.h>
+#endif
 
 #include <cctype>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#pragma GCC diagnostic pop
 
 #include "shim.h"
 
@@ -104,6 +121,44 @@ void redispatch(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, tor
   handle.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
 }
 
+// The forward parameter's edge (its place among the tensor parameters).
+size_t edge_of(const Plan& plan, int param) {
+  for (size_t e = 0; e < plan.tensor_params.size(); ++e)
+    if (plan.tensor_params[e] == param) return e;
+  TORCH_INTERNAL_ASSERT(false, "tk: parameter ", param, " is not a tensor");
+}
+
+// With create_graph=True the backward ops would need backward ops of
+// their own; say so instead of returning gradients that are not differentiable.
+void check_no_double_backward(const Plan& plan, const BackwardCall& bw, const torch::jit::Stack& stack) {
+  if (!torch::autograd::GradMode::is_enabled()) return;
+  for (size_t j = 0; j < stack.size(); ++j)
+    TORCH_CHECK(!stack[j].isTensor() || !stack[j].toTensor().requires_grad(), "tk.", plan.name,
+                ": double backward is not supported: its backward op tk.", bw.name,
+                " has no backward, and its argument '", tk_op_param_name(op_of(bw.handle), static_cast<int>(j)),
+                "' requires grad (backward with create_graph=True through tk.", plan.name, ")");
+}
+
+// The gradients of one call, per edge: each backward op that makes a wanted
+// gradient (wanted(edge)), called with arg(tk_grad_source, index) for each
+// of its parameters.
+template <class Wanted, class Arg>
+variable_list run_backward(const Plan& plan, const Wanted& wanted, const Arg& arg) {
+  variable_list result(plan.tensor_params.size());
+  for (const BackwardCall& bw : plan.backward) {
+    bool needed = false;
+    for (int p : bw.targets) needed = needed || wanted(edge_of(plan, p));
+    if (!needed) continue;
+    torch::jit::Stack stack;
+    for (const auto& [src, index] : bw.args) stack.push_back(arg(src, static_cast<size_t>(index)));
+    check_no_double_backward(plan, bw, stack);
+    bw.handle.callBoxed(stack);
+    TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
+    for (size_t j = 0; j < stack.size(); ++j) result[edge_of(plan, bw.targets[j])] = stack[j].toTensor();
+  }
+  return result;
+}
+
 // The autograd node of one call of an op with backward ops. Its inputs are
 // the gradients of the forward outputs; its edges are the forward tensor
 // parameters, in order.
@@ -141,50 +196,91 @@ struct TkBackward : torch::autograd::Node {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t o = 0; o < grads.size(); ++o)
       if (!grads[o].defined() && differentiable[o]) grads[o] = input_metadata(o).zeros_like();
-    variable_list result(plan->tensor_params.size());
-    for (const BackwardCall& bw : plan->backward) {
-      if (!needed(bw)) continue;
-      torch::jit::Stack stack;
-      for (const auto& [src, index] : bw.args) stack.push_back(argument(src, static_cast<size_t>(index), grads));
-      check_no_double_backward(bw, stack);
-      bw.handle.callBoxed(stack);
-      TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
-      for (size_t j = 0; j < stack.size(); ++j) result[edge_of(bw.targets[j])] = stack[j].toTensor();
-    }
+    return run_backward(
+        *plan, [&](size_t edge) { return task_should_compute_output(edge); },
+        [&](int src, size_t index) { return argument(src, index, grads); });
+  }
+
+#ifdef TK_COMPILED_AUTOGRAD
+  // What compiled autograd keys its cache on: the op, the scalar arguments
+  // (numbers become inputs of the compiled graph), the saved tensors.
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(plan->name);
+    args.collect(params);
+    args.collect(saved_params, false);
+    args.collect(saved_outputs, true);
+    args.collect(differentiable);
+  }
+
+  // The backward as a function of (grads, packed arguments) that the
+  // compiled graph calls (apply_functional below), with the saved values
+  // swapped for the graph's.
+  variable_list apply_with_saved(const variable_list& inputs, torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    using torch::dynamo::autograd::IValuePacker;
+    using Metadata = std::vector<std::optional<torch::autograd::InputMetadata>>;  // per edge
+    saved.before(params);
+    saved.before(saved_params);
+    saved.before(saved_outputs);
+    std::vector<c10::IValue> args{c10::IValue(plan->name)};
+    for (size_t i = 0; i < params.size(); ++i)
+      args.emplace_back(!plan->save_param[i] ? c10::IValue()
+                        : tk_op_param_kind(plan->op, static_cast<int>(i)) == 0 /* TK_P_TENSOR */
+                            ? c10::IValue(saved_params[i].unpack())
+                            : params[i]);
+    for (size_t o = 0; o < saved_outputs.size(); ++o)
+      args.emplace_back(plan->save_output[o] ? c10::IValue(saved_outputs[o].unpack(getptr())) : c10::IValue());
+    std::vector<bool> wanted;
+    for (size_t e = 0; e < plan->tensor_params.size(); ++e) wanted.push_back(task_should_compute_output(e));
+    args.push_back(IValuePacker<std::vector<bool>>::pack(wanted));
+    for (size_t o = 0; o < differentiable.size(); ++o)  // per output: how to fill an undefined gradient
+      args.push_back(differentiable[o] ? IValuePacker<torch::autograd::InputMetadata>::pack(input_metadata(o))
+                                       : c10::IValue());
+    std::vector<at::TypePtr> schema;
+    for (const c10::IValue& v : args) schema.push_back(v.isTensor() ? at::TensorType::get() : v.type());
+    const auto& py = torch::dynamo::autograd::getPyCompilerInterface();
+    const std::string fn = py->bind_function(saved.get_py_compiler(), name(), apply_functional, schema,
+                                             /*is_custom_function=*/true, /*is_traceable=*/true);
+    variable_list result = py->call_function(saved.get_py_compiler(), "apply_functional", fn, inputs, args,
+                                             IValuePacker<Metadata>::pack(torch::dynamo::autograd::get_input_metadata(next_edges())));
+    saved.after(params);
+    saved.after(saved_params);
+    saved.after(saved_outputs);
     return result;
   }
 
+  // apply() from the arguments apply_with_saved packed: the op's name, its
+  // parameters (None where no backward op takes them), its saved outputs,
+  // the gradients wanted, how to fill undefined ones.
+  static variable_list apply_functional(const variable_list& inputs, const std::vector<c10::IValue>& args) {
+    using torch::dynamo::autograd::IValuePacker;
+    const std::string full = "tk::" + args.at(0).toStringRef();
+    const Plan& plan = plan_of(c10::Dispatcher::singleton().findSchemaOrThrow(full.c_str(), ""));
+    const size_t np = plan.save_param.size(), nout = plan.save_output.size();
+    TORCH_INTERNAL_ASSERT(args.size() == 2 + np + 2 * nout && inputs.size() == nout, "tk: ", full,
+                          ": unexpected backward arguments");
+    const std::vector<bool> wanted = IValuePacker<std::vector<bool>>::unpack(args[1 + np + nout]);
+    variable_list grads(inputs);
+    for (size_t o = 0; o < nout; ++o) {
+      const c10::IValue& zeros = args[2 + np + nout + o];
+      if (!grads[o].defined() && !zeros.isNone())
+        grads[o] = IValuePacker<torch::autograd::InputMetadata>::unpack(zeros).zeros_like();
+    }
+    return run_backward(
+        plan, [&](size_t edge) { return static_cast<bool>(wanted.at(edge)); },
+        [&](int src, size_t index) {
+          if (src == TK_GRAD_FROM_GRAD) return c10::IValue(grads[index]);
+          return args[1 + index + (src == TK_GRAD_FROM_OUTPUT ? np : 0)];
+        });
+  }
+#endif
+
  private:
-  size_t edge_of(int param) const {
-    for (size_t e = 0; e < plan->tensor_params.size(); ++e)
-      if (plan->tensor_params[e] == param) return e;
-    TORCH_INTERNAL_ASSERT(false, "tk: parameter ", param, " is not a tensor");
-  }
-
-  // Whether some gradient that backward op bw makes is wanted by this backward pass.
-  bool needed(const BackwardCall& bw) const {
-    for (int p : bw.targets)
-      if (task_should_compute_output(edge_of(p))) return true;
-    return false;
-  }
-
   c10::IValue argument(int src, size_t index, const variable_list& grads) {
     if (src == TK_GRAD_FROM_GRAD) return grads[index];
     if (src == TK_GRAD_FROM_OUTPUT) return saved_outputs[index].unpack(getptr());
     if (tk_op_param_kind(plan->op, static_cast<int>(index)) == 0 /* TK_P_TENSOR */)
       return saved_params[index].unpack();
     return params[index];
-  }
-
-  // With create_graph=True the backward ops would need backward ops of
-  // their own; say so instead of returning gradients that are not differentiable.
-  void check_no_double_backward(const BackwardCall& bw, const torch::jit::Stack& stack) const {
-    if (!torch::autograd::GradMode::is_enabled()) return;
-    for (size_t j = 0; j < stack.size(); ++j)
-      TORCH_CHECK(!stack[j].isTensor() || !stack[j].toTensor().requires_grad(), "tk.", plan->name,
-                  ": double backward is not supported: its backward op tk.", bw.name,
-                  " has no backward, and its argument '", tk_op_param_name(op_of(bw.handle), static_cast<int>(j)),
-                  "' requires grad (backward with create_graph=True through tk.", plan->name, ")");
   }
 };
 
