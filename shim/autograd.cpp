@@ -7,7 +7,9 @@
 // grad_<output>) and returns grad_<param> for each forward tensor parameter.
 // An op without backward ops refuses inputs that require grad. Being a C++
 // kernel at the Autograd key, this works the same from Python, TorchScript,
-// C++ libtorch, torch.compile and torch.export. docs/autograd.md.
+// C++ libtorch, torch.compile (compiled autograd too: compiled_args,
+// apply_with_saved) and torch.export. docs/autograd.md.
+
 // GCC's -Warray-bounds misreads torch's unpacking of an InputMetadata
 // (ivalue_inl.h: a tuple of 6 is held out of line, not in the 3 inline
 // slots it names): off for torch's headers only.
