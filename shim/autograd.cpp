@@ -58,6 +58,7 @@ struct BackwardCall {
   c10::OperatorHandle handle;            // tk::rwkv_backward_w
   std::vector<std::pair<int, int>> args; // per parameter: (tk_grad_source, index)
   std::vector<int> targets;              // per output: forward parameter
+  bool has_backward = false;             // it has backward ops itself (double backward)
 };
 
 // Everything the Autograd kernel needs to know about one forward op.
@@ -84,7 +85,8 @@ Plan make_plan(const tk_op* op) {
     TORCH_INTERNAL_ASSERT(bw != nullptr, "tk: backward op ", tk_op_backward_at(op, b), " of ", p.name,
                           " is not loaded (tk_ctx_link should have said so)");
     const std::string full = std::string("tk::") + tk_op_name(bw);
-    BackwardCall call{tk_op_name(bw), c10::Dispatcher::singleton().findSchemaOrThrow(full.c_str(), ""), {}, {}};
+    BackwardCall call{tk_op_name(bw), c10::Dispatcher::singleton().findSchemaOrThrow(full.c_str(), ""), {}, {},
+                      tk_op_nbackward(bw) > 0};
     for (int j = 0; j < tk_op_nparams(bw); ++j) {
       int index = -1;
       const int src = tk_op_backward_source(ctx, op, b, j, &index);
@@ -130,10 +132,12 @@ size_t edge_of(const Plan& plan, int param) {
   TORCH_INTERNAL_ASSERT(false, "tk: parameter ", param, " is not a tensor");
 }
 
-// With create_graph=True the backward ops would need backward ops of
-// their own; say so instead of returning gradients that are not differentiable.
+// With create_graph=True the backward ops need backward ops of their own
+// (its spec's 'backward' line: then autograd records their calls too); say
+// so where one has none instead of returning gradients that are not
+// differentiable.
 void check_no_double_backward(const Plan& plan, const BackwardCall& bw, const torch::jit::Stack& stack) {
-  if (!torch::autograd::GradMode::is_enabled()) return;
+  if (bw.has_backward || !torch::autograd::GradMode::is_enabled()) return;
   for (size_t j = 0; j < stack.size(); ++j)
     TORCH_CHECK(!stack[j].isTensor() || !stack[j].toTensor().requires_grad(), "tk.", plan.name,
                 ": double backward is not supported: its backward op tk.", bw.name,

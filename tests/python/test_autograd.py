@@ -12,7 +12,7 @@ Every test runs on the CPU and, when torch.cuda.is_available(), on CUDA.
 
 import pytest
 import torch
-from torch.autograd import gradcheck
+from torch.autograd import gradcheck, gradgradcheck
 
 from torch_tk.reference import brick_pad_index, rwkv_conv1d, rwkv_inputs
 
@@ -299,6 +299,47 @@ def test_double_backward_is_a_clear_error():
     out = tk.rwkv_forward(w1, leaf(k), 0.1)
     with pytest.raises(RuntimeError, match="double backward is not supported"):
         torch.autograd.grad(out.sum(), w1, create_graph=True)
+
+
+# a backward op with a 'backward' line of its own: double backward works
+CUBE_SPEC = """
+op ag_cube(x: float[..., N]) -> y: x.dtype[..., N]:
+    backward ag_cube_backward
+    for i in y:
+        y[i] = x[i] * x[i] * x[i]
+op ag_cube_backward(x: float[..., N], grad_y: x.dtype[..., N]) -> grad_x: x.dtype[..., N]:
+    backward ag_cube_backward2
+    for i in grad_x:
+        grad_x[i] = 3.0 * x[i] * x[i] * grad_y[i]
+op ag_cube_backward2(x: float[..., N], grad_y: x.dtype[..., N], grad_grad_x: x.dtype[..., N])
+        -> (grad_x: x.dtype[..., N], grad_grad_y: x.dtype[..., N]):
+    for i in grad_x:
+        grad_x[i] = 6.0 * x[i] * grad_y[i] * grad_grad_x[i]
+        grad_grad_y[i] = 3.0 * x[i] * x[i] * grad_grad_x[i]
+"""
+
+
+def test_double_backward_through_backward_ops_with_backward():
+    import torch_tk
+
+    cube = torch_tk.kernel(CUBE_SPEC, file="ag_cube.tk")
+    gen = torch.Generator().manual_seed(25)
+    x = torch.randn(3, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert gradgradcheck(cube, (x,))
+    # the same second derivative as torch's own x**3, with an incoming gradient that requires grad
+    g = torch.randn(3, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    got = torch.autograd.grad(cube(x), x, g, create_graph=True)[0]
+    ref = torch.autograd.grad(x ** 3, x, g, create_graph=True)[0]
+    torch.testing.assert_close(got, ref)
+    v = torch.randn(3, 7, generator=gen, dtype=torch.float64)
+    got2 = torch.autograd.grad(got, (x, g), v, retain_graph=True)
+    ref2 = torch.autograd.grad(ref, (x, g), v)
+    for a, b in zip(got2, ref2):
+        torch.testing.assert_close(a, b)
+    # the third derivative would need ag_cube_backward2's backward: a clear error
+    with pytest.raises(RuntimeError, match=r"tk.ag_cube_backward: double backward is not supported: its backward "
+                                           r"op tk.ag_cube_backward2 has no backward"):
+        torch.autograd.grad(got, x, v, create_graph=True)
 
 
 def test_forward_mode_ad_is_a_clear_error():
