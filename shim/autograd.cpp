@@ -19,6 +19,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/saved_variable.h>
@@ -132,17 +133,46 @@ size_t edge_of(const Plan& plan, int param) {
   TORCH_INTERNAL_ASSERT(false, "tk: parameter ", param, " is not a tensor");
 }
 
-// With create_graph=True the backward ops need backward ops of their own
-// (its spec's 'backward' line: then autograd records their calls too); say
-// so where one has none instead of returning gradients that are not
-// differentiable.
-void check_no_double_backward(const Plan& plan, const BackwardCall& bw, const torch::jit::Stack& stack) {
-  if (bw.has_backward || !torch::autograd::GradMode::is_enabled()) return;
-  for (size_t j = 0; j < stack.size(); ++j)
-    TORCH_CHECK(!stack[j].isTensor() || !stack[j].toTensor().requires_grad(), "tk.", plan.name,
-                ": double backward is not supported: its backward op tk.", bw.name,
-                " has no backward, and its argument '", tk_op_param_name(op_of(bw.handle), static_cast<int>(j)),
-                "' requires grad (backward with create_graph=True through tk.", plan.name, ")");
+// A new node, held the way this torch holds autograd nodes: c10::intrusive_ptr
+// in recent versions, std::shared_ptr up to torch 2.11 (the lent GPU machine's).
+template <class N, bool Intrusive = std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>>
+struct NodeHolder {
+  template <class... A>
+  static auto make(A&&... args) { return c10::make_intrusive<N>(std::forward<A>(args)...); }
+};
+template <class N>
+struct NodeHolder<N, false> {
+  template <class... A>
+  static auto make(A&&... args) { return std::make_shared<N>(std::forward<A>(args)...); }
+};
+
+// Whether a call of backward op bw would be recorded for double backward
+// it cannot give: grad mode is on (create_graph=True, or torch.func.grad,
+// which always differentiates with it) and an argument requires grad, but
+// bw has no backward ops of its own.
+bool once_differentiable(const BackwardCall& bw, const torch::jit::Stack& stack) {
+  if (bw.has_backward || !torch::autograd::GradMode::is_enabled()) return false;
+  for (const c10::IValue& v : stack)
+    if (v.isTensor() && v.toTensor().requires_grad()) return true;
+  return false;
+}
+
+// The gradients bw made below grad mode (once_differentiable), marked the way
+// torch marks a @once_differentiable Function's: an Error node leads from
+// them to bw's arguments, so differentiating them again raises, and only
+// then (torch.func.grad never does).
+variable_list tripwire(const Plan& plan, const BackwardCall& bw, const std::vector<at::Tensor>& args,
+                       const torch::jit::Stack& stack) {
+  const std::string msg = "tk." + plan.name + ": double backward is not supported: its backward op tk." + bw.name +
+                          " has no backward (a 'backward' line in its spec would give one); these gradients of tk." +
+                          plan.name + " were computed with create_graph=True";
+  auto node = NodeHolder<torch::autograd::Error>::make(msg, torch::autograd::collect_next_edges(args));
+  variable_list outs;
+  for (const c10::IValue& v : stack) {
+    outs.push_back(v.toTensor());
+    if (at::isFloatingType(outs.back().scalar_type())) torch::autograd::set_history(outs.back(), node);
+  }
+  return outs;
 }
 
 // The gradients of one call, per edge: each backward op that makes a wanted
@@ -157,10 +187,18 @@ variable_list run_backward(const Plan& plan, const Wanted& wanted, const Arg& ar
     if (!needed) continue;
     torch::jit::Stack stack;
     for (const auto& [src, index] : bw.args) stack.push_back(arg(src, static_cast<size_t>(index)));
-    check_no_double_backward(plan, bw, stack);
-    bw.handle.callBoxed(stack);
+    const bool once = once_differentiable(bw, stack);
+    std::vector<at::Tensor> args;  // (once: where the tripwire leads)
+    for (const c10::IValue& v : stack)
+      if (once && v.isTensor()) args.push_back(v.toTensor());
+    {
+      at::AutoGradMode grad_mode(!once && torch::autograd::GradMode::is_enabled());
+      bw.handle.callBoxed(stack);
+    }
     TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
-    for (size_t j = 0; j < stack.size(); ++j) result[edge_of(plan, bw.targets[j])] = stack[j].toTensor();
+    const variable_list grads = once ? tripwire(plan, bw, args, stack) : variable_list();
+    for (size_t j = 0; j < stack.size(); ++j)
+      result[edge_of(plan, bw.targets[j])] = once ? grads[j] : stack[j].toTensor();
   }
   return result;
 }
@@ -298,17 +336,6 @@ const char* first_requiring_grad(const c10::OperatorHandle& handle, c10::ArrayRe
       return handle.schema().arguments()[i].name().c_str();
   return nullptr;
 }
-
-// A new node, held the way this torch holds autograd nodes: c10::intrusive_ptr
-// in recent versions, std::shared_ptr up to torch 2.11 (the lent GPU machine's).
-template <class N, bool Intrusive = std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>>
-struct NodeHolder {
-  static auto make(const Plan* p) { return c10::make_intrusive<N>(p); }
-};
-template <class N>
-struct NodeHolder<N, false> {
-  static auto make(const Plan* p) { return std::make_shared<N>(p); }
-};
 
 // Records the node of this call (the outputs are on the stack).
 void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Stack* stack) {

@@ -294,11 +294,43 @@ def test_backward_op_refuses_grad():
 
 
 def test_double_backward_is_a_clear_error():
+    """The seed ops' backward ops have no backward: gradients computed with
+    create_graph=True are right, and differentiating them raises (as torch's
+    @once_differentiable does), not gradients missing a term."""
     w, k = rwkv_inputs(2, 3, 6, seed=20)
+    w1, k1 = leaf(w), leaf(k)
+    out = tk.rwkv_forward(w1, k1, 0.1)
+    gw, gk = torch.autograd.grad(out.square().sum(), (w1, k1), create_graph=True)
+    ref = torch.autograd.grad(rwkv_conv1d(w1, k1, 0.1).square().sum(), (w1, k1))
+    torch.testing.assert_close(gw, ref[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gk, ref[1], rtol=1e-5, atol=1e-5)
+    assert gw.requires_grad and gk.requires_grad
+    with pytest.raises(RuntimeError, match=r"tk.rwkv_forward: double backward is not supported: its backward op "
+                                           r"tk.rwkv_backward_[wk] has no backward"):
+        torch.autograd.grad(gw.sum() + gk.sum(), (w1, k1))
+
+
+def test_torch_func_grad_vjp_jacrev():
+    """torch.func.grad and vjp differentiate with grad mode on (create_graph),
+    which the tripwire above allows; jacrev runs the backward ops under vmap."""
+    w, k = rwkv_inputs(2, 3, 6, seed=26)
+
+    def loss(w, k):
+        return tk.rwkv_forward(w, k, 0.1).square().sum()
+
+    w1, k1 = leaf(w), leaf(k)
+    ref = torch.autograd.grad(loss(w1, k1), (w1, k1))
+    got = torch.func.grad(loss, argnums=(0, 1))(w, k)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r)
+    out, vjp_fn = torch.func.vjp(lambda w: tk.rwkv_forward(w, k, 0.1), w)
+    v = torch.randn_like(out)
     w1 = leaf(w)
-    out = tk.rwkv_forward(w1, leaf(k), 0.1)
-    with pytest.raises(RuntimeError, match="double backward is not supported"):
-        torch.autograd.grad(out.sum(), w1, create_graph=True)
+    torch.testing.assert_close(vjp_fn(v)[0], torch.autograd.grad(tk.rwkv_forward(w1, k, 0.1), w1, v)[0])
+    small = rwkv_inputs(1, 2, 3, seed=27)
+    jac = torch.func.jacrev(lambda w: tk.rwkv_forward(w, small[1], 0.1))(small[0])
+    ref_jac = torch.autograd.functional.jacobian(lambda w: rwkv_conv1d(w, small[1], 0.1), small[0])
+    torch.testing.assert_close(jac, ref_jac, rtol=1e-5, atol=1e-6)
 
 
 # a backward op with a 'backward' line of its own: double backward works
@@ -336,10 +368,15 @@ def test_double_backward_through_backward_ops_with_backward():
     ref2 = torch.autograd.grad(ref, (x, g), v)
     for a, b in zip(got2, ref2):
         torch.testing.assert_close(a, b)
+    # nested torch.func.grad: d2/dx2 of sum(x^3) = 6x
+    xs = x.detach()
+    torch.testing.assert_close(torch.func.grad(lambda x: torch.func.grad(lambda x: cube(x).sum())(x).sum())(xs),
+                               6 * xs)
     # the third derivative would need ag_cube_backward2's backward: a clear error
+    third = torch.autograd.grad(got, x, v, create_graph=True)[0]
     with pytest.raises(RuntimeError, match=r"tk.ag_cube_backward: double backward is not supported: its backward "
                                            r"op tk.ag_cube_backward2 has no backward"):
-        torch.autograd.grad(got, x, v, create_graph=True)
+        torch.autograd.grad(third.sum(), x)
 
 
 def test_forward_mode_ad_is_a_clear_error():
