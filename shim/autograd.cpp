@@ -147,17 +147,28 @@ struct NodeHolder<N, false> {
 };
 
 // Whether a call of backward op bw would be recorded for double backward
-// it cannot give: grad mode is on (create_graph=True, or torch.func.grad,
-// which always differentiates with it) and an argument requires grad, but
-// bw has no backward ops of its own.
-bool once_differentiable(const BackwardCall& bw, const torch::jit::Stack& stack) {
+// it cannot give: grad mode is on (create_graph=True) and an argument
+// requires grad, but bw has no backward ops of its own. Then bw runs below
+// autograd and its gradients get a tripwire (below). Under torch.func
+// transforms (grad, vjp, jacrev: they always differentiate with grad mode
+// on) that is refused here: tk cannot tell a single level, where it would
+// work, from nested ones (grad of grad), where an outer level would get no
+// gradient from bw instead of an error.
+bool once_differentiable(const Plan& plan, const BackwardCall& bw, const torch::jit::Stack& stack) {
   if (bw.has_backward || !torch::autograd::GradMode::is_enabled()) return false;
-  for (const c10::IValue& v : stack)
-    if (v.isTensor() && v.toTensor().requires_grad()) return true;
-  return false;
+  const char* arg = nullptr;
+  for (size_t j = 0; j < stack.size() && arg == nullptr; ++j)
+    if (stack[j].isTensor() && stack[j].toTensor().requires_grad()) arg = tk_op_param_name(op_of(bw.handle), static_cast<int>(j));
+  if (arg == nullptr) return false;
+  TORCH_CHECK(!c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode), "tk.",
+              plan.name, ": double backward is not supported under torch.func transforms (grad, vjp, jacrev "
+              "differentiate with create_graph=True): its backward op tk.", bw.name,
+              " has no backward (a 'backward' line in its spec would give one), and its argument '", arg,
+              "' requires grad");
+  return true;
 }
 
-// The gradients bw made below grad mode (once_differentiable), marked the way
+// The gradients bw made below autograd (once_differentiable), marked the way
 // torch marks a @once_differentiable Function's: an Error node leads from
 // them to bw's arguments, so differentiating them again raises, and only
 // then (torch.func.grad never does).
@@ -187,12 +198,14 @@ variable_list run_backward(const Plan& plan, const Wanted& wanted, const Arg& ar
     if (!needed) continue;
     torch::jit::Stack stack;
     for (const auto& [src, index] : bw.args) stack.push_back(arg(src, static_cast<size_t>(index)));
-    const bool once = once_differentiable(bw, stack);
+    const bool once = once_differentiable(plan, bw, stack);
     std::vector<at::Tensor> args;  // (once: where the tripwire leads)
     for (const c10::IValue& v : stack)
       if (once && v.isTensor()) args.push_back(v.toTensor());
-    {
-      at::AutoGradMode grad_mode(!once && torch::autograd::GradMode::is_enabled());
+    if (once) {
+      at::AutoDispatchBelowAutograd below;
+      bw.handle.callBoxed(stack);
+    } else {
       bw.handle.callBoxed(stack);
     }
     TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
@@ -254,6 +267,8 @@ struct TkBackward : torch::autograd::Node {
     args.collect(saved_params, false);
     args.collect(saved_outputs, true);
     args.collect(differentiable);
+    for (size_t o = 0; o < differentiable.size(); ++o)  // the shapes of zeros for undefined gradients
+      if (differentiable[o]) args.collect(input_metadata(o));
   }
 
   // The backward as a function of (grads, packed arguments) that the
@@ -265,6 +280,8 @@ struct TkBackward : torch::autograd::Node {
     saved.before(params);
     saved.before(saved_params);
     saved.before(saved_outputs);
+    for (size_t o = 0; o < differentiable.size(); ++o)
+      if (differentiable[o]) saved.before(mutable_input_metadata(o));
     std::vector<c10::IValue> args{c10::IValue(plan->name)};
     for (size_t i = 0; i < params.size(); ++i)
       args.emplace_back(!plan->save_param[i] ? c10::IValue()
@@ -289,6 +306,8 @@ struct TkBackward : torch::autograd::Node {
     saved.after(params);
     saved.after(saved_params);
     saved.after(saved_outputs);
+    for (size_t o = 0; o < differentiable.size(); ++o)
+      if (differentiable[o]) saved.after(mutable_input_metadata(o));
     return result;
   }
 

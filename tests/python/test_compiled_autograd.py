@@ -153,3 +153,17 @@ def test_undefined_output_grad_and_int_output():
         torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
         expect = {"y": torch.full_like(x, 1.5), "z": 6 * x, "both": 3 * 1.5 * x * x}[use]
         torch.testing.assert_close(got, expect, rtol=1e-6, atol=1e-6)
+
+
+def test_undefined_output_grad_takes_each_calls_shape():
+    """The zeros for an unused output's gradient have that call's shape, also
+    once compiled autograd has made the sizes dynamic (a cached graph)."""
+    torch._dynamo.reset()
+    op = torch_tk.kernel(TWO_OUT_SPEC, file="ca_two_out.tk")
+    gen = torch.Generator().manual_seed(37)
+    for n in (8, 12, 16, 21):
+        x = torch.randn(n, generator=gen)
+        (got,) = compiled_grads(lambda x: op(x, 2.5)[0].sum(), [x], "eager")
+        torch.testing.assert_close(got, torch.full((n,), 2.5))
+        (got,) = compiled_grads(lambda x: op(x, 2.5)[1].sum(), [x], "eager")
+        torch.testing.assert_close(got, 2 * x)
