@@ -158,7 +158,8 @@ bool once_differentiable(const Plan& plan, const BackwardCall& bw, const torch::
   if (bw.has_backward || !torch::autograd::GradMode::is_enabled()) return false;
   const char* arg = nullptr;
   for (size_t j = 0; j < stack.size() && arg == nullptr; ++j)
-    if (stack[j].isTensor() && stack[j].toTensor().requires_grad()) arg = tk_op_param_name(op_of(bw.handle), static_cast<int>(j));
+    if (stack[j].isTensor() && stack[j].toTensor().requires_grad())
+      arg = tk_op_param_name(op_of(bw.handle), static_cast<int>(j));
   if (arg == nullptr) return false;
   TORCH_CHECK(!c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode), "tk.",
               plan.name, ": double backward is not supported under torch.func transforms (grad, vjp, jacrev "
@@ -171,7 +172,7 @@ bool once_differentiable(const Plan& plan, const BackwardCall& bw, const torch::
 // The gradients bw made below autograd (once_differentiable), marked the way
 // torch marks a @once_differentiable Function's: an Error node leads from
 // them to bw's arguments, so differentiating them again raises, and only
-// then (torch.func.grad never does).
+// then.
 variable_list tripwire(const Plan& plan, const BackwardCall& bw, const std::vector<at::Tensor>& args,
                        const torch::jit::Stack& stack) {
   const std::string msg = "tk." + plan.name + ": double backward is not supported: its backward op tk." + bw.name +
