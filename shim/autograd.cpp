@@ -146,6 +146,15 @@ struct NodeHolder<N, false> {
   static auto make(A&&... args) { return std::make_shared<N>(std::forward<A>(args)...); }
 };
 
+// Whether any tensor argument requires grad (with grad mode on); the first such.
+const char* first_requiring_grad(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> args) {
+  if (!torch::autograd::GradMode::is_enabled()) return nullptr;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].isTensor() && args[i].toTensor().requires_grad())
+      return handle.schema().arguments()[i].name().c_str();
+  return nullptr;
+}
+
 // Whether a call of backward op bw would be recorded for double backward
 // it cannot give: grad mode is on (create_graph=True) and an argument
 // requires grad, but bw has no backward ops of its own. Then bw runs below
@@ -155,11 +164,8 @@ struct NodeHolder<N, false> {
 // work, from nested ones (grad of grad), where an outer level would get no
 // gradient from bw instead of an error.
 bool once_differentiable(const Plan& plan, const BackwardCall& bw, const torch::jit::Stack& stack) {
-  if (bw.has_backward || !torch::autograd::GradMode::is_enabled()) return false;
-  const char* arg = nullptr;
-  for (size_t j = 0; j < stack.size() && arg == nullptr; ++j)
-    if (stack[j].isTensor() && stack[j].toTensor().requires_grad())
-      arg = tk_op_param_name(op_of(bw.handle), static_cast<int>(j));
+  if (bw.has_backward) return false;
+  const char* arg = first_requiring_grad(bw.handle, stack);
   if (arg == nullptr) return false;
   TORCH_CHECK(!c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode), "tk.",
               plan.name, ": double backward is not supported under torch.func transforms (grad, vjp, jacrev "
@@ -169,22 +175,18 @@ bool once_differentiable(const Plan& plan, const BackwardCall& bw, const torch::
   return true;
 }
 
-// The gradients bw made below autograd (once_differentiable), marked the way
-// torch marks a @once_differentiable Function's: an Error node leads from
-// them to bw's arguments, so differentiating them again raises, and only
-// then.
-variable_list tripwire(const Plan& plan, const BackwardCall& bw, const std::vector<at::Tensor>& args,
-                       const torch::jit::Stack& stack) {
+// The gradients bw made below autograd (once_differentiable, on the stack),
+// marked the way torch marks a @once_differentiable Function's: an Error
+// node leads from them to bw's arguments, so differentiating them again
+// raises, and only then.
+void tripwire(const Plan& plan, const BackwardCall& bw, const std::vector<at::Tensor>& args,
+              const torch::jit::Stack& stack) {
   const std::string msg = "tk." + plan.name + ": double backward is not supported: its backward op tk." + bw.name +
                           " has no backward (a 'backward' line in its spec would give one); these gradients of tk." +
                           plan.name + " were computed with create_graph=True";
   auto node = NodeHolder<torch::autograd::Error>::make(msg, torch::autograd::collect_next_edges(args));
-  variable_list outs;
-  for (const c10::IValue& v : stack) {
-    outs.push_back(v.toTensor());
-    if (at::isFloatingType(outs.back().scalar_type())) torch::autograd::set_history(outs.back(), node);
-  }
-  return outs;
+  for (const c10::IValue& v : stack)
+    if (at::isFloatingType(v.toTensor().scalar_type())) torch::autograd::set_history(v.toTensor(), node);
 }
 
 // The gradients of one call, per edge: each backward op that makes a wanted
@@ -203,16 +205,14 @@ variable_list run_backward(const Plan& plan, const Wanted& wanted, const Arg& ar
     std::vector<at::Tensor> args;  // (once: where the tripwire leads)
     for (const c10::IValue& v : stack)
       if (once && v.isTensor()) args.push_back(v.toTensor());
-    if (once) {
-      at::AutoDispatchBelowAutograd below;
-      bw.handle.callBoxed(stack);
-    } else {
+    {
+      std::optional<at::AutoDispatchBelowAutograd> below;
+      if (once) below.emplace();
       bw.handle.callBoxed(stack);
     }
     TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
-    const variable_list grads = once ? tripwire(plan, bw, args, stack) : variable_list();
-    for (size_t j = 0; j < stack.size(); ++j)
-      result[edge_of(plan, bw.targets[j])] = once ? grads[j] : stack[j].toTensor();
+    if (once) tripwire(plan, bw, args, stack);
+    for (size_t j = 0; j < stack.size(); ++j) result[edge_of(plan, bw.targets[j])] = stack[j].toTensor();
   }
   return result;
 }
@@ -285,12 +285,9 @@ struct TkBackward : torch::autograd::Node {
       if (differentiable[o]) saved.before(mutable_input_metadata(o));
     std::vector<c10::IValue> args{c10::IValue(plan->name)};
     for (size_t i = 0; i < params.size(); ++i)
-      args.emplace_back(!plan->save_param[i] ? c10::IValue()
-                        : tk_op_param_kind(plan->op, static_cast<int>(i)) == 0 /* TK_P_TENSOR */
-                            ? c10::IValue(saved_params[i].unpack())
-                            : params[i]);
+      args.push_back(plan->save_param[i] ? argument(TK_GRAD_FROM_PARAM, i, {}) : c10::IValue());
     for (size_t o = 0; o < saved_outputs.size(); ++o)
-      args.emplace_back(plan->save_output[o] ? c10::IValue(saved_outputs[o].unpack(getptr())) : c10::IValue());
+      args.push_back(plan->save_output[o] ? argument(TK_GRAD_FROM_OUTPUT, o, {}) : c10::IValue());
     std::vector<bool> wanted;
     for (size_t e = 0; e < plan->tensor_params.size(); ++e) wanted.push_back(task_should_compute_output(e));
     args.push_back(IValuePacker<std::vector<bool>>::pack(wanted));
@@ -347,15 +344,6 @@ struct TkBackward : torch::autograd::Node {
     return params[index];
   }
 };
-
-// Whether any tensor argument requires grad (with grad mode on); the first such.
-const char* first_requiring_grad(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> args) {
-  if (!torch::autograd::GradMode::is_enabled()) return nullptr;
-  for (size_t i = 0; i < args.size(); ++i)
-    if (args[i].isTensor() && args[i].toTensor().requires_grad())
-      return handle.schema().arguments()[i].name().c_str();
-  return nullptr;
-}
 
 // Records the node of this call (the outputs are on the stack).
 void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Stack* stack) {
