@@ -59,7 +59,6 @@ struct BackwardCall {
   c10::OperatorHandle handle;            // tk::rwkv_backward_w
   std::vector<std::pair<int, int>> args; // per parameter: (tk_grad_source, index)
   std::vector<int> targets;              // per output: forward parameter
-  bool has_backward = false;             // it has backward ops itself (double backward)
 };
 
 // Everything the Autograd kernel needs to know about one forward op.
@@ -86,8 +85,7 @@ Plan make_plan(const tk_op* op) {
     TORCH_INTERNAL_ASSERT(bw != nullptr, "tk: backward op ", tk_op_backward_at(op, b), " of ", p.name,
                           " is not loaded (tk_ctx_link should have said so)");
     const std::string full = std::string("tk::") + tk_op_name(bw);
-    BackwardCall call{tk_op_name(bw), c10::Dispatcher::singleton().findSchemaOrThrow(full.c_str(), ""), {}, {},
-                      tk_op_nbackward(bw) > 0};
+    BackwardCall call{tk_op_name(bw), c10::Dispatcher::singleton().findSchemaOrThrow(full.c_str(), ""), {}, {}};
     for (int j = 0; j < tk_op_nparams(bw); ++j) {
       int index = -1;
       const int src = tk_op_backward_source(ctx, op, b, j, &index);
@@ -155,38 +153,41 @@ const char* first_requiring_grad(const c10::OperatorHandle& handle, c10::ArrayRe
   return nullptr;
 }
 
-// Whether a call of backward op bw would be recorded for double backward
-// it cannot give: grad mode is on (create_graph=True) and an argument
-// requires grad, but bw has no backward ops of its own. Then bw runs below
-// autograd and its gradients get a tripwire (below). Under torch.func
-// transforms (grad, vjp, jacrev: they always differentiate with grad mode
-// on) that is refused here: tk cannot tell a single level, where it would
-// work, from nested ones (grad of grad), where an outer level would get no
-// gradient from bw instead of an error.
-bool once_differentiable(const Plan& plan, const BackwardCall& bw, const torch::jit::Stack& stack) {
-  if (bw.has_backward) return false;
-  const char* arg = first_requiring_grad(bw.handle, stack);
-  if (arg == nullptr) return false;
-  TORCH_CHECK(!c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode), "tk.",
-              plan.name, ": double backward is not supported under torch.func transforms (grad, vjp, jacrev "
-              "differentiate with create_graph=True): its backward op tk.", bw.name,
-              " has no backward (a 'backward' line in its spec would give one), and its argument '", arg,
-              "' requires grad");
-  return true;
-}
+// The forward op whose backward ops run_backward is calling on this thread,
+// nullptr outside: a backward op without backward ops of its own called
+// there with arguments that require grad is once differentiable (below).
+thread_local const Plan* backward_of = nullptr;
 
-// The gradients bw made below autograd (once_differentiable, on the stack),
-// marked the way torch marks a @once_differentiable Function's: an Error
-// node leads from them to bw's arguments, so differentiating them again
-// raises, and only then.
-void tripwire(const Plan& plan, const BackwardCall& bw, const std::vector<at::Tensor>& args,
-              const torch::jit::Stack& stack) {
-  const std::string msg = "tk." + plan.name + ": double backward is not supported: its backward op tk." + bw.name +
-                          " has no backward (a 'backward' line in its spec would give one); these gradients of tk." +
-                          plan.name + " were computed with create_graph=True";
+struct BackwardScope {
+  const Plan* saved;
+  explicit BackwardScope(const Plan* forward) : saved(backward_of) { backward_of = forward; }
+  ~BackwardScope() { backward_of = saved; }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+};
+
+// A call of backward op `plan` (no backward ops of its own) whose arguments
+// require grad: grad mode was on in a backward (create_graph=True, or a
+// torch.func grad / vjp / jacrev level, which always differentiate that
+// way). It runs below autograd, and its gradients are marked the way torch
+// marks a @once_differentiable Function's: an Error node leads from them to
+// the arguments, so differentiating them again raises, and only then. Being
+// the kernel at the Autograd key, this happens at every torch.func level
+// that tracks the arguments, so an outer level of nested transforms raises
+// too instead of seeing no gradient.
+void once_differentiable(const Plan& plan, const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
+                         torch::jit::Stack* stack) {
+  std::vector<at::Tensor> args;
+  for (const c10::IValue& v : torch::jit::last(*stack, handle.schema().arguments().size()))
+    if (v.isTensor()) args.push_back(v.toTensor());
+  const std::string msg = "tk." + backward_of->name + ": double backward is not supported: its backward op tk." +
+                          plan.name + " has no backward (a 'backward' line in its spec would give one); these " +
+                          "gradients of tk." + backward_of->name + " were computed with create_graph=True";
+  redispatch(handle, keys, stack);
   auto node = NodeHolder<torch::autograd::Error>::make(msg, torch::autograd::collect_next_edges(args));
-  for (const c10::IValue& v : stack)
-    if (at::isFloatingType(v.toTensor().scalar_type())) torch::autograd::set_history(v.toTensor(), node);
+  for (const c10::IValue& v : torch::jit::last(*stack, handle.schema().returns().size()))
+    if (v.isTensor() && at::isFloatingType(v.toTensor().scalar_type()))
+      torch::autograd::set_history(v.toTensor(), node);
 }
 
 // The gradients of one call, per edge: each backward op that makes a wanted
@@ -201,17 +202,11 @@ variable_list run_backward(const Plan& plan, const Wanted& wanted, const Arg& ar
     if (!needed) continue;
     torch::jit::Stack stack;
     for (const auto& [src, index] : bw.args) stack.push_back(arg(src, static_cast<size_t>(index)));
-    const bool once = once_differentiable(plan, bw, stack);
-    std::vector<at::Tensor> args;  // (once: where the tripwire leads)
-    for (const c10::IValue& v : stack)
-      if (once && v.isTensor()) args.push_back(v.toTensor());
     {
-      std::optional<at::AutoDispatchBelowAutograd> below;
-      if (once) below.emplace();
+      BackwardScope scope(&plan);
       bw.handle.callBoxed(stack);
     }
     TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
-    if (once) tripwire(plan, bw, args, stack);
     for (size_t j = 0; j < stack.size(); ++j) result[edge_of(plan, bw.targets[j])] = stack[j].toTensor();
   }
   return result;
@@ -386,6 +381,7 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
     TORCH_CHECK(!v.isTensor() || !torch::autograd::isFwGradDefined(v.toTensor()), "tk.", plan.name,
                 ": forward-mode AD is not supported (its backward ops give reverse mode only)");
   if (needs_grad == nullptr) return redispatch(handle, keys, stack);
+  if (plan.backward.empty() && backward_of != nullptr) return once_differentiable(plan, handle, keys, stack);
   TORCH_CHECK(!plan.backward.empty(), "tk.", plan.name, ": argument '", needs_grad, "' requires grad but tk.",
               plan.name, " has no backward");
   std::vector<c10::IValue> inputs(args.begin(), args.end());

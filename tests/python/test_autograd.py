@@ -310,17 +310,46 @@ def test_double_backward_is_a_clear_error():
         torch.autograd.grad(gw.sum() + gk.sum(), (w1, k1))
 
 
-def test_torch_func_needs_backward_ops_with_backward():
-    """torch.func.grad / vjp / jacrev differentiate with grad mode on: through an
-    op whose backward ops have no backward that is a clear error (tk cannot tell
-    one level from nested ones, where gradients would be missing); with
-    backward ops that have one (ag_cube below) they work, one level deep."""
-    import torch_tk
-
+def test_torch_func_grad_vjp_jacrev():
+    """torch.func.grad / vjp / jacrev differentiate with grad mode on (each level
+    records its backward). Through the seed ops, whose backward ops have no
+    backward, one level gives the gradients; differentiating them again, by a
+    nested transform or by plain autograd around one, raises the clear error at
+    that outer level instead of returning gradients that miss a term (zeros)."""
     w, k = rwkv_inputs(2, 3, 6, seed=26)
-    with pytest.raises(RuntimeError, match=r"tk.rwkv_forward: double backward is not supported under torch.func "
-                                           r"transforms .* its backward op tk.rwkv_backward_[wk] has no backward"):
-        torch.func.grad(lambda w: tk.rwkv_forward(w, k, 0.1).square().sum())(w)
+
+    def loss(w, k):
+        return tk.rwkv_forward(w, k, 0.1).square().sum()
+
+    def ref_loss(w, k):
+        return rwkv_conv1d(w, k, 0.1).square().sum()
+
+    got = torch.func.grad(loss, argnums=(0, 1))(w, k)
+    ref = torch.func.grad(ref_loss, argnums=(0, 1))(w, k)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    out, vjp_fn = torch.func.vjp(lambda w, k: tk.rwkv_forward(w, k, 0.1), w, k)
+    v = torch.randn(out.shape, generator=torch.Generator().manual_seed(27), dtype=out.dtype)
+    _, ref_vjp = torch.func.vjp(lambda w, k: rwkv_conv1d(w, k, 0.1), w, k)
+    for a, b in zip(vjp_fn(v), ref_vjp(v)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    jac = torch.func.jacrev(lambda k: tk.rwkv_forward(w, k, 0.1))(k)   # vmaps the backward
+    torch.testing.assert_close(jac, torch.func.jacrev(lambda k: rwkv_conv1d(w, k, 0.1))(k), rtol=1e-5, atol=1e-5)
+
+    double = r"tk.rwkv_forward: double backward is not supported: its backward op tk.rwkv_backward_[wk] has no backward"
+    with pytest.raises(RuntimeError, match=double):   # grad_w depends on k: its derivative is not zero
+        torch.func.grad(lambda k: torch.func.grad(loss)(w, k).square().sum())(k)
+    k1 = leaf(k)
+    gw = torch.func.grad(loss)(w, k1)                  # plain autograd tracks k1 around the transform
+    torch.testing.assert_close(gw, ref[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match=double):
+        gw.sum().backward()
+
+
+def test_torch_func_through_backward_ops_with_backward():
+    """Backward ops with a backward line of their own (ag_cube below): torch.func
+    goes one level deeper than those lines, and no further."""
+    import torch_tk
 
     cube = torch_tk.kernel(CUBE_SPEC, file="ag_cube.tk")
     gen = torch.Generator().manual_seed(28)
@@ -331,9 +360,13 @@ def test_torch_func_needs_backward_ops_with_backward():
     torch.testing.assert_close(vjp_fn(v)[0], 3 * x * x * v)
     jac = torch.func.jacrev(cube)(x[0])
     torch.testing.assert_close(jac, torch.diag(3 * x[0] ** 2))
-    # grad of grad reaches ag_cube_backward2, which has no backward
-    with pytest.raises(RuntimeError, match=r"tk.ag_cube_backward: double backward is not supported under torch.func"):
-        torch.func.grad(lambda x: torch.func.grad(lambda x: cube(x).sum())(x).sum())(x)
+    second = torch.func.grad(lambda x: torch.func.grad(lambda x: cube(x).sum())(x).sum())(x)
+    torch.testing.assert_close(second, 6 * x)
+    # a third level reaches ag_cube_backward2, which has no backward
+    with pytest.raises(RuntimeError, match=r"tk.ag_cube_backward: double backward is not supported: its backward "
+                                           r"op tk.ag_cube_backward2 has no backward"):
+        torch.func.grad(lambda x: torch.func.grad(lambda x: torch.func.grad(lambda x: cube(x).sum())(x).sum())(x)
+                        .sum())(x)
 
 
 # a backward op with a 'backward' line of its own: double backward works
