@@ -29,5 +29,10 @@ cmake_prefix_path = os.path.dirname(os.path.abspath(__file__))
 
 _load_library()
 
+from . import batching as _batching  # noqa: E402  (needs the ops loaded)
+from . import specinfo as _specinfo  # noqa: E402
+
+_batching.register(_specinfo.builtin_ops().values())   # torch.func.vmap rules (torch_tk.batching)
+
 #: The operator namespace: torch_tk.ops.rwkv_forward is torch.ops.tk.rwkv_forward.
 ops = torch.ops.tk

@@ -71,6 +71,7 @@ SIGNATURES = {
     "tk_op_param_dtype_group": (_I, [_P, _I]),
     "tk_op_shape_ndims": (_I, [_P, _I, _I]),
     "tk_op_param_dim": (_I, [_P, _I, _I, ctypes.POINTER(_C), _I64P]),
+    "tk_op_shape_has_batch": (_I, [_P, _I, _I]),
     "tk_op_noutputs": (_I, [_P]),
     "tk_op_output_name": (_C, [_P, _I]),
     # the shim: loading (shim/registry.cpp) and run-time specs (shim/runtime.cpp)

@@ -87,6 +87,8 @@ def _register_spec(text: str, file: str, checked: bool | None = None) -> list[st
     names = result.split()
     if not names:
         raise SpecError(f"{file}: error: the spec defines no op", file, 0, 0, "the spec defines no op")
+    from . import batching, specinfo
+    batching.register(specinfo.text_ops(file, text).values())   # vmap rules (torch_tk.batching)
     with _lock:
         _names_by_text[key] = names
     return names

@@ -50,6 +50,7 @@ class OpInfo:
     params: tuple
     outputs: tuple                  # output names
     backward: tuple                 # names of the ops that compute its gradients
+    output_batch: tuple = ()        # per output: whether its shape starts with '...'
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -70,33 +71,50 @@ def _param(lib, op, i) -> Param:
                  dtype_group=lib.tk_op_param_dtype_group(op, i), dims=tuple(dims))
 
 
+def _op_info(lib, op) -> OpInfo:
+    return OpInfo(
+        name=lib.tk_op_name(op).decode(),
+        file=lib.tk_op_file(op).decode(),
+        schema=lib.tk_op_schema(op).decode(),
+        params=tuple(_param(lib, op, i) for i in range(lib.tk_op_nparams(op))),
+        outputs=tuple(lib.tk_op_output_name(op, o).decode() for o in range(lib.tk_op_noutputs(op))),
+        backward=tuple(lib.tk_op_backward_at(op, b).decode() for b in range(lib.tk_op_nbackward(op))),
+        output_batch=tuple(bool(lib.tk_op_shape_has_batch(op, 1, o))   # TK_SHAPE_OUTPUT
+                           for o in range(lib.tk_op_noutputs(op))),
+    )
+
+
+def _ops_of(specs, link: bool) -> dict:
+    """{name: OpInfo} of every op in specs ((file, text) pairs, bytes), in
+    spec order; link: check the backward links across them (tk_ctx_link)."""
+    lib = _capi.lib()
+    ctx = lib.tk_ctx_new()
+    try:
+        for file, text in specs:
+            if lib.tk_load_spec(ctx, file, text, len(text)) != 0:
+                raise RuntimeError(lib.tk_ctx_error(ctx).decode())
+        if link and lib.tk_ctx_link(ctx) != 0:
+            raise RuntimeError(lib.tk_ctx_error(ctx).decode())
+        infos = (_op_info(lib, lib.tk_op_at(ctx, k)) for k in range(lib.tk_op_count(ctx)))
+        return {info.name: info for info in infos}
+    finally:
+        lib.tk_ctx_free(ctx)
+
+
 @functools.lru_cache(maxsize=None)
 def builtin_ops() -> dict:
     """{name: OpInfo} for every op compiled into libtk (ops/*.tk), in spec order."""
     lib = _capi.lib()
     nspecs = ctypes.c_int.in_dll(lib, "tk_builtin_nspecs").value
     specs = (_capi.BuiltinSpec * nspecs).in_dll(lib, "tk_builtin_specs")
-    ctx = lib.tk_ctx_new()
-    try:
-        for s in specs:
-            if lib.tk_load_spec(ctx, s.file, s.text, len(s.text)) != 0:
-                raise RuntimeError(lib.tk_ctx_error(ctx).decode())
-        if lib.tk_ctx_link(ctx) != 0:
-            raise RuntimeError(lib.tk_ctx_error(ctx).decode())
-        ops = {}
-        for k in range(lib.tk_op_count(ctx)):
-            op = lib.tk_op_at(ctx, k)
-            ops[lib.tk_op_name(op).decode()] = OpInfo(
-                name=lib.tk_op_name(op).decode(),
-                file=lib.tk_op_file(op).decode(),
-                schema=lib.tk_op_schema(op).decode(),
-                params=tuple(_param(lib, op, i) for i in range(lib.tk_op_nparams(op))),
-                outputs=tuple(lib.tk_op_output_name(op, o).decode() for o in range(lib.tk_op_noutputs(op))),
-                backward=tuple(lib.tk_op_backward_at(op, b).decode() for b in range(lib.tk_op_nbackward(op))),
-            )
-        return ops
-    finally:
-        lib.tk_ctx_free(ctx)
+    return _ops_of([(s.file, s.text) for s in specs], link=True)
+
+
+def text_ops(file: str, text: str) -> dict:
+    """{name: OpInfo} of the ops of one spec text (a run-time spec, already
+    registered, so it parses and checks); its backward links are not checked
+    here (a backward op may be in another spec)."""
+    return _ops_of([(file.encode("utf-8"), text.encode("utf-8"))], link=False)
 
 
 def spec_info(name: str) -> OpInfo:

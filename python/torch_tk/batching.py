@@ -1,0 +1,89 @@
+"""torch.func.vmap rules for tk ops (torch.library.register_vmap).
+
+A spec's leading `...` dims are batch dims its kernel already runs over in
+parallel (docs/spec.md), so vmap needs no loop for them: the vmapped dim of
+each batched `...` tensor moves to the front as one more batch dim, the
+unbatched `...` tensors are expanded to it (a stride-0 view, read in place),
+and the op runs once; its outputs, which all start with `...`, carry the
+vmapped dim first. Tensors without `...` (w in layernorm(x: [..., N],
+w: [N])) are passed as they are when unbatched. When one of them is
+batched, the op runs once per vmapped index and the results are stacked,
+as torch's own fallback would (without its warning).
+
+Every op with a `...` tensor parameter and only `...` outputs gets the rule:
+the built-in ones when torch_tk is imported, a run-time spec's when it is
+registered (torch_tk.kernel / torch_tk.load). Other ops keep torch's
+fallback (a loop).
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .specinfo import OpInfo
+
+__all__ = ["register", "batchable"]
+
+_done: set = set()
+_lock = threading.Lock()
+
+
+def batchable(info: OpInfo) -> bool:
+    """Whether info's op gets a vmap rule: some tensor parameter has `...`
+    dims and every output has them."""
+    return any(p.has_batch for p in info.params) and bool(info.output_batch) and all(info.output_batch)
+
+
+def _rule(info: OpInfo, op):
+    """The vmap rule of info's op (register_vmap's signature)."""
+    fused = batchable(info)
+    batch_params = tuple(p.kind == "tensor" and p.has_batch for p in info.params)
+    single = len(info.outputs) == 1
+
+    def rule(vinfo, in_dims, *args):
+        n = vinfo.batch_size
+        if not fused or any(d is not None and not batch_params[i] for i, d in enumerate(in_dims)):
+            return _loop(op, n, in_dims, args, single)
+        moved = list(args)
+        for i, d in enumerate(in_dims):
+            if not batch_params[i] or i >= len(args):
+                continue
+            a = args[i]
+            moved[i] = a.movedim(d, 0) if d is not None else a.expand(n, *a.shape)
+        out = op(*moved)
+        return out, (0 if single else (0,) * len(info.outputs))
+
+    return rule
+
+
+def _loop(op, n: int, in_dims, args, single: bool):
+    """op once per vmapped index, the results stacked on dim 0 (n = 0: empty
+    results, shaped by a call on meta tensors, which checks the arguments)."""
+    if n == 0:
+        def meta(a, d):
+            if d is None:
+                return a.to("meta") if isinstance(a, torch.Tensor) else a
+            return torch.empty(a.shape[:d] + a.shape[d + 1:], dtype=a.dtype, device="meta")
+
+        device = next(a.device for a, d in zip(args, in_dims) if d is not None)
+        shapes = op(*(meta(a, d) for a, d in zip(args, in_dims)))
+        empty = [torch.empty((0,) + o.shape, dtype=o.dtype, device=device) for o in
+                 ((shapes,) if single else shapes)]
+        return (empty[0], 0) if single else (tuple(empty), (0,) * len(empty))
+    calls = [op(*(a.select(d, j) if d is not None else a for a, d in zip(args, in_dims))) for j in range(n)]
+    if single:
+        return torch.stack(calls), 0
+    return tuple(torch.stack(parts) for parts in zip(*calls)), (0,) * len(calls[0])
+
+
+def register(infos) -> None:
+    """Registers the vmap rule of every op among infos (OpInfos of ops already
+    on torch.ops.tk); an op that has one is skipped."""
+    with _lock:
+        for info in infos:
+            if info.name in _done:
+                continue
+            op = getattr(torch.ops.tk, info.name).default
+            torch.library.register_vmap("tk::" + info.name, _rule(info, op))
+            _done.add(info.name)
