@@ -30,8 +30,8 @@ _lock = threading.Lock()
 
 
 def batchable(info: OpInfo) -> bool:
-    """Whether info's op gets a vmap rule: some tensor parameter has `...`
-    dims and every output has them."""
+    """Whether info's op can run once for a whole vmap: some tensor parameter
+    has `...` dims and every output has them."""
     return any(p.has_batch for p in info.params) and bool(info.output_batch) and all(info.output_batch)
 
 
@@ -47,10 +47,8 @@ def _rule(info: OpInfo, op):
             return _loop(op, n, in_dims, args, single)
         moved = list(args)
         for i, d in enumerate(in_dims):
-            if not batch_params[i] or i >= len(args):
-                continue
-            a = args[i]
-            moved[i] = a.movedim(d, 0) if d is not None else a.expand(n, *a.shape)
+            if batch_params[i]:
+                moved[i] = args[i].movedim(d, 0) if d is not None else args[i].expand(n, *args[i].shape)
         out = op(*moved)
         return out, (0 if single else (0,) * len(info.outputs))
 

@@ -77,6 +77,27 @@ def test_brick_pad_is_one_call():
     tiles = torch.randint(0, 100, (3, 5, 12, 8), generator=gen(3), dtype=torch.int32)
     got = vmap(vmap(lambda t: tk.brick_pad(t, 5, 3, 2)))(tiles)
     assert torch.equal(got, torch.stack([torch.stack([tk.brick_pad(t, 5, 3, 2) for t in row]) for row in tiles]))
+    # batch size 0
+    assert vmap(lambda t: tk.brick_pad(t, 5, 3, 2))(tiles[0, :0]).shape == (0, 18, 18)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_vmap_cuda():
+    """The rule on CUDA tensors: brick_pad in one call, per-sample gradients
+    of the softmax example, rwkv_forward per index; against the CPU."""
+    tiles = torch.rand(7, 12, 8, generator=gen(30))
+    got = vmap(lambda t: tk.brick_pad(t, 5, 3, 2), in_dims=2)(tiles.cuda().transpose(0, 2).contiguous())
+    ref = vmap(lambda t: tk.brick_pad(t, 5, 3, 2), in_dims=2)(tiles.transpose(0, 2).contiguous())
+    assert torch.equal(got.cpu(), ref)
+    softmax = torch_tk.load(os.path.join(ROOT, "examples", "specs", "softmax.tk"))
+    x = torch.randn(6, 4, 33, generator=gen(31), dtype=torch.float64)
+    t = torch.randn(6, 4, 33, generator=gen(32), dtype=torch.float64)
+    per_sample = vmap(grad(lambda xi, ti: (softmax(xi) - ti).square().sum()))
+    torch.testing.assert_close(per_sample(x.cuda(), t.cuda()).cpu(), per_sample(x, t))
+    w, k = rwkv_inputs(2, 3, 6, seed=33)
+    ks = torch.stack([k, 2 * k])
+    f = vmap(lambda k, w: tk.rwkv_forward(w, k, 0.1), in_dims=(0, None))
+    torch.testing.assert_close(f(ks.cuda(), w.cuda()).cpu(), f(ks, w), rtol=1e-5, atol=1e-5)
 
 
 def test_batch_dims_and_plain_dims(ops):
