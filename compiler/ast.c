@@ -98,3 +98,14 @@ int tk_sched_valid(int k, long long v) {
     if (k < 0 || k >= TK_SCHED_KEYS || v < tk_sched_keys[k].lo || v > tk_sched_keys[k].hi) return 0;
     return tk_sched_keys[k].step ? v % tk_sched_keys[k].step == 0 : (v & (v - 1)) == 0;
 }
+
+/* Whether two expressions are the same text (same value in one copy). */
+int tk_expr_equal(const tk_expr *a, const tk_expr *b) {
+    if (a->kind != b->kind || a->op != b->op || a->nargs != b->nargs || a->ival != b->ival ||
+        a->vtype != b->vtype || memcmp(&a->fval, &b->fval, sizeof a->fval) != 0)
+        return 0;
+    if ((a->name == NULL) != (b->name == NULL) || (a->name && strcmp(a->name, b->name) != 0)) return 0;
+    for (int i = 0; i < a->nargs; i++)
+        if (!tk_expr_equal(a->args[i], b->args[i])) return 0;
+    return 1;
+}

@@ -164,4 +164,7 @@ struct tk_error;
 tk_module *tk_parse(tk_arena *a, const char *file, const char *text,
                     size_t len, struct tk_error *err);
 
+/* Whether two expressions are the same text (the same value within one op). */
+int tk_expr_equal(const tk_expr *a, const tk_expr *b);
+
 #endif

@@ -45,6 +45,27 @@ static tk_status out_of_memory(tk_error *err, const tk_opdecl *decl) {
 
 #define TRY(x) do { tk_status s_ = (x); if (s_ != TK_OK) return s_; } while (0)
 
+/* Words torch's schema parser reads as keywords: no op or parameter can be
+ * named so (the schema `tk::def(Tensor return)` does not parse). */
+static const char *const k_schema_keywords[] = {
+    "False", "None", "True", "and", "as", "assert", "break", "class", "continue", "def", "del", "elif",
+    "else", "for", "global", "if", "import", "in", "is", "not", "or", "pass", "raise", "return", "while",
+    "with", "Ellipsis", "NoneType", NULL};
+
+static int is_schema_keyword(const char *name) {
+    for (int i = 0; k_schema_keywords[i]; i++)
+        if (strcmp(k_schema_keywords[i], name) == 0) return 1;
+    return 0;
+}
+
+/* Whether torch.ops.tk.<name> is an attribute of the namespace object itself
+ * in Python (its name, its op list, a module's dunders), not the op. */
+static int is_namespace_attr(const char *name) {
+    size_t n = strlen(name);
+    return strcmp(name, "name") == 0 || strcmp(name, "_dir") == 0 ||
+           (n > 4 && strncmp(name, "__", 2) == 0 && strcmp(name + n - 2, "__") == 0);
+}
+
 static int is_function(const char *name) {
     for (int i = 0; k_functions[i]; i++)
         if (strcmp(k_functions[i], name) == 0) return 1;
@@ -143,14 +164,22 @@ static tk_status bind_tensor_dims(checker *c, int i) {
     return TK_OK;
 }
 
-/* Checks names are unique across parameters and outputs. */
+/* Checks the op's name, and that names are unique across parameters and
+ * outputs and none is a function or, in the schema, a keyword. */
 static tk_status check_unique(checker *c) {
     const tk_opdecl *d = c->op->decl;
+    if (is_schema_keyword(d->name))
+        return fail(c, d->loc, "'%s' cannot name an op: torch's operator schemas reserve it", d->name);
+    if (is_namespace_attr(d->name))
+        return fail(c, d->loc, "'%s' cannot name an op: in Python torch.ops.tk.%s is an attribute of the "
+                               "namespace itself", d->name, d->name);
     int n = d->nparams + d->noutputs;
     for (int i = 0; i < n; i++) {
         const tk_param *a = i < d->nparams ? &d->params[i] : &d->outputs[i - d->nparams];
         if (is_function(a->name))
             return fail(c, a->loc, "'%s' is a built-in function and cannot name a parameter", a->name);
+        if (i < d->nparams && is_schema_keyword(a->name))
+            return fail(c, a->loc, "'%s' cannot name a parameter: torch's operator schemas reserve it", a->name);
         for (int j = 0; j < i; j++) {
             const tk_param *b = j < d->nparams ? &d->params[j] : &d->outputs[j - d->nparams];
             if (strcmp(a->name, b->name) == 0)
@@ -201,6 +230,9 @@ static tk_status check_params(checker *c) {
         if (p->optional && p->kind != TK_P_INT && p->kind != TK_P_FLOAT)
             return fail(c, p->loc, "only int and float parameters can be optional ('int?', 'float?')");
     }
+    if (op->ntensors == 0)
+        return fail(c, d->loc, "an op needs a tensor parameter: torch picks its CPU or CUDA kernel from "
+                               "its tensor arguments (a tensor whose shape gives the output's is enough)");
     for (int j = 0; j < op->ndims; j++) op->dims[j].slot = op->nints + j;
     if (op->nints + op->ndims > TK_MAX_INTS)
         return fail(c, d->loc, "too many scalar parameters and dims (limit %d)", TK_MAX_INTS);
@@ -272,9 +304,15 @@ double tk_float_default(const tk_param *p) {
  * needs one (None means it); plain ints and bools a literal of their type. */
 static tk_status check_defaults(checker *c) {
     const tk_opdecl *d = c->op->decl;
+    const tk_param *first = NULL;   /* the first parameter with a default in the schema */
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
         const tk_expr *e = p->default_value;
+        int has = e != NULL || (p->optional && p->kind == TK_P_INT);   /* 'int?' is '=None' */
+        if (has && !first) first = p;
+        if (!has && first)
+            return fail(c, p->loc, "parameter '%s' has no default but follows '%s', which has one: as in "
+                                   "Python, parameters with defaults come last", p->name, first->name);
         if (!e) {
             if (p->optional && p->kind == TK_P_FLOAT)
                 return fail(c, p->loc, "optional float '%s' needs a default, which None then means: "
@@ -353,6 +391,13 @@ static tk_status check_loop(checker *c) {
     if (d->nloop != n)
         return fail(c, d->loop_loc, "'%s' has %d explicit dims, so the loop needs %d variables, not %d",
                     o->name, n, n, d->nloop);
+    if (op->has_ellipsis && !has_ellipsis(o))
+        for (int i = 0; i < d->nparams; i++)
+            if (d->params[i].kind == TK_P_TENSOR && has_ellipsis(&d->params[i]))
+                return fail(c, o->loc, "output '%s' needs '...' first, like input '%s': the loop runs over "
+                                       "the batch dims, and every output has them (there is no reduction "
+                                       "over them: give them a name, '%s: float[R, N]')", o->name,
+                            d->params[i].name, d->params[i].name);
     op->row_loop = 0;
     for (int i = 0; i < d->nloop; i++) {
         if (is_owned(d->loop_vars[i])) {   /* '_': a dim the iteration owns */
@@ -369,7 +414,7 @@ static tk_status check_loop(checker *c) {
     for (int i = 0; i < d->noutputs; i++) {
         if (op->row_loop && has_ellipsis(&d->outputs[i]) != has_ellipsis(o))   /* they share the batch dims */
             return fail(c, d->outputs[i].loc, "output '%s' %s '...' and the loop output '%s' %s: in a row loop "
-                        "every output has the loop output's batch dims or none", d->outputs[i].name,
+                        "every output has '...' exactly when the loop output has", d->outputs[i].name,
                         has_ellipsis(&d->outputs[i]) ? "has" : "has no", o->name, has_ellipsis(o) ? "has" : "has none");
         if (op->row_loop) continue;   /* any rank: the stores say which dims are whose (check_row_access) */
         if (has_ellipsis(&d->outputs[i]) != has_ellipsis(o) ||
@@ -555,11 +600,9 @@ static int find_loop_var(const tk_opdecl *d, const char *name) {
     return -1;
 }
 
-/* Appends e as spec text (for messages); top: no parentheses around it. */
-static void expr_text_at(tk_buf *b, const tk_expr *e, int top);
-static void expr_text(tk_buf *b, const tk_expr *e) { expr_text_at(b, e, 0); }
+static void expr_text(tk_buf *b, const tk_expr *e) { tk_expr_text(b, e, 0); }
 
-static void expr_text_at(tk_buf *b, const tk_expr *e, int top) {
+void tk_expr_text(tk_buf *b, const tk_expr *e, int top) {
     switch (e->kind) {
     case TK_E_INT: tk_buf_printf(b, "%lld", (long long)e->ival); return;
     case TK_E_FLOAT: tk_buf_printf(b, "%g", e->fval); return;
@@ -622,7 +665,7 @@ static tk_status check_row_access(checker *c, tk_loc loc, int o, tk_expr **idx, 
         tk_buf_printf(&b, "%s[", p->name);
         for (int j = 0; j < n; j++) {
             if (j) tk_buf_puts(&b, ", ");
-            expr_text_at(&b, idx[j], 1);
+            tk_expr_text(&b, idx[j], 1);
         }
         tk_buf_puts(&b, "]");
         tk_status st;
@@ -666,8 +709,17 @@ static tk_status check_name(checker *c, tk_expr *e) {
     case TK_SYM_FLOAT: e->ref = idx; e->vtype = c->ftype; return TK_OK;
     case TK_SYM_DIM: e->ref = idx; e->vtype = TK_V_INT; return TK_OK;
     case TK_SYM_TENSOR:
-    case TK_SYM_OUTPUT:
-        return fail(c, e->loc, "tensor '%s' must be indexed, e.g. %s[...]", e->name, e->name);
+    case TK_SYM_OUTPUT: {
+        const tk_opdecl *d = c->op->decl;
+        const tk_param *p = tk_resolve_header(c->op, e->name, &idx) == TK_SYM_TENSOR ? &d->params[idx]
+                                                                                     : &d->outputs[idx];
+        int n = tk_explicit_dims(p);
+        if (n == 0)
+            return fail(c, e->loc, "tensor '%s' must be indexed: %s[] (it has no dims after '...')", e->name,
+                        e->name);
+        return fail(c, e->loc, "tensor '%s' must be indexed, with %d index%s (one per dim after '...')", e->name,
+                    n, n == 1 ? "" : "es");
+    }
     default:
         if (is_function(e->name)) return fail(c, e->loc, "'%s' is a function; call it", e->name);
         return fail(c, e->loc, "unknown name '%s'", e->name);
@@ -839,6 +891,7 @@ static tk_status declare_local(checker *c, tk_stmt *s, tk_vtype t) {
     l->name = s->name;
     l->type = t;
     l->is_loop = s->kind == TK_S_FOR;
+    l->loc = s->loc;
     s->ref = c->op->nlocals++;
     s->declares = 1;
     c->scope[c->nscope++] = s->ref;
@@ -868,6 +921,10 @@ static tk_status check_assign(checker *c, tk_stmt *s) {
         if (s->op == TK_OPC_DIV && !is_float(r)) r = c->ftype;
         v = r;
     }
+    if (lt == TK_V_INT && is_float(v))   /* `s = 0` then `s += x[i]`: the usual slip */
+        return fail(c, s->loc, "'%s' is an int (from its first assignment, line %d); a float value needs "
+                               "int(...) here, or make '%s' a float from the start ('%s = 0.0')", s->name,
+                    c->op->locals[idx].loc.line, s->name, s->name);
     char what[96];
     snprintf(what, sizeof what, "'%s'", s->name);
     return check_convert(c, s->loc, v, lt, what);
@@ -1115,6 +1172,26 @@ static tk_status check_variants(tk_op *op, tk_error *err) {
     return st;
 }
 
+/* Whether body stores into tensor `name` anywhere. */
+static int stores_to(tk_stmt *const *body, int n, const char *name) {
+    for (int k = 0; k < n; k++)
+        if ((body[k]->kind == TK_S_STORE && strcmp(body[k]->name, name) == 0) ||
+            stores_to(body[k]->body, body[k]->nbody, name) || stores_to(body[k]->orelse, body[k]->norelse, name))
+            return 1;
+    return 0;
+}
+
+/* Every output is stored somewhere: one that never is would hand back
+ * whatever its memory held. */
+static tk_status check_outputs_written(checker *c) {
+    const tk_opdecl *d = c->op->decl;
+    for (int i = 0; i < d->noutputs; i++)
+        if (!stores_to(d->body, d->nbody, d->outputs[i].name))
+            return fail(c, d->outputs[i].loc, "output '%s' is never written: the body has no store to it",
+                        d->outputs[i].name);
+    return TK_OK;
+}
+
 tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     tk_error *err = &ctx->error;
     tk_op *op = tk_arena_alloc(&ctx->arena, sizeof *op);
@@ -1134,6 +1211,7 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     if (st == TK_ERR_NOMEM) return out_of_memory(err, decl);
     if (st != TK_OK) return st;
     TRY(check_variants(op, err));
+    TRY(check_outputs_written(&c));
     find_reads_always(op);
     if (rename_reused_locals(op, &ctx->arena) != TK_OK) return out_of_memory(err, decl);
     op->schema = make_schema(decl, &ctx->arena);

@@ -28,6 +28,7 @@ typedef struct tk_local {
     const char *name;
     tk_vtype type;
     int is_loop;        /* an inner for-loop variable */
+    tk_loc loc;         /* its first assignment */
 } tk_local;
 
 typedef struct tk_dimsym {
@@ -132,6 +133,8 @@ typedef struct tk_buf {
     int oom;
 } tk_buf;
 void tk_buf_puts(tk_buf *b, const char *s);
+/* Appends e as spec text (for messages); top: no parentheses around it (check.c). */
+void tk_expr_text(tk_buf *b, const tk_expr *e, int top);
 void tk_buf_printf(tk_buf *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

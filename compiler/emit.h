@@ -211,7 +211,6 @@ int group_invariant(const emitter *E, const tk_expr *e);
 int vx_loop_ok(emitter *E, const tk_stmt *s);
 /* Whether the plan put lane loop s on explicit vectors. */
 int vx_loop_planned(const emitter *E, const tk_stmt *s);
-int expr_equal(const tk_expr *a, const tk_expr *b);
 int row_match(const emitter *E, const tk_expr *e);
 void vx_loop(emitter *E, const tk_stmt *s, int nb);
 

@@ -206,7 +206,7 @@ static void vx_local(emitter *E, const char *name, int ref) {
 
 static void vx_expr(emitter *E, const tk_expr *e) {
     for (int i = 0; i < E->nvload; i++)
-        if (expr_equal(E->vload[i], e)) {
+        if (tk_expr_equal(E->vload[i], e)) {
             tk_buf_printf(E->b, E->vld_arr ? "tk_ld%d[tk_r]" : "tk_ld%d", i);
             return;
         }
@@ -289,17 +289,6 @@ static void vx_assign(emitter *E, const tk_stmt *a) {
     tk_buf_puts(E->b, ";\n");
 }
 
-/* Whether two expressions are the same text (same value in one copy). */
-int expr_equal(const tk_expr *a, const tk_expr *b) {
-    if (a->kind != b->kind || a->op != b->op || a->nargs != b->nargs || a->ival != b->ival ||
-        a->vtype != b->vtype || memcmp(&a->fval, &b->fval, sizeof a->fval) != 0)
-        return 0;
-    if ((a->name == NULL) != (b->name == NULL) || (a->name && strcmp(a->name, b->name) != 0)) return 0;
-    for (int i = 0; i < a->nargs; i++)
-        if (!expr_equal(a->args[i], b->args[i])) return 0;
-    return 1;
-}
-
 /* Row pointers: a broadcast read (the same element in every lane) whose
  * last index alone moves with the loop reads through a pointer to its row,
  * set once per copy before the loop: the loop then keeps one pointer per
@@ -309,7 +298,7 @@ int row_match(const emitter *E, const tk_expr *e) {
         const tk_expr *r = E->row[i];
         if (r->ref != e->ref || r->nargs != e->nargs) continue;
         int same = 1;
-        for (int k = 0; same && k < e->nargs - 1; k++) same = expr_equal(r->args[k], e->args[k]);
+        for (int k = 0; same && k < e->nargs - 1; k++) same = tk_expr_equal(r->args[k], e->args[k]);
         if (same) return i;
     }
     return -1;
@@ -353,7 +342,7 @@ static void vx_hoist_one(emitter *E, const tk_expr *e, void *arg) {
     int where = *(int *)arg;
     if (!group_invariant(E, e) || E->nvload == 16) return;
     for (int i = 0; i < E->nvload; i++)
-        if (expr_equal(E->vload[i], e)) return;
+        if (tk_expr_equal(E->vload[i], e)) return;
     if (where == 1) line(E, "tk_v%s tk_ld%d[%d];", vx_sfx(E), E->nvload, E->nblocks);
     begin_line(E);
     if (where == 1)

@@ -5,6 +5,7 @@
  * recompute from the declarations, which tk_ctx_link has checked. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
@@ -128,6 +129,18 @@ static tk_status link_rank(tk_ctx *ctx, const tk_op *op, int b, const tk_op *bw,
                      bp->name, bw->decl->file, bp->loc.line, bp->loc.col, got, what, fp->name, op->decl->name, want);
 }
 
+/* Whether optional ints a and b default to the same expression (or both to None). */
+static int same_default(const tk_param *a, const tk_param *b) {
+    if (!a->default_value || !b->default_value) return a->default_value == b->default_value;
+    return tk_expr_equal(a->default_value, b->default_value);
+}
+
+/* p's default as spec text, "None" for none. */
+static void default_text(tk_buf *buf, const tk_param *p) {
+    if (p->default_value) tk_expr_text(buf, p->default_value, 1);
+    else tk_buf_puts(buf, "None");
+}
+
 /* A forward parameter passed to a backward op must keep its kind. */
 static tk_status link_param(tk_ctx *ctx, const tk_op *op, int b, const tk_param *bp, const tk_param *fp) {
     static const char *const kinds[] = {"a tensor", "an int", "a float", "a bool"}; /* ORDER tk_param_kind */
@@ -143,6 +156,18 @@ static tk_status link_param(tk_ctx *ctx, const tk_op *op, int b, const tk_param 
         return link_fail(ctx, op, b, "parameter '%s' defaults to %g but '%s' of '%s' to %g (None passed "
                                      "for it must mean one value)", bp->name, tk_float_default(bp), fp->name,
                          op->decl->name, tk_float_default(fp));
+    if (fp->kind == TK_P_INT && fp->optional && bp->optional && !same_default(fp, bp)) {
+        tk_buf ft = {0}, bt = {0};
+        default_text(&ft, fp);
+        default_text(&bt, bp);
+        tk_status st = link_fail(ctx, op, b, "parameter '%s' defaults to '%s' but '%s' of '%s' to '%s' (None "
+                                             "passed for it must mean one value: write the same expression)",
+                                 bp->name, bt.p && !bt.oom ? bt.p : "?", fp->name, op->decl->name,
+                                 ft.p && !ft.oom ? ft.p : "?");
+        free(ft.p);
+        free(bt.p);
+        return st;
+    }
     return TK_OK;
 }
 

@@ -216,7 +216,7 @@ static tk_expr *parse_primary(parser *p) {
         } else if (accept(p, TK_T_LBRACKET)) {
             e->kind = TK_E_INDEX;
             snprintf(ctx, sizeof ctx, "in the index of '%.40s'", e->name);
-            e->args = parse_expr_list(p, TK_T_RBRACKET, 0, ctx, &e->nargs);
+            e->args = parse_expr_list(p, TK_T_RBRACKET, 1, ctx, &e->nargs);
         }
         return e;
     case TK_T_LPAREN:

@@ -230,7 +230,7 @@ static int store_moves(const coop_scan *cs, const tk_stmt *s) {
 static int same_index(tk_expr *const *a, int na, tk_expr *const *b, int nb) {
     if (na != nb) return 0;
     for (int k = 0; k < na; k++)
-        if (!expr_equal(a[k], b[k])) return 0;
+        if (!tk_expr_equal(a[k], b[k])) return 0;
     return 1;
 }
 

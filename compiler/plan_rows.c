@@ -48,7 +48,7 @@ static int reads_other(const tk_expr *e, int out, tk_expr *const *idx, int n) {
     if (e->kind == TK_E_INDEX && e->is_out && e->ref == out) {
         if (!idx || e->nargs != n) return 1;
         for (int k = 0; k < n; k++)
-            if (!expr_equal(e->args[k], idx[k])) return 1;
+            if (!tk_expr_equal(e->args[k], idx[k])) return 1;
     }
     for (int i = 0; i < e->nargs; i++)
         if (reads_other(e->args[i], out, idx, n)) return 1;
@@ -91,7 +91,7 @@ static int stores_independent(const tk_op *op, const tk_stmt *loop, const unsign
             if (s->kind == TK_S_STORE && s->ref == out) {
                 if (s->nindex != first->nindex) return 0;
                 for (int k = 0; k < s->nindex; k++)
-                    if (!expr_equal(s->index[k], first->index[k])) return 0;
+                    if (!tk_expr_equal(s->index[k], first->index[k])) return 0;
             }
         }
     }

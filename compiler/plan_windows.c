@@ -64,7 +64,7 @@ static void win_find(emitter *E, const tk_expr *e, const char *u) {
     int shift;
     if (e->kind == TK_E_INDEX && win_read(E, e, u, &shift)) {
         for (int i = 0; i < E->nwin; i++)
-            if (expr_equal(E->win[i], e)) return;
+            if (tk_expr_equal(E->win[i], e)) return;
         if (E->nwin < 8) {
             E->win_shift[E->nwin] = shift;
             E->win[E->nwin++] = e;
@@ -124,12 +124,12 @@ static void stream_find(emitter *E, const tk_expr *e, const char *u) {
         for (int i = 0; ok && i < e->nargs - 1; i++) ok = !expr_uses(e->args[i], u) && stream_names_ok(E, e->args[i], u, 0);
         ok = ok && !expr_uses(last, t) && stream_names_ok(E, last, u, 1) && lane_coef(last, u, &b) && b == 1;
         ok = ok && E->lanes % W == 0 && (E->strm_w == 0 || E->strm_w == W);
-        for (int i = 0; ok && i < E->nwin; i++) ok = E->win[i] != e && !expr_equal(E->win[i], e);
+        for (int i = 0; ok && i < E->nwin; i++) ok = E->win[i] != e && !tk_expr_equal(E->win[i], e);
         if (ok) {
             int gi = group_invariant(E, e);
             for (int c = 0; c < (gi ? 1 : E->ngroup); c++) {
                 int dup = 0;
-                for (int i = 0; i < E->nstrm; i++) dup |= expr_equal(E->strm[i], e) && E->strm_copy[i] == (gi ? -1 : c);
+                for (int i = 0; i < E->nstrm; i++) dup |= tk_expr_equal(E->strm[i], e) && E->strm_copy[i] == (gi ? -1 : c);
                 if (dup || E->nstrm == 8) continue;
                 E->strm_copy[E->nstrm] = gi ? -1 : c;
                 E->strm[E->nstrm++] = e;

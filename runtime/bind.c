@@ -603,6 +603,13 @@ tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs) {
     return TK_OK;
 }
 
+/* Whether t has no elements (a dim of size 0). */
+static int ktensor_empty(const tk_ktensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->size[d] == 0) return 1;
+    return 0;
+}
+
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (!call || !call->op) return TK_ERR_INVALID;
     tk_cpu_fn fn = __atomic_load_n(&call->op->cpu_fns[call->variant], __ATOMIC_ACQUIRE);   /* may be attached late */
@@ -610,8 +617,9 @@ tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (begin < 0 || end > call->kargs.numel || begin > end)
         return call_fail(call, "range [%lld, %lld) is outside the index space [0, %lld)", (long long)begin,
                          (long long)end, (long long)call->kargs.numel);
-    for (int o = 0; o < call->noutputs; o++)
-        if (!call->kargs.t[call->op->out_slot[o]].data && call->kargs.numel > 0)
+    for (int o = 0; o < call->noutputs; o++)   /* (an empty output may have no memory: a row loop's T = 0) */
+        if (!call->kargs.t[call->op->out_slot[o]].data && call->kargs.numel > 0 &&
+            !ktensor_empty(&call->kargs.t[call->op->out_slot[o]]))
             return call_fail(call, "output '%s' is not set", call->op->decl->outputs[o].name);
     if (begin >= end) return TK_OK;
     tk_kerr err = {0};          /* this range's bounds record (see tk_kerr) */

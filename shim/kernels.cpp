@@ -90,7 +90,7 @@ tk_device to_tk_device(const c10::Device& d, const Where& w) {
 // A view of t for the core. Inputs are read through const_data_ptr, so a
 // copy-on-write tensor is not materialised; outputs are written.
 tk_tensor_view to_view(const at::Tensor& t, bool writable, const Where& w) {
-  TORCH_CHECK(t.defined(), prefix(w), "expected a tensor, got an undefined one");
+  TORCH_CHECK(t.defined(), prefix(w), "expected a tensor, got None");
   TORCH_CHECK(t.dim() <= TK_MAX_DIMS, prefix(w), "has ", t.dim(), " dims; at most ",
               TK_MAX_DIMS, " are supported");
   std::optional<tk_dtype> dtype = to_tk_dtype(t.scalar_type());
@@ -209,6 +209,7 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
     const Where w{tk_op_name(c.op), params[i].name().c_str()};
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
+      TORCH_CHECK(t.defined(), prefix(w), "expected a tensor, got None");
       if (device_arg == nullptr) {
         device = t.device();
         device_arg = w.arg;

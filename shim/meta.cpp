@@ -120,6 +120,7 @@ c10::SymInt eval(const tk_op* op, const std::vector<tk_shape_instr>& code,
 
 // A view for tk_bind_types: dtype, rank and device; sizes are not looked at.
 tk_arg type_arg(const at::Tensor& t, const tk_op* op, const char* name) {
+  TORCH_CHECK(t.defined(), "tk.", tk_op_name(op), ": argument '", name, "': expected a tensor, got None");
   std::optional<tk_dtype> dtype = tk_dtype_of(t.scalar_type());
   TORCH_CHECK(dtype.has_value(), "tk.", tk_op_name(op), ": argument '", name, "': dtype ",
               t.scalar_type(), " is not supported");

@@ -6,6 +6,8 @@
 // compiler (runtime/tk_cc.h) one (op, dtype variant) at a time, on the
 // first CPU call that needs one (ensure_cpu_kernel), outside any lock but
 // that variant's own. docs/runtime.md.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -152,6 +154,25 @@ void check_links(const Runtime& rt, tk_ctx* scratch) {
   if (st != TK_OK) throw spec_failure(scratch);
 }
 
+// Checks that torch takes every new op (the first n of scratch) before any
+// is registered, so a refusal registers nothing and leaves the names free:
+// its schema parses (the checker already refuses what it knows torch
+// refuses) and no other library defined tk::<name> (torch.library).
+void check_torch_takes(const tk_ctx* scratch, int n) {
+  for (int i = 0; i < n; ++i) {
+    const tk_op* op = tk_op_at(scratch, i);
+    const std::string name = tk_op_name(op), schema = std::string("tk::") + tk_op_schema(op);
+    try {
+      (void)torch::jit::parseSchema(schema);
+    } catch (const std::exception& e) {
+      throw Failure{TK_ERR_INVALID, "tk." + name + ": torch refuses its schema " + schema + ": " + e.what()};
+    }
+    if (c10::Dispatcher::singleton().findSchema(c10::OperatorName("tk::" + name, "")).has_value())
+      throw Failure{TK_ERR_INVALID, "tk::" + name + " is already defined in torch by another library (not by a tk "
+                                    "spec): give your op another name"};
+  }
+}
+
 // A context holding the spec alone, to emit its ops' C from: the scratch
 // context also holds every spec registered before (loaded to link), which
 // kept per spec would grow with the square of their number. Linking only
@@ -232,7 +253,9 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   st = tk_cc_check(rt.cc, &msg[0], msg.size());
   if (st != TK_OK) throw Failure{st, msg.c_str()};
   std::lock_guard<std::mutex> lock(rt.mutex);
-  if (!already_registered(rt, names, text, checked)) commit(rt, std::move(scratch), names, file, text, checked);
+  if (already_registered(rt, names, text, checked)) return names;
+  check_torch_takes(scratch.get(), n);
+  commit(rt, std::move(scratch), names, file, text, checked);
   return names;
 }
 

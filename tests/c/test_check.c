@@ -14,6 +14,7 @@ typedef struct bad_spec {
 static const bad_spec k_bad[] = {
     {HDR "        y[i] = x[j]\n", "bad.tk:3:18: error: unknown name 'j'"},
     {HDR "        y[i] = x[i, i]\n", "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 2"},
+    {HDR "        y[i] = x[]\n", "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 0"},
     {HDR "        y[0] = x[i]\n", "bad.tk:3:9: error: an output can only be written at the loop index: y[i]"},
     {HDR "        x[i] = 1.0\n", "bad.tk:3:9: error: input 'x' is read-only"},
     {HDR "        y[i] += x[i]\n", "bad.tk:3:9: error: outputs are write-only: accumulate in a local, then store with '='"},
@@ -21,7 +22,7 @@ static const bad_spec k_bad[] = {
     {HDR "        n = 3\n        y[i] = x[i]\n",
      "bad.tk:3:9: error: cannot assign to 'n': it is a parameter, dim, tensor or loop variable"},
     {HDR "        k = 1\n        k = 2.5\n        y[i] = x[i]\n",
-     "bad.tk:4:9: error: 'k' is an int; converting a float32 needs int(...)"},
+     "bad.tk:4:9: error: 'k' is an int (from its first assignment, line 3); a float value needs int(...) here, or make 'k' a float from the start ('k = 0.0')"},
     {HDR "        if i:\n            y[i] = x[i]\n",
      "bad.tk:3:12: error: an 'if' condition must be a bool, got int (compare explicitly)"},
     {HDR "        y[i] = x[i * 1.5]\n", "bad.tk:3:20: error: an index must be an int, not float32"},
@@ -30,7 +31,7 @@ static const bad_spec k_bad[] = {
     {HDR "        if True:\n            t = 1\n        y[i] = t\n", "bad.tk:5:16: error: unknown name 't'"},
     {HDR "        for u in range(n):\n            u = 2\n        y[i] = x[i]\n",
      "bad.tk:4:13: error: cannot assign to loop variable 'u'"},
-    {HDR "        y[i] = x\n", "bad.tk:3:16: error: tensor 'x' must be indexed, e.g. x[...]"},
+    {HDR "        y[i] = x\n", "bad.tk:3:16: error: tensor 'x' must be indexed, with 1 index (one per dim after '...')"},
     {HDR "        y[i] = x[i] and True\n", "bad.tk:3:21: error: 'and' needs bools, got float32 and bool"},
     {"op f(x: float32[N]) -> y: int32[N]:\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:3:16: error: output 'y' (int32) is an int; converting a float32 needs int(...)"},
@@ -78,10 +79,10 @@ static const bad_spec k_bad[] = {
      "bad.tk:3:16: error: unknown function 'cos'"},
     {"op f(x: int32|float32[N]) -> y: float32[N]:\n    for i in y:\n        n = x[i]\n        n = 0.5\n"
      "        y[i] = n\n",
-     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the i32 variant)"},
+     "bad.tk:4:9: error: 'n' is an int (from its first assignment, line 3); a float value needs int(...) here, or make 'n' a float from the start ('n = 0.0') (in the i32 variant)"},
     {"op f(x: float32|int16[N], k: int[N]) -> y: float32[N]:\n    for i in y:\n        n = x[i] + k[i]\n"
      "        n = 0.5\n        y[i] = n\n",
-     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the i16_u8 variant)"},
+     "bad.tk:4:9: error: 'n' is an int (from its first assignment, line 3); a float value needs int(...) here, or make 'n' a float from the start ('n = 0.0') (in the i16_u8 variant)"},
     {"op f(x: float32|float64[N]) -> y: int32[N]:\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:3:16: error: output 'y' (int32) is an int; converting a float32 needs int(...) (in the f32 variant)"},
     {"op f(x: float32[N], h: int? = N / 2) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
@@ -122,8 +123,38 @@ static const bad_spec k_bad[] = {
     {ROW "            y[b, t] = 1.0\n", "bad.tk:4:13: error: 'y' takes 3 indices (one per explicit dim), got 2"},
 #undef ROW
     {"op f(x: float32[..., N]) -> (y: float32[..., N], s: float32[N]):\n    for _ in y:\n        y[0] = 0.0\n",
-     "bad.tk:1:50: error: output 's' has no '...' and the loop output 'y' has: in a row loop every output has the "
-     "loop output's batch dims or none"},
+     "bad.tk:1:50: error: output 's' has no '...' and the loop output 'y' has: in a row loop every output has "
+     "'...' exactly when the loop output has"},
+    /* batch dims: an input's '...' needs the loop output's (no reduction over them) */
+    {"op f(x: float[..., N], w: x.dtype[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] * w[i]\n",
+     "bad.tk:1:42: error: output 'y' needs '...' first, like input 'x': the loop runs over the batch dims, and "
+     "every output has them (there is no reduction over them: give them a name, 'x: float[R, N]')"},
+    {"op f(x: float[..., N]) -> g: x.dtype[N]:\n    for _ in g:\n        for i in range(N):\n"
+     "            g[i] = x[i]\n",
+     "bad.tk:1:27: error: output 'g' needs '...' first, like input 'x': the loop runs over the batch dims, and "
+     "every output has them (there is no reduction over them: give them a name, 'x: float[R, N]')"},
+    /* what torch's schemas and torch.ops.tk cannot take */
+    {"op f(eps: float = 1e-5, g: float[N]) -> y: g.dtype[N]:\n    for i in y:\n        y[i] = g[i]\n",
+     "bad.tk:1:25: error: parameter 'g' has no default but follows 'eps', which has one: as in Python, "
+     "parameters with defaults come last"},
+    {"op f(x: float[N], k: int? = N, g: float[N]) -> y: g.dtype[N]:\n    for i in y:\n        y[i] = g[i]\n",
+     "bad.tk:1:32: error: parameter 'g' has no default but follows 'k', which has one: as in Python, "
+     "parameters with defaults come last"},
+    {"op f(x: float[N], def: int) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:19: error: 'def' cannot name a parameter: torch's operator schemas reserve it"},
+    {"op global(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:4: error: 'global' cannot name an op: torch's operator schemas reserve it"},
+    {"op name(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:4: error: 'name' cannot name an op: in Python torch.ops.tk.name is an attribute of the namespace "
+     "itself"},
+    {"op __call__(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:4: error: '__call__' cannot name an op: in Python torch.ops.tk.__call__ is an attribute of the "
+     "namespace itself"},
+    {"op f(n: int, d: int) -> c: float32[n, d]:\n    for i, j in c:\n        c[i, j] = 0.0\n",
+     "bad.tk:1:4: error: an op needs a tensor parameter: torch picks its CPU or CUDA kernel from its tensor "
+     "arguments (a tensor whose shape gives the output's is enough)"},
+    {"op f(x: float[N]) -> (y: x.dtype[N], z: x.dtype[N]):\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:38: error: output 'z' is never written: the body has no store to it"},
 };
 
 /* Specs that load but whose backward clause does not link (tk_ctx_link). */
@@ -149,9 +180,12 @@ static const bad_spec k_bad_link[] = {
      "        y[i] = x[i]\n" BW("grad_y: float[N], e: float? = 1e-05", "grad_x: grad_y.dtype[N]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'e' defaults to 1e-05 but 'e' of 'f' to 0.5 (None "
      "passed for it must mean one value)"},
+    {FWD BW("grad_y: float[N], n: int? = N // 2", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'n' defaults to 'N // 2' but 'n' of 'f' to 'N' "
+     "(None passed for it must mean one value: write the same expression)"},
     {FWD BW("x: float[N]", "grad_x: x.dtype[N]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': it takes no incoming gradient (a parameter named grad_y)"},
-    {FWD BW("grad_y: float", "grad_x: float32[1]"),
+    {FWD BW("x: float[N], grad_y: float", "grad_x: float32[1]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'grad_y' must be a tensor"},
     {FWD "op f_bw(grad_y: float[N]) -> gx: grad_y.dtype[N]:\n    for i in gx:\n        gx[i] = 0.0\n",
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': output 'gx' must be named grad_<p> for a float tensor "
@@ -187,8 +221,8 @@ static const bad_spec k_bad_link[] = {
      "of 'f' has 1 dim"},
     {"op f(x: float[N]) -> (y: x.dtype[N], m: int32[N]):\n    backward f_bw\n    for i in y:\n"
      "        y[i] = x[i]\n        m[i] = i\n"
-     BW("grad_y: float[N], m: int32[..., 2, N]", "grad_x: grad_y.dtype[N]"),
-     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'm' (bad.tk:6:27) has '...' and 2 dims but output "
+     BW("grad_y: float[..., N], m: int32[..., 2, N]", "grad_x: grad_y.dtype[..., N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'm' (bad.tk:6:32) has '...' and 2 dims but output "
      "'m' of 'f' has 1 dim"},
     {"op f(x: float[..., M, N]) -> y: x.dtype[..., M, N]:\n    backward f_bw\n    for j, i in y:\n"
      "        y[j, i] = x[j, i]\n"

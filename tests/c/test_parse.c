@@ -577,7 +577,7 @@ static const bad_case bad_cases[] = {
     {H L "        y[i] = 1e999\n", "t.tk:3:16: error: float literal '1e999' is out of range"},
     {H L "        y[i] = )\n", "t.tk:3:16: error: expected an expression, found ')'"},
     {H L "        y[i] =\n", "t.tk:3:15: error: expected an expression, found NEWLINE"},
-    {H L "        y[i] = x[]\n", "t.tk:3:18: error: expected an expression, found ']'"},
+    {H L "        y[i] = x[i, ]\n", "t.tk:3:21: error: expected an expression, found ']'"},
     {H L "        y[i] = a if b\n", "t.tk:3:22: error: expected 'else' in the conditional expression, found NEWLINE"},
     {H L "        y[i] = max(a b)\n", "t.tk:3:22: error: expected ',' or ')' in the call to 'max', found 'b'"},
     /* statements */

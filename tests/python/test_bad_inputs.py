@@ -307,6 +307,25 @@ def _requires_grad(info):
         yield sub, p.name
 
 
+@case("none_tensor")
+def _none_tensor(info):
+    """None for a tensor argument (Python passes it as an undefined tensor):
+    an error naming the op and the argument, on the CPU and on Meta. With no
+    other tensor argument torch finds no kernel to call, and says so naming
+    the op (a NotImplementedError, which is a RuntimeError)."""
+    for p in tensor_params(info):
+        def sub(c, p=p):
+            i = [q.name for q in info.params].index(p.name)
+            alone = len(tensor_params(info)) == 1
+            want = rf"tk::{info.name}\b" if alone else rf"^tk\.{info.name}: argument '{p.name}': expected a tensor, got None"
+            for call in (c, on_meta(c)):
+                args = call.args()
+                args[i] = None
+                with pytest.raises(RuntimeError, match=want):
+                    tk_op(info.name)(*args)
+        yield sub, p.name
+
+
 @pytest.mark.parametrize("name, sub", CASES)
 def test_bad_input(name, sub):
     run_case(name, sub)

@@ -17,11 +17,14 @@ pointer is NULL: a kernel that read one would crash the test.
 """
 
 import math
+import os
 
 import pytest
 import torch
 
 import torch_tk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def gen(seed):
@@ -305,12 +308,15 @@ VARIANT_ERRORS = [
     # only some dtypes fail: the first failing variant is named
     ("op ve_d(x: int32|float32[N]) -> y: float32[N]:\n    for i in y:\n        n = x[i]\n"
      "        n = 0.5\n        y[i] = n\n",
-     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the i32 variant)"),
+     "bad.tk:4:9: error: 'n' is an int (from its first assignment, line 3); a float value needs int(...) here, or make 'n' a float from the start ('n = 0.0') (in the i32 variant)"),
     ("op ve_e(x: float32|int64[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] * 0.5\n",
      "bad.tk:3:21: error: output 'y' (int64) is an int; converting a float32 needs int(...) (in the i64 variant)"),
     # every variant fails, with messages that name their dtypes: named too
-    ("op ve_f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        n = 1\n        n = x[i]\n        y[i] = n\n",
-     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the f16 variant)"),
+    ("op ve_f(x: float[N]) -> y: int32[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:3:16: error: output 'y' (int32) is an int; converting a float32 needs int(...) (in the f16 variant)"),
+    # every variant fails with one message: no variant named
+    ("op ve_g(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        n = 1\n        n = x[i]\n        y[i] = n\n",
+     "bad.tk:4:9: error: 'n' is an int (from its first assignment, line 3); a float value needs int(...) here, or make 'n' a float from the start ('n = 0.0')"),
 ]
 
 
@@ -320,3 +326,35 @@ def test_variant_suffix_only_when_the_dtype_matters(text, message):
         torch_tk.kernel(text, file="bad.tk")
     assert str(info.value).splitlines()[0] == message
 
+
+
+ZERO_DIMS = os.path.join(ROOT, "tests", "specs", "zero_dims.tk")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_tensors_without_dims_read_as_x_brackets(dtype):
+    """A 0-d tensor (s: x.dtype[]) and an index of any batch shape
+    (idx: int64[...]) read as s[] and idx[]: each iteration reads the
+    element of its batch index; in a row loop too."""
+    torch_tk.load(ZERO_DIMS)
+    g = torch.Generator().manual_seed(50)
+    x = torch.randn(3, 4, 7, generator=g).to(dtype)
+    s = torch.tensor(1.5, dtype=dtype)
+    idx = torch.randint(-5, 9, (3, 4), generator=g)
+    want = (x.double() * s.double() + idx[..., None].double())
+    for xs, ids, w in ((x, idx, want), (x.transpose(0, 1), idx.t(), want.transpose(0, 1))):
+        got = torch.ops.tk.zero_dim_scale(xs, s, ids)
+        torch.testing.assert_close(got.double(), w, rtol=1e-2 if dtype == torch.bfloat16 else 1e-6, atol=1e-2)
+    assert torch.ops.tk.zero_dim_scale(x[0, 0], s, idx[0, 0]).shape == (7,)
+    with pytest.raises(RuntimeError, match=r"tk\.zero_dim_scale: argument 's': expected 0 dims"):
+        torch.ops.tk.zero_dim_scale(x, s.reshape(1), idx)
+    if dtype != torch.bfloat16:
+        t = torch.tensor(0.25, dtype=dtype)
+        got = torch.ops.tk.zero_dim_floor(x, t)
+        torch.testing.assert_close(got, x - torch.maximum(x.amax(-1, keepdim=True), t))
+
+
+def test_unindexed_tensor_says_how_to_index_it():
+    with pytest.raises(torch_tk.SpecError, match=r"tensor 's' must be indexed: s\[\] \(it has no dims after"):
+        torch_tk.kernel("op ld_noidx(x: float[N], s: x.dtype[]) -> y: x.dtype[N]:\n    for i in y:\n"
+                        "        y[i] = x[i] * s\n", file="bad.tk")

@@ -617,3 +617,45 @@ def test_row_loops_spec_stats_and_decay(dtype):
             want[:, t] = s
         for kv in views(k):
             torch.testing.assert_close(tk.row_decay(kv).double(), want, **TOL[dtype])
+
+
+SCAN_SPEC = """
+op rl_scan_last(a: float[B, T, C], x: a.dtype[B, T, C], h0: a.dtype[B, C])
+        -> (h: a.dtype[B, T, C], hlast: a.dtype[B, C]):
+    for b, _, c in h:
+        s = h0[b, c]
+        for t in range(T):
+            s = a[b, t, c] * s + x[b, t, c]
+            h[b, t, c] = s
+        hlast[b, c] = s
+op rl_sum_prefix(x: float[B, T]) -> (s: x.dtype[B, 1], cs: x.dtype[B, T]):
+    for b, _ in s:
+        acc = 0.0
+        for t in range(T):
+            acc += x[b, t]
+            cs[b, t] = acc
+        s[b, 0] = acc
+"""
+
+
+@pytest.mark.parametrize("T", [0, 1, 5])
+def test_row_loop_outputs_that_are_empty(T):
+    """A row loop with several outputs where one is empty (T = 0) and the other
+    is not: the empty one has no memory, and the call still runs."""
+    torch_tk.kernel(SCAN_SPEC, file="rl_scan.tk")
+    tk = torch.ops.tk
+    g = gen(40 + T)
+    a, x = torch.rand(2, T, 5, generator=g), torch.randn(2, T, 5, generator=g)
+    h0 = torch.randn(2, 5, generator=g)
+    h, hlast = tk.rl_scan_last(a, x, h0)
+    s, want = h0.clone(), []
+    for t in range(T):
+        s = a[:, t] * s + x[:, t]
+        want.append(s)
+    assert h.shape == (2, T, 5)
+    torch.testing.assert_close(hlast, s)
+    if T:
+        torch.testing.assert_close(h, torch.stack(want, 1))
+    total, cs = tk.rl_sum_prefix(x[:, :, 0])
+    torch.testing.assert_close(total[:, 0], x[:, :, 0].sum(1))
+    torch.testing.assert_close(cs, x[:, :, 0].cumsum(1))

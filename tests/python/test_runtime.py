@@ -301,6 +301,37 @@ def test_builtin_op_cannot_be_replaced(name):
         torch_tk.kernel(text)
 
 
+def test_name_defined_by_another_library_is_refused():
+    """tk::<name> defined with torch.library (not by a tk spec): registering a
+    spec of that name is refused before anything is registered, so the spec
+    under another name works."""
+    lib = torch.library.Library("tk", "FRAGMENT")
+    lib.define("rt_taken(Tensor x) -> Tensor")
+    text = "op rt_taken(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] + 1.0\n"
+    with pytest.raises(RuntimeError, match=r"^tk::rt_taken is already defined in torch by another library \(not by "
+                                           r"a tk spec\): give your op another name$"):
+        torch_tk.kernel(text)
+    op = torch_tk.kernel(text.replace("rt_taken", "rt_taken2"))
+    torch.testing.assert_close(op(torch.zeros(3)), torch.ones(3))
+
+
+def test_refused_spec_leaves_its_names_free():
+    """A spec refused by the checker (here: a parameter without a default after
+    one with a default, which torch's schemas do not take) registers none of
+    its ops, so the corrected text registers under the same names."""
+    bad = ("op rt_free(x: float[N], eps: float = 0.5) -> y: x.dtype[N]:\n    backward rt_free_bw\n"
+           "    for i in y:\n        y[i] = x[i] * eps\n"
+           "op rt_free_bw(eps: float = 0.5, grad_y: float[N]) -> grad_x: grad_y.dtype[N]:\n"
+           "    for i in grad_x:\n        grad_x[i] = grad_y[i] * eps\n")
+    with pytest.raises(torch_tk.SpecError, match=r"parameter 'grad_y' has no default but follows 'eps'"):
+        torch_tk.kernel(bad, file="free.tk")
+    assert not hasattr(torch.ops.tk, "rt_free") and not hasattr(torch.ops.tk, "rt_free_bw")
+    good = bad.replace("rt_free_bw(eps: float = 0.5, grad_y: float[N])", "rt_free_bw(grad_y: float[N], eps: float = 0.5)")
+    op = torch_tk.kernel(good, file="free.tk")
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(op, (x,))
+
+
 def test_backward_in_an_earlier_spec():
     torch_tk.kernel("op rt_twice_backward(grad_y: float[N]) -> grad_x: grad_y.dtype[N]:\n"
                     "    for i in grad_x:\n        grad_x[i] = 2.0 * grad_y[i]\n")
@@ -377,7 +408,7 @@ MALFORMED = [
      "        y[0] = x[i]\n"
      "        ^"),
     (ID.format(n="bad_g") + "        n = 1\n        n = x[i]\n        y[i] = n\n",
-     "bad.tk:4:9: error: 'n' is an int; converting a float32 needs int(...) (in the f16 variant)\n"
+     "bad.tk:4:9: error: 'n' is an int (from its first assignment, line 3); a float value needs int(...) here, or make 'n' a float from the start ('n = 0.0')\n"
      "        n = x[i]\n"
      "        ^"),
     (ID.format(n="bad_h") + "        y[i] = x[i, i]\n",
