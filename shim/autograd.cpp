@@ -5,7 +5,9 @@
 // backward op through the dispatcher with its arguments matched by name
 // (tk_op_backward_source: forward parameters, saved forward outputs,
 // grad_<output>) and returns grad_<param> for each forward tensor parameter.
-// An op without backward ops refuses inputs that require grad. Being a C++
+// An op without backward ops refuses inputs that require grad, except as a
+// backward op called by such a node with grad mode on, where it runs once
+// differentiable (create_graph=True, torch.func). Being a C++
 // kernel at the Autograd key, this works the same from Python, TorchScript,
 // C++ libtorch, torch.compile (compiled autograd too: compiled_args,
 // apply_with_saved) and torch.export. docs/autograd.md.
@@ -17,7 +19,6 @@
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
