@@ -66,6 +66,7 @@ typedef struct tk_expr {
     tk_vtype vtype;     /* value type in the instantiation being checked */
     int ref;            /* NAME/INDEX: index of the symbol it resolves to */
     int is_out;         /* INDEX: a row loop reading back output `ref` (not an input) */
+    unsigned data_index; /* INDEX (a read): bit k when index k depends on a tensor's values (a gather) */
 } tk_expr;
 
 typedef enum tk_stmt_kind {

@@ -60,6 +60,7 @@ struct tk_op {
      * to o (-1: '_', or o is never stored) */
     int row_loop;
     int checked;                         /* tk_op_set_checked: kernels emitted with TK_EMIT_CHECKED */
+    int data_reads;                      /* some read's index depends on a tensor's values (tk_expr.data_index) */
     signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];
     int dvars[TK_MAX_TENSORS];           /* tensor params that are dtype variables */
     int ndvars;

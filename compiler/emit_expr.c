@@ -152,12 +152,14 @@ static void bound_test(emitter *E, int slot, tk_expr *const *index, int n, unsig
     }
 }
 
-/* A checked read (TK_EMIT_CHECKED): opens "(tests ? " before the element;
- * the caller closes it with " : 0)". Returns whether it opened one. */
+/* A checked read (TK_EMIT_CHECKED: every index; data-dependent indices of
+ * a gather on the CPU): opens "(tests ? " before the element; the caller
+ * closes it with " : 0)". Returns whether it opened one. */
 static int checked_read_open(emitter *E, const tk_expr *e, int slot) {
-    if (!E->plan->checked || e->nargs == 0) return 0;
+    unsigned mask = E->plan->checked ? (1u << e->nargs) - 1 : E->plan->data_checked ? e->data_index : 0;
+    if (mask == 0 || e->nargs == 0) return 0;
     tk_buf_puts(E->b, "(");
-    bound_test(E, slot, e->args, e->nargs, (1u << e->nargs) - 1, e->loc, 0);
+    bound_test(E, slot, e->args, e->nargs, mask, e->loc, 0);
     tk_buf_puts(E->b, " ? ");
     return 1;
 }
@@ -512,6 +514,7 @@ static void store(emitter *E, const tk_stmt *s) {
     else store_target(E, s);
     tk_buf_puts(E->b, " = ");
     if ((dt == TK_F16 || dt == TK_BF16) && s->value->kind == TK_E_INDEX && !E->plan->checked &&
+        !(E->plan->data_checked && s->value->data_index) &&
         (s->value->is_out ? tk_variant_out_dtype(E->op, E->variant, s->value->ref)
                           : tk_variant_dtype(E->op, E->variant, s->value->ref)) == dt) {
         /* a 16-bit float copied as it is: the round trip through float32 is exact */

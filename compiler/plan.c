@@ -72,7 +72,7 @@ void plan_apply(emitter *E, const tk_body_plan *b) {
 static void plan_cpu_body(tk_plan *P, int wide, tk_buf *scratch) {
     emitter E;
     emitter_init(&E, scratch, P);
-    E.plain |= P->checked;   /* checked kernels take the plain form */
+    E.plain |= P->checked || P->data_checked;   /* checked kernels take the plain form */
     E.wide = wide;
     if (P->row_loop) {
         snapshot(&E, &P->body[wide]);
@@ -138,6 +138,8 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     P->plain = (flags & TK_EMIT_PLAIN) != 0;
     P->row_loop = op->row_loop;
     P->checked = (flags & TK_EMIT_CHECKED) != 0 || op->checked;
+    /* gathers: CPU kernels only, until a GPU run has timed them on CUDA */
+    P->data_checked = target != TK_TARGET_CUDA && op->data_reads && !P->checked;
     P->cpu = flags & TK_EMIT_CPU_AVX512 ? TK_CPU_AVX512 : flags & TK_EMIT_CPU_AVX2 ? TK_CPU_AVX2
            : flags & TK_EMIT_CPU_BASE ? TK_CPU_BASE : TK_CPU_ANY;
     if (target == TK_TARGET_CUDA)   /* the caller's items, else the spec's schedule line, else the defaults */
@@ -151,7 +153,7 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
     if (target == TK_TARGET_CUDA) {
         plan_cuda(P, &scratch);
     } else {
-        if (!P->plain && !P->checked) {
+        if (!P->plain && !P->checked && !P->data_checked) {
             plan_cpu_body(P, TK_BODY_WIDE, &scratch);
             /* the explicit-vector bodies exist where the wide one tiles on them */
             P->wide = !P->row_loop && P->body[TK_BODY_WIDE].lanes > 0 && P->body[TK_BODY_WIDE].vx_any;
@@ -162,7 +164,7 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
         plan_cpu_body(P, TK_BODY_NARROW, &scratch);
         /* row loops vectorise only without run-time checks (checked stores
          * are conditional, and record the first failure atomically) */
-        if (!P->checked && !bounds_any_check(P)) plan_rows(P);
+        if (!P->checked && !P->data_checked && !bounds_any_check(P)) plan_rows(P);
         /* one CPU: the bodies it compiles (tk_kernel.h: TK_VXW with
          * AVX-512, TK_VXH with AVX2 and FMA but not AVX-512) */
         P->kept[TK_BODY_NARROW] = 1;
@@ -230,6 +232,14 @@ static void body_text(tk_buf *b, const tk_plan *P, const tk_body_plan *B, int gp
     tk_buf_puts(b, "    one element a thread (grid-stride loop)\n");
 }
 
+/* The gathers' line: which reads have indices checked at run time because
+ * they depend on a tensor's values (docs/spec.md, Bounds). */
+static void data_checked_text(tk_buf *b, const tk_plan *P) {
+    if (P->data_checked)
+        tk_buf_puts(b, "  gathers: read indices that depend on a tensor's values are compared to their dim's size "
+                       "(an index out of range is an error); the plain form\n");
+}
+
 /* A row loop's stores: per store, the indices on owned dims proven in range
  * by the loop bounds and those checked at run time (plan_bounds.c). */
 static void bounds_text(tk_buf *b, const tk_plan *P) {
@@ -256,6 +266,7 @@ static void bounds_text(tk_buf *b, const tk_plan *P) {
     }
     if (P->checked) tk_buf_puts(b, "  checked mode: every index of every read and store is compared to its dim's "
                                    "size; the plain form\n");
+    data_checked_text(b, P);
 }
 
 /* A CPU row loop's inner loops vectorised along the row, with their reductions. */
@@ -396,6 +407,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
     }
     if (P->checked) tk_buf_puts(b, "  checked mode: every index of every read is compared to its dim's size "
                                    "(stores are at the loop variables); the plain form\n");
+    data_checked_text(b, P);
     tk_buf_puts(b, "  parallel domain: ");
     for (int i = 0; i < d->nloop; i++) tk_buf_printf(b, "%s%s", i ? ", " : "", d->loop_vars[i]);
     tk_buf_printf(b, "%s over %s's last %d dims", d->nloop ? "" : "(none)", o->name, d->nloop);

@@ -130,6 +130,8 @@ typedef struct tk_plan {
     int nbstores;
     const tk_stmt *bstore[TK_MAX_BSTORES];
     unsigned bcheck[TK_MAX_BSTORES];
+    int data_checked;                   /* the CPU kernel checks data-dependent read indices
+                                         * (tk_expr.data_index; the plain form, as checked) */
     int checked;                        /* TK_EMIT_CHECKED: every index of every read and of a row loop's
                                          * stores is checked at run time; the plain form (no tiles, copies,
                                          * run plan, chunks, split or mirror) */

@@ -8,7 +8,8 @@ proven stores carry no check (`tkc plan` says so). Checked mode
 every read too: it reports a read past a row that the unchecked kernel does
 not, and gives the unchecked kernel's results on valid input. Twin ops (the
 same body under two names) compare the two modes; the checks' cost is not
-timed here.
+timed here. Gathers (a read indexed by a tensor's values) are checked on
+the CPU without checked mode.
 """
 import os
 import re
@@ -192,3 +193,62 @@ def test_cuda_reports_like_the_cpu():
     big = torch.randn(9, generator=gen(6)).cuda()
     with pytest.raises(RuntimeError, match=r"tk.ck_peek_cu: peek_cu.tk:4:23: read x\[8\] out of range"):
         tk.ck_peek_cu(big[:8])
+
+
+# gathers: an index read from a tensor can be anything (docs/spec.md, Bounds)
+EMBED = """
+op {name}(idx: int64[N], table: float[V, D]) -> out: table.dtype[N, D]:
+    for n, d in out:
+        k = idx[n]
+        out[n, d] = table[k, d]
+"""
+ROW_GATHER = """
+op {name}(idx: int64[..., K], x: float[..., N]) -> y: x.dtype[..., 1]:
+    for _ in y:
+        s = 0.0
+        for j in range(K):
+            s += x[idx[j]]
+        y[0] = s
+"""
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 1 << 40, -(1 << 62)])
+def test_gather_index_out_of_range_is_an_error(bad):
+    """An index that comes from a tensor is compared to its dim's size on the
+    CPU without checked mode: out of range is a RuntimeError naming the op,
+    file:line:col, the tensor and the dim (before: a quiet read of other
+    memory, or a crash for a far index)."""
+    tk = ops(EMBED, "ck_embed", file="embed.tk")
+    table = torch.arange(12.0).reshape(4, 3)
+    with pytest.raises(RuntimeError, match=rf"^tk\.ck_embed: embed\.tk:5:21: read table\[{bad}, :\] out of range: "
+                                           r"dim 0 \(V\) has size 4"):
+        tk.ck_embed(torch.tensor([0, bad, 2]), table)
+    ops(ROW_GATHER, "ck_row_gather", file="rowg.tk")
+    with pytest.raises(RuntimeError, match=rf"^tk\.ck_row_gather: rowg\.tk:6:18: read x\[\.\.\., {bad}\] out of range"):
+        tk.ck_row_gather(torch.tensor([[0, bad]]), torch.randn(1, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_gathers_in_range_match_torch(dtype):
+    tk = ops(EMBED, "ck_embed", file="embed.tk")
+    g = gen(60)
+    table = torch.randn(50, 17, generator=g).to(dtype)
+    idx = torch.randint(0, 50, (300,), generator=g)
+    torch.testing.assert_close(tk.ck_embed(idx, table), torch.nn.functional.embedding(idx, table), rtol=0, atol=0)
+    torch.testing.assert_close(tk.ck_embed(idx, table.t().contiguous().t()), table[idx], rtol=0, atol=0)
+    if dtype != torch.bfloat16:
+        ops(ROW_GATHER, "ck_row_gather", file="rowg.tk")
+        x = torch.randn(6, 9, generator=g, dtype=dtype)
+        idx2 = torch.randint(0, 9, (6, 4), generator=g)
+        torch.testing.assert_close(tk.ck_row_gather(idx2, x), torch.gather(x, 1, idx2).sum(1, keepdim=True))
+
+
+def test_plan_names_the_gather_checks(tmp_path):
+    spec = tmp_path / "embed.tk"
+    spec.write_text(EMBED.format(name="embed"))
+    plan = tkc("plan", "--dtype", "i64_f32", "--target", "cpu", str(spec))
+    assert "gathers: read indices that depend on a tensor's values are compared" in plan, plan
+    assert "gathers:" not in tkc("plan", "--dtype", "f32", "--target", "cpu",
+                                 os.path.join(ROOT, "examples", "specs", "softmax.tk"))
+    code = tkc("emit-c", "--dtype", "i64_f32", str(spec))
+    assert code.count("tk_ck(") == 1, code   # the table's dim 0 only: d is the loop variable
