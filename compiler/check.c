@@ -1112,44 +1112,6 @@ static tk_status rename_reused_locals(tk_op *op, tk_arena *a) {
     return TK_OK;
 }
 
-/* ---- reads made in every iteration ------------------------------------------ */
-
-/* Records in op->read_always the first read of each tensor that evaluating
- * e always makes: every part of e is evaluated except the arms of a
- * conditional expression and the right side of and/or. */
-static void mark_reads_always(tk_op *op, const tk_expr *e) {
-    int idx;
-    if (!e) return;
-    if (e->kind == TK_E_COND) {
-        mark_reads_always(op, e->args[1]);
-        return;
-    }
-    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_AND || e->op == TK_OPC_OR)) {
-        mark_reads_always(op, e->args[0]);
-        return;
-    }
-    if (e->kind == TK_E_INDEX && tk_resolve_header(op, e->name, &idx) == TK_SYM_TENSOR &&
-        op->read_always[idx].line == 0)
-        op->read_always[idx] = e->loc;
-    for (int i = 0; i < e->nargs; i++) mark_reads_always(op, e->args[i]);
-}
-
-/* Fills op->read_always from the top-level statements of the loop body:
- * each runs in every iteration (the language has no break, continue or
- * return), so its expressions are evaluated there, except the bodies of
- * its `if` and `for` (an `if`'s condition and a `for`'s bounds are). */
-static void find_reads_always(tk_op *op) {
-    const tk_opdecl *d = op->decl;
-    memset(op->read_always, 0, sizeof op->read_always);
-    for (int i = 0; i < d->nbody; i++) {
-        const tk_stmt *s = d->body[i];
-        for (int k = 0; k < s->nindex; k++) mark_reads_always(op, s->index[k]);
-        mark_reads_always(op, s->value);
-        mark_reads_always(op, s->lo);
-        mark_reads_always(op, s->hi);
-    }
-}
-
 /* Type-checks the body in every variant. The error is the first failing
  * variant's, followed by " (in the f16 variant)" only when it depends on
  * the dtypes: an earlier variant passes, or a later one passes or fails
@@ -1170,83 +1132,6 @@ static tk_status check_variants(tk_op *op, tk_error *err) {
     free(other);
     if (depends) tk_error_append(err, " (in the %s variant)", op->variant_codes[bad]);
     return st;
-}
-
-/* ---- data-dependent reads ------------------------------------------------
- * A read whose index depends on a tensor's values (a gather, `table[idx[i],
- * j]`) can be out of range whatever the shapes: the CPU kernel checks those
- * indices at run time (docs/spec.md, Bounds). Syntactic and conservative:
- * a local is data-dependent when any assignment to it (by name) has a value
- * that reads a tensor or a data-dependent local, an inner loop's variable
- * when its range does. */
-typedef struct taint {
-    const char *names[TK_MAX_LOCALS];
-    int n;
-} taint;
-
-static int tainted(const taint *t, const char *name) {
-    for (int i = 0; i < t->n; i++)
-        if (strcmp(t->names[i], name) == 0) return 1;
-    return 0;
-}
-
-/* Whether e reads a tensor or a data-dependent local. */
-static int has_data(const taint *t, const tk_expr *e) {
-    if (!e) return 0;
-    if (e->kind == TK_E_INDEX) return 1;
-    if (e->kind == TK_E_NAME && tainted(t, e->name)) return 1;
-    for (int i = 0; i < e->nargs; i++)
-        if (has_data(t, e->args[i])) return 1;
-    return 0;
-}
-
-/* One pass of the taint over body; returns whether it added a name. */
-static int taint_block(taint *t, tk_stmt *const *body, int n) {
-    int grew = 0;
-    for (int k = 0; k < n; k++) {
-        const tk_stmt *s = body[k];
-        int data = (s->kind == TK_S_ASSIGN && has_data(t, s->value)) ||
-                   (s->kind == TK_S_FOR && (has_data(t, s->lo) || has_data(t, s->hi)));
-        if (data && !tainted(t, s->name) && t->n < TK_MAX_LOCALS) {
-            t->names[t->n++] = s->name;
-            grew = 1;
-        }
-        grew |= taint_block(t, s->body, s->nbody);
-        grew |= taint_block(t, s->orelse, s->norelse);
-    }
-    return grew;
-}
-
-/* Marks the data-dependent indices of every read in e. */
-static void mark_data_expr(tk_op *op, const taint *t, tk_expr *e) {
-    if (!e) return;
-    if (e->kind == TK_E_INDEX) {
-        e->data_index = 0;
-        for (int k = 0; k < e->nargs && k < 32; k++)
-            if (has_data(t, e->args[k])) e->data_index |= 1u << k;
-        if (e->data_index) op->data_reads = 1;
-    }
-    for (int i = 0; i < e->nargs; i++) mark_data_expr(op, t, e->args[i]);
-}
-
-static void mark_data_block(tk_op *op, const taint *t, tk_stmt *const *body, int n) {
-    for (int k = 0; k < n; k++) {
-        tk_stmt *s = body[k];
-        mark_data_expr(op, t, s->value);
-        mark_data_expr(op, t, s->lo);
-        mark_data_expr(op, t, s->hi);
-        for (int i = 0; i < s->nindex; i++) mark_data_expr(op, t, s->index[i]);
-        mark_data_block(op, t, s->body, s->nbody);
-        mark_data_block(op, t, s->orelse, s->norelse);
-    }
-}
-
-static void find_data_reads(tk_op *op) {
-    taint t = {{0}, 0};
-    while (taint_block(&t, op->decl->body, op->decl->nbody)) {
-    }
-    op->data_reads = 0;
-    mark_data_block(op, &t, op->decl->body, op->decl->nbody);
 }
 
 /* Whether body stores into tensor `name` anywhere. */
@@ -1289,8 +1174,8 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     if (st != TK_OK) return st;
     TRY(check_variants(op, err));
     TRY(check_outputs_written(&c));
-    find_reads_always(op);
-    find_data_reads(op);
+    tk_find_reads_always(op);
+    tk_find_data_reads(op);
     if (rename_reused_locals(op, &ctx->arena) != TK_OK) return out_of_memory(err, decl);
     op->schema = make_schema(decl, &ctx->arena);
     if (!op->schema) return out_of_memory(err, decl);

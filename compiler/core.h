@@ -134,6 +134,11 @@ typedef struct tk_buf {
     int oom;
 } tk_buf;
 void tk_buf_puts(tk_buf *b, const char *s);
+/* reads.c: the read annotations tk_check_op makes once the body checks:
+ * op->read_always (reads every iteration makes) and tk_expr.data_index with
+ * op->data_reads (gathers). */
+void tk_find_reads_always(tk_op *op);
+void tk_find_data_reads(tk_op *op);
 /* Appends e as spec text (for messages); top: no parentheses around it (check.c). */
 void tk_expr_text(tk_buf *b, const tk_expr *e, int top);
 void tk_buf_printf(tk_buf *b, const char *fmt, ...)
