@@ -134,6 +134,14 @@ tk_cc *tk_cc_new(const tk_cc_options *opt) {
     return cc;
 }
 
+void tk_cc_lock(tk_cc *cc) {
+    if (cc) pthread_mutex_lock(&cc->lock);
+}
+
+void tk_cc_unlock(tk_cc *cc) {
+    if (cc) pthread_mutex_unlock(&cc->lock);
+}
+
 void tk_cc_free(tk_cc *cc) {
     if (!cc) return;
     pthread_mutex_destroy(&cc->lock);

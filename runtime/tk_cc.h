@@ -72,6 +72,12 @@ tk_cc *tk_cc_new(const tk_cc_options *opt);
 /* Frees cc; the kernels it loaded stay loaded (ops keep pointing at them). */
 void tk_cc_free(tk_cc *cc);
 
+/* For fork (pthread_atfork, the torch shim): holds cc's lock so that no
+ * thread is inside it when the process forks; released after, on both
+ * sides. */
+void tk_cc_lock(tk_cc *cc);
+void tk_cc_unlock(tk_cc *cc);
+
 const char *tk_cc_compiler(const tk_cc *cc);   /* the command, as configured */
 const char *tk_cc_cache_dir(const tk_cc *cc);  /* "" when the disk cache is off */
 

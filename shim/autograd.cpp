@@ -104,8 +104,17 @@ Plan make_plan(const tk_op* op) {
 // The plan of an op, made on its first call (after the registrations: it
 // looks up the backward ops' handles). Ops registered at run time arrive
 // later, so the table grows; map nodes stay put, so references stay valid.
-const Plan& plan_of(const c10::OperatorHandle& handle) {
+}  // namespace
+
+std::mutex& plan_mutex() {
   static std::mutex mutex;
+  return mutex;
+}
+
+namespace {
+
+const Plan& plan_of(const c10::OperatorHandle& handle) {
+  std::mutex& mutex = plan_mutex();
   static std::map<const tk_op*, Plan> plans;
   const tk_op* op = op_of(handle);
   thread_local const tk_op* last_op = nullptr;   // the last plan this thread used (no lock)

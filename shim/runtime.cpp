@@ -10,6 +10,9 @@
 #include <torch/csrc/jit/frontend/function_schema_parser.h>
 #include <torch/library.h>
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -95,6 +98,8 @@ struct Runtime {
   std::vector<const LazyOp*> lazy_order;
 };
 
+void install_fork_guard();
+
 Runtime& runtime() {
   static Runtime* const rt = [] {
     const tk_ctx* ctx = context();  // throws if the built-in ops did not load
@@ -108,7 +113,55 @@ Runtime& runtime() {
     TORCH_CHECK(r->cc != nullptr, "tk: out of memory");
     return r;
   }();
+  static const bool guarded = (install_fork_guard(), true);
+  (void)guarded;
   return *rt;
+}
+
+// Fork safety (DataLoader workers with the fork start method): a child
+// starts with the forking thread alone, and a lock another thread of the
+// parent held at that moment (a first call compiling, a spec registering)
+// would stay locked in the child for ever. So fork waits until no thread is
+// inside one: prepare takes every lock of the run-time specs, in the order
+// the other threads take them (rt.mutex, lazy_mutex, a variant's, its
+// spec's emit lock, the compiler's; the plan table's, which no thread holds
+// while it waits for another), and the parent and the child release them,
+// the child holding state no thread was changing.
+std::vector<std::mutex*>& fork_locks() {
+  static std::vector<std::mutex*> locks;
+  return locks;
+}
+
+void fork_prepare() {
+  Runtime& rt = runtime();
+  rt.mutex.lock();
+  rt.lazy_mutex.lock();
+  std::vector<std::mutex*>& locks = fork_locks();
+  locks.clear();
+  std::vector<SourceSpec*> specs;
+  for (const LazyOp* lazy : rt.lazy_order) {
+    for (int v = 0; v < tk_op_nvariants(lazy->op); ++v) locks.push_back(&lazy->variants[v].mutex);
+    if (std::find(specs.begin(), specs.end(), lazy->spec.get()) == specs.end()) specs.push_back(lazy->spec.get());
+  }
+  for (SourceSpec* spec : specs) locks.push_back(&spec->emit_mutex);
+  for (std::mutex* m : locks) m->lock();
+  tk_cc_lock(rt.cc);
+  plan_mutex().lock();
+}
+
+void fork_release() {
+  Runtime& rt = runtime();
+  plan_mutex().unlock();
+  tk_cc_unlock(rt.cc);
+  std::vector<std::mutex*>& locks = fork_locks();
+  for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->unlock();
+  locks.clear();
+  rt.lazy_mutex.unlock();
+  rt.mutex.unlock();
+}
+
+void install_fork_guard() {
+  pthread_atfork(&fork_prepare, &fork_release, &fork_release);
 }
 
 std::vector<std::string> names_of(const tk_ctx* ctx, int n) {

@@ -96,6 +96,9 @@ at::ScalarType scalar_type_of(tk_dtype d);
 // Throws c10::Error naming the op when the compile fails; does nothing for
 // an op that is not a run-time one.
 void ensure_cpu_kernel(const tk_op* op, int variant);
+// The lock of the Autograd kernel's plan table (autograd.cpp), which the
+// run-time specs' fork guard also takes (runtime.cpp).
+std::mutex& plan_mutex();
 
 // Launches a bound call whose tensors are on cuda:<call.device_index>
 // (cuda.cpp): compiled with NVRTC on first use, cached on disk.

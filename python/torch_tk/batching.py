@@ -17,6 +17,7 @@ fallback (a loop).
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -27,6 +28,14 @@ __all__ = ["register", "batchable"]
 
 _done: set = set()
 _lock = threading.Lock()
+
+
+def _new_lock_in_child():
+    global _lock
+    _lock = threading.Lock()   # another thread of the parent may have held it at fork
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def batchable(info: OpInfo) -> bool:

@@ -33,6 +33,14 @@ _names_by_text: dict[str, list[str]] = {}
 _lock = threading.Lock()
 
 
+def _new_lock_in_child():
+    global _lock
+    _lock = threading.Lock()   # another thread of the parent may have held it at fork
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 class SpecError(ValueError):
     """A malformed run-time spec (a ValueError: the spec text is a bad value).
 

@@ -4,6 +4,7 @@ results. Also the first calls of a fresh process, made by 8 threads at the
 same moment (the lazy spec context and autograd plans are built then).
 The CUDA side (first-call NVRTC compilation races) is in the GPU check.
 """
+import os
 import subprocess
 import sys
 import threading
@@ -133,3 +134,76 @@ def test_thread_results_do_not_depend_on_intra_op_threads(name):
     finally:
         torch.set_num_threads(n)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+FORK_SCRIPT = r"""
+import os, sys, threading, time
+import torch, torch_tk
+
+def child_exits(work, timeout=60.0):
+    # fork now, run work() in the child; whether the child exited 0 in time
+    pid = os.fork()
+    if pid == 0:
+        try:
+            work()
+            os._exit(0)
+        except BaseException as e:
+            print("child:", e, flush=True)
+            os._exit(1)
+    end = time.time() + timeout
+    while time.time() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return False
+
+# 1. a thread compiles an op's first CPU call (a cold cache) while the process forks
+op = torch_tk.kernel('''
+op fk_scan(x: float[..., N], a: float) -> y: x.dtype[..., N]:
+    for _ in y:
+        s = 0.0
+        for i in range(N):
+            s += a * x[i]
+            y[i] = s
+''')
+th = threading.Thread(target=lambda: op(torch.ones(2, 3), 1.0))
+th.start()
+time.sleep(0.2)
+ok = child_exits(lambda: torch.testing.assert_close(op(torch.ones(2, 3), 1.0), torch.ones(2, 3).cumsum(-1)))
+th.join()
+print("compile:", ok, flush=True)
+
+# 2. a thread registers specs while the process forks, and the child registers one
+stop = False
+def registrar():
+    i = 0
+    while not stop:
+        torch_tk.kernel("op fk_r%d(x: float[..., N]) -> y: x.dtype[..., N]:\n    for k in y:\n        y[k] = x[k]\n" % i)
+        i += 1
+th = threading.Thread(target=registrar)
+th.start()
+fine = 0
+for trial in range(6):
+    time.sleep(0.03)
+    fine += child_exits(lambda: torch_tk.kernel(
+        "op fk_c%d(x: float[..., N]) -> y: x.dtype[..., N]:\n    for k in y:\n        y[k] = x[k]\n" % trial))
+stop = True
+th.join()
+print("register:", fine, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_fork_while_another_thread_compiles_or_registers(tmp_path):
+    """DataLoader workers fork: a child must not inherit a lock that a thread
+    of the parent held (a first call compiling, a spec registering) and then
+    wait for ever. Fresh process, cold kernel cache; each child must exit in
+    time."""
+    env = dict(os.environ, TK_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "compile: True" in r.stdout, r.stdout + r.stderr
+    assert "register: 6" in r.stdout, r.stdout + r.stderr
