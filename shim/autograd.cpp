@@ -259,9 +259,16 @@ struct TkBackward : torch::autograd::Node {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t o = 0; o < grads.size(); ++o)
       if (!grads[o].defined() && differentiable[o]) grads[o] = input_metadata(o).zeros_like();
+    // each saved tensor is unpacked once, however many backward ops take it:
+    // saved-tensor hooks and checkpoint(use_reentrant=False) expect that
+    std::map<std::pair<int, size_t>, c10::IValue> unpacked;
     return run_backward(
         *plan, [&](size_t edge) { return task_should_compute_output(edge); },
-        [&](int src, size_t index) { return argument(src, index, grads); });
+        [&](int src, size_t index) {
+          auto it = unpacked.find({src, index});
+          if (it == unpacked.end()) it = unpacked.emplace(std::make_pair(src, index), argument(src, index, grads)).first;
+          return it->second;
+        });
   }
 
 #ifdef TK_COMPILED_AUTOGRAD

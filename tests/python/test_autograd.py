@@ -447,3 +447,41 @@ def test_undefined_output_grad_is_zero():
     out = tk.rwkv_forward(w1, k, 0.1)
     (g,) = torch.autograd.grad(out.sum() * 0 + w1.sum(), w1)
     torch.testing.assert_close(g, torch.ones_like(w))
+
+
+def test_each_saved_tensor_is_unpacked_once():
+    """layernorm's two backward ops both take x and weight: each saved tensor
+    is unpacked once a backward (saved-tensor hooks see as many unpacks as
+    packs), so checkpoint(use_reentrant=False), which allows one unpack,
+    gives F.layer_norm's gradients (before: CheckpointError)."""
+    import os
+    from torch.utils.checkpoint import checkpoint
+    import torch_tk
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ln = torch_tk.load(os.path.join(root, "examples", "specs", "layernorm.tk"))
+    gen = torch.Generator().manual_seed(61)
+    x = torch.randn(6, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(8, generator=gen, dtype=torch.float64, requires_grad=True)
+    counts = {"pack": 0, "unpack": 0}
+
+    def pack(t):
+        counts["pack"] += 1
+        return t
+
+    def unpack(t):
+        counts["unpack"] += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = ln(x, w, b, 1e-5)
+    torch.autograd.grad(y.square().sum(), (x, w, b))
+    assert counts["pack"] == counts["unpack"] > 0, counts
+    ref = torch.autograd.grad(torch.nn.functional.layer_norm(x, (8,), w, b, 1e-5).square().sum(), (x, w, b))
+    for reentrant in (False, True):
+        for t in (x, w, b):
+            t.grad = None
+        checkpoint(lambda x, w, b: ln(x, w, b, 1e-5), x, w, b, use_reentrant=reentrant).square().sum().backward()
+        for t, r in zip((x, w, b), ref):
+            torch.testing.assert_close(t.grad, r)
