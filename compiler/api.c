@@ -17,9 +17,9 @@ tk_tensor_view tk_view(void *data, tk_dtype dtype, int ndim, const int64_t *size
     v.data = data;
     v.dtype = dtype;
     v.ndim = ndim;
-    for (int i = 0; i < ndim && i < TK_MAX_DIMS; i++) {
-        v.sizes[i] = sizes[i];
-        v.strides[i] = strides[i];
+    for (int i = 0; i < ndim && i < TK_MAX_DIMS; i++) {   /* (NULL sizes or strides: zeros) */
+        v.sizes[i] = sizes ? sizes[i] : 0;
+        v.strides[i] = strides ? strides[i] : 0;
     }
     v.device = TK_CPU;
     return v;
@@ -161,33 +161,33 @@ tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name) {
     return (tk_op *)tk_op_find(ctx, name);
 }
 
-const char *tk_op_name(const tk_op *op) { return op->decl->name; }
-const char *tk_op_file(const tk_op *op) { return op->decl->file; }
+const char *tk_op_name(const tk_op *op) { return op ? op->decl->name : NULL; }
+const char *tk_op_file(const tk_op *op) { return op ? op->decl->file : NULL; }
 void tk_op_set_checked(tk_op *op, int on) {
     if (op) op->checked = on != 0;
 }
 int tk_op_checked(const tk_op *op) { return op && op->checked; }
-const char *tk_op_schema(const tk_op *op) { return op->schema; }
-const char *tk_op_backward(const tk_op *op) { return op->decl->nbackward ? op->decl->backward[0] : NULL; }
-int tk_op_nbackward(const tk_op *op) { return op->decl->nbackward; }
+const char *tk_op_schema(const tk_op *op) { return op ? op->schema : NULL; }
+const char *tk_op_backward(const tk_op *op) { return op && op->decl->nbackward ? op->decl->backward[0] : NULL; }
+int tk_op_nbackward(const tk_op *op) { return op ? op->decl->nbackward : 0; }
 
 const char *tk_op_backward_at(const tk_op *op, int i) {
-    return i >= 0 && i < op->decl->nbackward ? op->decl->backward[i] : NULL;
+    return op && i >= 0 && i < op->decl->nbackward ? op->decl->backward[i] : NULL;
 }
-int tk_op_nparams(const tk_op *op) { return op->decl->nparams; }
-int tk_op_noutputs(const tk_op *op) { return op->decl->noutputs; }
-int tk_op_nvariants(const tk_op *op) { return op->nvariants; }
+int tk_op_nparams(const tk_op *op) { return op ? op->decl->nparams : 0; }
+int tk_op_noutputs(const tk_op *op) { return op ? op->decl->noutputs : 0; }
+int tk_op_nvariants(const tk_op *op) { return op ? op->nvariants : 0; }
 
 int tk_op_param_kind(const tk_op *op, int i) {
-    return i >= 0 && i < op->decl->nparams ? (int)op->decl->params[i].kind : -1;
+    return op && i >= 0 && i < op->decl->nparams ? (int)op->decl->params[i].kind : -1;
 }
 
 const char *tk_op_param_name(const tk_op *op, int i) {
-    return i >= 0 && i < op->decl->nparams ? op->decl->params[i].name : NULL;
+    return op && i >= 0 && i < op->decl->nparams ? op->decl->params[i].name : NULL;
 }
 
 int tk_op_param_optional(const tk_op *op, int i) {
-    return i >= 0 && i < op->decl->nparams ? op->decl->params[i].optional : 0;
+    return op && i >= 0 && i < op->decl->nparams ? op->decl->params[i].optional : 0;
 }
 
 unsigned tk_op_param_dtypes(const tk_op *op, int i) {
@@ -207,11 +207,11 @@ int tk_op_param_dim(const tk_op *op, int i, int j, const char **name, int64_t *v
 }
 
 const char *tk_op_output_name(const tk_op *op, int i) {
-    return i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].name : NULL;
+    return op && i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].name : NULL;
 }
 
 int tk_op_output_written(const tk_op *op, int i) {
-    if (i < 0 || i >= op->decl->noutputs) return 0;
+    if (!op || i < 0 || i >= op->decl->noutputs) return 0;
     /* a store at the top level of the loop body runs for every index (the
      * language has no break, continue or return), at that index; in a row
      * loop that covers the output only when loop variables index all its
@@ -236,10 +236,36 @@ static int has_loop(tk_stmt *const *body, int n) {
     return 0;
 }
 
-int tk_op_loop_free(const tk_op *op) { return !op->row_loop && !has_loop(op->decl->body, op->decl->nbody); }
+int tk_op_loop_free(const tk_op *op) { return op && !op->row_loop && !has_loop(op->decl->body, op->decl->nbody); }
+
+/* Whether e reads an element of tensor `name`. */
+static int expr_reads(const tk_expr *e, const char *name) {
+    if (!e) return 0;
+    if (e->kind == TK_E_INDEX && strcmp(e->name, name) == 0) return 1;
+    for (int i = 0; i < e->nargs; i++)
+        if (expr_reads(e->args[i], name)) return 1;
+    return 0;
+}
+
+static int block_reads(tk_stmt *const *body, int n, const char *name) {
+    for (int k = 0; k < n; k++) {
+        const tk_stmt *s = body[k];
+        if (expr_reads(s->value, name) || expr_reads(s->lo, name) || expr_reads(s->hi, name) ||
+            block_reads(s->body, s->nbody, name) || block_reads(s->orelse, s->norelse, name))
+            return 1;
+        for (int i = 0; i < s->nindex; i++)
+            if (expr_reads(s->index[i], name)) return 1;
+    }
+    return 0;
+}
+
+int tk_op_param_read(const tk_op *op, int i) {
+    if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_TENSOR) return 0;
+    return block_reads(op->decl->body, op->decl->nbody, op->decl->params[i].name);
+}
 
 const char *tk_op_kernel_name(const tk_op *op, int variant) {
-    return variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
+    return op && variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
 }
 
 tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn) {

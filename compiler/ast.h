@@ -53,6 +53,10 @@ typedef enum tk_vtype {
     TK_V_NONE, TK_V_BOOL, TK_V_INT, TK_V_F32, TK_V_F64
 } tk_vtype;
 
+/* Operator nodes on any path of an expression tree (a + b + ... counts one a
+ * term): the checker and printers recurse that deep. */
+#define TK_MAX_EXPR_HEIGHT 1000
+
 typedef struct tk_expr {
     tk_expr_kind kind;
     tk_loc loc;
@@ -62,6 +66,7 @@ typedef struct tk_expr {
     const char *name;
     struct tk_expr **args;
     int nargs;
+    int height;         /* operator nodes on the longest path down (parse.c: limited) */
     /* checker annotations */
     tk_vtype vtype;     /* value type in the instantiation being checked */
     int ref;            /* NAME/INDEX: index of the symbol it resolves to */

@@ -19,8 +19,9 @@ static int attach_kernel(tk_ctx *ctx, const char *name, tk_cpu_fn fn) {
 
 tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nspecs,
                               const tk_builtin_kernel *kernels, int nkernels) {
-    if (!ctx) return TK_ERR_INVALID;
+    if (!ctx || (nspecs > 0 && !specs) || (nkernels > 0 && !kernels)) return TK_ERR_INVALID;
     for (int i = 0; i < nspecs; i++) {
+        if (!specs[i].text) return TK_ERR_INVALID;
         tk_status st = tk_load_spec(ctx, specs[i].file, specs[i].text, strlen(specs[i].text));
         if (st != TK_OK) return st;
     }

@@ -28,6 +28,7 @@ size_t tk_dtype_size(tk_dtype d) {
 }
 
 int tk_dtype_from_name(const char *name, tk_dtype *out) {
+    if (!name || !out) return 0;
     for (int i = 0; i < TK_DTYPE_COUNT; i++)
         if (strcmp(k_dtypes[i].name, name) == 0) {
             *out = (tk_dtype)i;

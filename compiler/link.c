@@ -55,6 +55,8 @@ static const tk_op *backward_op(const tk_ctx *ctx, const tk_op *op, int b) {
 
 int tk_op_backward_source(const tk_ctx *ctx, const tk_op *op, int b, int j, int *index) {
     const tk_op *bw = backward_op(ctx, op, b);
+    int unused;
+    if (!index) index = &unused;
     if (!bw || j < 0 || j >= bw->decl->nparams) return -1;
     const char *name = bw->decl->params[j].name, *g = grad_of(name);
     int i;

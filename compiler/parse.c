@@ -153,6 +153,20 @@ static tk_expr *new_expr(parser *p, tk_expr_kind k, tk_loc loc) {
     return e;
 }
 
+/* Sets e's height from its arguments'. The checker and printers recurse
+ * over the tree, and a chain of operators (a + b + c ..., built left to
+ * right without recursion here) is as deep as it is long: fails past
+ * TK_MAX_EXPR_HEIGHT. */
+static void set_height(parser *p, tk_expr *e) {
+    int h = 0;
+    for (int i = 0; i < e->nargs; i++)
+        if (e->args[i]->height > h) h = e->args[i]->height;
+    e->height = h + 1;
+    if (e->height > TK_MAX_EXPR_HEIGHT)
+        error_at(p, e->loc, "expression too long: more than %d operations deep (split it with locals)",
+                 TK_MAX_EXPR_HEIGHT);
+}
+
 /* New node op(a) or op(a, b) (b NULL for unary) at loc. */
 static tk_expr *new_op(parser *p, tk_expr_kind k, tk_opc op, tk_loc loc,
                        tk_expr *x, tk_expr *y) {
@@ -162,6 +176,7 @@ static tk_expr *new_op(parser *p, tk_expr_kind k, tk_opc op, tk_loc loc,
     e->args = (tk_expr **)alloc(p, (size_t)e->nargs * sizeof *e->args);
     e->args[0] = x;
     if (y != NULL) e->args[1] = y;
+    set_height(p, e);
     return e;
 }
 
@@ -213,10 +228,12 @@ static tk_expr *parse_primary(parser *p) {
             e->kind = TK_E_CALL;
             snprintf(ctx, sizeof ctx, "in the call to '%.40s'", e->name);
             e->args = parse_expr_list(p, TK_T_RPAREN, 1, ctx, &e->nargs);
+            set_height(p, e);
         } else if (accept(p, TK_T_LBRACKET)) {
             e->kind = TK_E_INDEX;
             snprintf(ctx, sizeof ctx, "in the index of '%.40s'", e->name);
             e->args = parse_expr_list(p, TK_T_RBRACKET, 1, ctx, &e->nargs);
+            set_height(p, e);
         }
         return e;
     case TK_T_LPAREN:
@@ -367,6 +384,7 @@ static tk_expr *parse_expr(parser *p) {
         c->args[1] = parse_or(p);
         expect(p, TK_T_ELSE, "'else' in the conditional expression");
         c->args[2] = parse_expr(p);
+        set_height(p, c);
         e = c;
     }
     leave(p);
@@ -434,9 +452,14 @@ static tk_stmt *parse_assign(parser *p) {
  * each elif becomes the only statement of the previous if's orelse. */
 static tk_stmt *parse_if(parser *p) {
     tk_stmt *first = NULL, *last = NULL;
+    int levels = 0;   /* an elif nests one level deeper (the checker and printers recurse) */
     do {
         tk_stmt *s = new_stmt(p, TK_S_IF, p->tok.loc);
         int is_elif = check(p, TK_T_ELIF);
+        if (is_elif) {
+            enter(p, p->tok.loc);
+            levels++;
+        }
         next(p);
         s->value = parse_expr(p);
         expect(p, TK_T_COLON, is_elif ? "':' after the 'elif' condition"
@@ -455,6 +478,7 @@ static tk_stmt *parse_if(parser *p) {
         expect(p, TK_T_COLON, "':' after 'else'");
         last->orelse = parse_block(p, &last->norelse);
     }
+    while (levels-- > 0) leave(p);
     return first;
 }
 

@@ -161,6 +161,11 @@ int tk_op_output_written(const tk_op *op, int i);
  * index space writes element i of each output. 0 for a row loop (its
  * iterations own rows, and its outputs may differ in shape). */
 int tk_op_loop_free(const tk_op *op);
+/* 1 when the body reads an element of tensor parameter i; 0 when it only
+ * takes the tensor's shape (brick_pad_backward's tile: TH and TW), or for
+ * a scalar or a bad i. The autograd shim saves only the shape of such a
+ * tensor for a backward op. */
+int tk_op_param_read(const tk_op *op, int i);
 /* Tensor parameter i's dtype group: the parameter whose dtype it shares
  * through 'x.dtype' chains (itself for a dtype class); -1 for a scalar. */
 int tk_op_param_dtype_group(const tk_op *op, int i);
@@ -271,6 +276,7 @@ typedef struct tk_call {
     int64_t index_work;                         /* elements of the loop output one index of
                                                  * kargs.numel covers: 1, or a row loop's row */
     char msg[512];                              /* error of the last call on this struct */
+    int bound;                                  /* 1 once tk_bind succeeded (tk_set_output, tk_run_cpu) */
 } tk_call;
 
 /* Checks args against the op (count, kinds, dtypes, ranks, symbolic dims,

@@ -41,7 +41,9 @@
 /* TK_CUDA_TUNE, read once by main: the CUDA kernels' schedule */
 static tk_schedule g_sched;
 
-/* Reads a whole file; NULL (and a message) on error. */
+#define TKC_MAX_SPEC_BYTES (64 << 20)
+
+/* Reads a whole file of at most TKC_MAX_SPEC_BYTES; NULL (and a message) on error. */
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -53,6 +55,12 @@ static char *read_file(const char *path, size_t *len) {
     while (p) {
         n += fread(p + n, 1, cap - n, f);
         if (n < cap) break;
+        if (cap >= TKC_MAX_SPEC_BYTES) {   /* /dev/zero, or not a spec */
+            fprintf(stderr, "tkc: %s is larger than %d MiB: not a spec file\n", path, TKC_MAX_SPEC_BYTES >> 20);
+            free(p);
+            fclose(f);
+            return NULL;
+        }
         char *q = realloc(p, cap *= 2);
         if (!q) free(p);
         p = q;

@@ -184,6 +184,9 @@ static tk_status bind_dtype(binder *b, int i) {
 
 static tk_status bind_device(binder *b, int i) {
     const tk_tensor_view *v = &b->args[i].t;
+    if (v->device != TK_CPU && v->device != TK_CUDA && v->device != TK_META)
+        return call_fail(b->call, "argument '%s': device %d is not a tk_device", b->op->decl->params[i].name,
+                         (int)v->device);
     if (b->device_param < 0) {
         b->device_param = i;
         b->call->device = v->device;
@@ -207,7 +210,9 @@ static tk_status bind_shape(binder *b, int i) {
     const tk_tensor_view *v = &b->args[i].t;
     int ell = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
     int nexp = tk_explicit_dims(p);
-    if (v->ndim < 0 || v->ndim > TK_MAX_DIMS)
+    if (v->ndim < 0)
+        return call_fail(b->call, "argument '%s': a view with %d dims", p->name, v->ndim);
+    if (v->ndim > TK_MAX_DIMS)
         return call_fail(b->call, "argument '%s': %d dims is more than the %d supported", p->name, v->ndim, TK_MAX_DIMS);
     if (ell ? v->ndim < nexp : v->ndim != nexp) {
         char dt[160];
@@ -537,9 +542,10 @@ tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call)
     tk_status st = bind_args(op, args, nargs, call, &b);
     if (st == TK_OK && !((st = bind_defaults(&b)) || (st = bind_outputs(&b)) || (st = check_empty_inputs(&b)))) {
         tk_kargs_divisors(&call->kargs);
+        call->bound = 1;
         return TK_OK;
     }
-    return st;
+    return st;   /* (call->bound stays 0: tk_set_output and tk_run_cpu refuse the call) */
 }
 
 tk_status tk_bind_types(const tk_op *op, const tk_arg *args, int nargs, tk_call *call) {
@@ -565,7 +571,9 @@ tk_status tk_bind_types(const tk_op *op, const tk_arg *args, int nargs, tk_call 
 
 tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v) {
     if (!call || !call->op) return TK_ERR_INVALID;
+    if (!call->bound) return call_fail(call, "the call is not bound (tk_bind failed, or was not called)");
     if (i < 0 || i >= call->noutputs) return call_fail(call, "no output %d", i);
+    if (v.device != call->device) return call_fail(call, "output %d is not on the call's device", i);
     const char *name = call->op->decl->outputs[i].name;
     int same = v.ndim == call->out_ndim[i] && v.dtype == call->out_dtype[i];
     for (int d = 0; same && d < v.ndim; d++) same = v.sizes[d] == call->out_sizes[i][d];
@@ -575,6 +583,7 @@ tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v) {
 }
 
 int tk_arg_same_binding(const tk_arg *a, const tk_arg *b) {
+    if (!a || !b) return 0;
     if (a->kind != b->kind || a->is_none != b->is_none) return 0;
     if (a->kind == TK_P_INT || a->kind == TK_P_BOOL) return a->is_none || a->i == b->i;
     if (a->kind == TK_P_FLOAT) return memcmp(&a->f, &b->f, sizeof a->f) == 0; /* bitwise: -0.0, NaN */
@@ -590,6 +599,7 @@ int tk_arg_same_binding(const tk_arg *a, const tk_arg *b) {
 
 tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs) {
     if (!call || !call->op || (nargs && !args)) return TK_ERR_INVALID;
+    if (!call->bound) return call_fail(call, "the call is not bound (tk_bind failed, or was not called)");
     const tk_op *op = call->op;
     const tk_opdecl *d = op->decl;
     if (nargs != d->nparams) return call_fail(call, "expected %d arguments, got %d", d->nparams, nargs);
@@ -612,11 +622,17 @@ static int ktensor_empty(const tk_ktensor *t) {
 
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (!call || !call->op) return TK_ERR_INVALID;
+    if (!call->bound) return call_fail(call, "the call is not bound (tk_bind failed, or was not called)");
+    if (call->device != TK_CPU) return call_fail(call, "the call is bound to tensors that are not on the CPU");
     tk_cpu_fn fn = __atomic_load_n(&call->op->cpu_fns[call->variant], __ATOMIC_ACQUIRE);   /* may be attached late */
     if (!fn) return call_fail(call, "no CPU kernel is loaded for %s", call->op->kernel_names[call->variant]);
     if (begin < 0 || end > call->kargs.numel || begin > end)
         return call_fail(call, "range [%lld, %lld) is outside the index space [0, %lld)", (long long)begin,
                          (long long)end, (long long)call->kargs.numel);
+    for (int i = 0; i < call->op->decl->nparams; i++)   /* (an empty input may have none) */
+        if (call->op->decl->params[i].kind == TK_P_TENSOR && !call->kargs.t[call->op->slot[i]].data &&
+            !ktensor_empty(&call->kargs.t[call->op->slot[i]]))
+            return call_fail(call, "argument '%s' has elements but no data", call->op->decl->params[i].name);
     for (int o = 0; o < call->noutputs; o++)   /* (an empty output may have no memory: a row loop's T = 0) */
         if (!call->kargs.t[call->op->out_slot[o]].data && call->kargs.numel > 0 &&
             !ktensor_empty(&call->kargs.t[call->op->out_slot[o]]))

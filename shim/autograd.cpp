@@ -69,6 +69,7 @@ struct Plan {
   std::vector<BackwardCall> backward;  // empty: no backward
   std::vector<int> tensor_params;      // forward parameters that are tensors (edge order)
   std::vector<bool> save_param;        // per forward parameter
+  std::vector<bool> shape_only;        // per forward parameter: no backward op reads its elements
   std::vector<bool> save_output;       // per forward output
 };
 
@@ -78,6 +79,7 @@ Plan make_plan(const tk_op* op) {
   p.op = op;
   p.name = tk_op_name(op);
   p.save_param.assign(static_cast<size_t>(tk_op_nparams(op)), false);
+  p.shape_only.assign(static_cast<size_t>(tk_op_nparams(op)), true);
   p.save_output.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
   for (int i = 0; i < tk_op_nparams(op); ++i)
     if (tk_op_param_kind(op, i) == 0 /* TK_P_TENSOR */) p.tensor_params.push_back(i);
@@ -91,7 +93,10 @@ Plan make_plan(const tk_op* op) {
       int index = -1;
       const int src = tk_op_backward_source(ctx, op, b, j, &index);
       TORCH_INTERNAL_ASSERT(src >= 0, "tk: ", full, " does not link to ", p.name);
-      if (src == TK_GRAD_FROM_PARAM) p.save_param[static_cast<size_t>(index)] = true;
+      if (src == TK_GRAD_FROM_PARAM) {
+        p.save_param[static_cast<size_t>(index)] = true;
+        if (tk_op_param_read(bw, j)) p.shape_only[static_cast<size_t>(index)] = false;
+      }
       if (src == TK_GRAD_FROM_OUTPUT) p.save_output[static_cast<size_t>(index)] = true;
       call.args.emplace_back(src, index);
     }
@@ -367,8 +372,16 @@ void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Sta
   node->saved_params.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!plan.save_param[i]) continue;
-    if (inputs[i].isTensor()) node->saved_params[i] = SavedVariable(inputs[i].toTensor(), false);
-    else node->params[i] = inputs[i];
+    if (!inputs[i].isTensor()) {
+      node->params[i] = inputs[i];
+      continue;
+    }
+    // a tensor the backward ops take for its shape alone is saved as a
+    // stride-0 view of one zero of its dtype and device: its memory is not
+    // kept, and changing it in place before the backward is fine
+    const at::Tensor& t = inputs[i].toTensor();
+    const at::Tensor kept = plan.shape_only[i] ? at::zeros({}, t.options()).expand_symint(t.sym_sizes()) : t;
+    node->saved_params[i] = SavedVariable(kept, false);
   }
   const size_t nout = plan.save_output.size();
   auto outs = torch::jit::last(*stack, nout);

@@ -131,7 +131,42 @@ static void test_op(const tk_op *op) {
             v->device_index = 0;
             expect_error(op, &bad, c.n, want, "a tensor on another device");
         }
+        bad = c;
+        v->device = (tk_device)9;
+        expect_error(op, &bad, c.n, want, "a device that is not one");
     }
+    /* a call that did not bind is not run, nor given outputs */
+    call_args bad = c;
+    bad.a[0] = tk_arg_int(3);
+    tk_call failed;
+    CHECK(tk_bind(op, bad.a, c.n, &failed) != TK_OK);
+    tk_tensor_view out = tk_view(NULL, TK_F32, 0, NULL, NULL);
+    CHECK(tk_set_output(&failed, 0, out) != TK_OK);
+    CHECK(tk_run_cpu(&failed, 0, 1) != TK_OK && strstr(failed.msg, "not bound") != NULL);
+    /* nor a call bound to tensors of another device on the CPU */
+    if (tk_op_param_kind(op, 0) == 0) {
+        bad = c;
+        for (int i = 0; i < c.n; i++)
+            if (tk_op_param_kind(op, i) == 0) bad.a[i].t.device = TK_META;
+        tk_call meta;
+        CHECK(tk_bind(op, bad.a, c.n, &meta) == TK_OK);
+        CHECK(tk_run_cpu(&meta, 0, 1) != TK_OK && strstr(meta.msg, "not on the CPU") != NULL);
+    }
+}
+
+/* The accessors take a NULL op (tk_op_find's answer for an unknown name). */
+static void test_null_op(void) {
+    CHECK(tk_op_name(NULL) == NULL && tk_op_file(NULL) == NULL && tk_op_schema(NULL) == NULL);
+    CHECK(tk_op_nparams(NULL) == 0 && tk_op_noutputs(NULL) == 0 && tk_op_nvariants(NULL) == 0);
+    CHECK(tk_op_nbackward(NULL) == 0 && tk_op_backward(NULL) == NULL && tk_op_backward_at(NULL, 0) == NULL);
+    CHECK(tk_op_param_kind(NULL, 0) == -1 && tk_op_param_name(NULL, 0) == NULL && tk_op_param_optional(NULL, 0) == 0);
+    CHECK(tk_op_output_name(NULL, 0) == NULL && tk_op_output_written(NULL, 0) == 0 && tk_op_loop_free(NULL) == 0);
+    CHECK(tk_op_kernel_name(NULL, 0) == NULL && tk_op_param_read(NULL, 0) == 0);
+    tk_dtype dt;
+    CHECK(tk_dtype_from_name(NULL, &dt) == 0);
+    tk_tensor_view v = tk_view(NULL, TK_F32, 2, NULL, NULL);
+    CHECK(v.ndim == 2 && v.sizes[0] == 0 && v.strides[1] == 0);
+    CHECK(tk_arg_same_binding(NULL, NULL) == 0);
 }
 
 /* Symbolic dims so large that the output's element count overflows int64:
@@ -201,5 +236,6 @@ int main(int argc, char **argv) {
     }
     tk_ctx_free(ctx);
     test_shape_arith();
+    test_null_op();
     return tk_test_report("test_bad_args");
 }

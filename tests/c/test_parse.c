@@ -658,6 +658,29 @@ static void test_errors(void) {
         CHECK(parse_n("t.tk", deep, strlen(deep)) == NULL);
         CHECK(strstr(errbuf, "nesting too deep") != NULL);
     }
+    /* long operator chains (built without recursion, but the checker and
+     * printers recurse as deep as the chain is long) and elif chains (each
+     * elif one level deeper): an error, not a stack overflow */
+    {
+        size_t j;
+        snprintf(deep, DEEP_SIZE, H L "        y[i] = x[i]");
+        for (j = 0; j < 1000 && strlen(deep) + 16 < DEEP_SIZE; j++) strcat(deep, " + x[i]");
+        strcat(deep, "\n");
+        tk_arena_free(&arena);
+        CHECK(parse_n("t.tk", deep, strlen(deep)) == NULL);
+        CHECK(strstr(errbuf, "error: expression too long: more than 1000 operations deep") != NULL);
+        snprintf(deep, DEEP_SIZE, H L "        y[i] = x[i]");
+        for (j = 0; j < 999; j++) strcat(deep, " + x[i]");
+        strcat(deep, "\n");
+        tk_arena_free(&arena);
+        CHECK(parse_n("t.tk", deep, strlen(deep)) != NULL);   /* 999 operators: fine */
+        strcpy(deep, H L "        if x[i] > 0.0:\n            y[i] = 0.0\n");
+        for (j = 0; j < 300 && strlen(deep) + 64 < DEEP_SIZE; j++)
+            strcat(deep, "        elif x[i] > 1.0:\n            y[i] = 1.0\n");
+        tk_arena_free(&arena);
+        CHECK(parse_n("t.tk", deep, strlen(deep)) == NULL);
+        CHECK(strstr(errbuf, "nesting too deep") != NULL);
+    }
     free(deep);
     /* a NULL error is allowed */
     tk_arena_free(&arena);

@@ -485,3 +485,29 @@ def test_each_saved_tensor_is_unpacked_once():
         checkpoint(lambda x, w, b: ln(x, w, b, 1e-5), x, w, b, use_reentrant=reentrant).square().sum().backward()
         for t, r in zip((x, w, b), ref):
             torch.testing.assert_close(t.grad, r)
+
+
+def test_a_tensor_the_backward_takes_for_its_shape_is_not_kept():
+    """brick_pad_backward reads tile's shape only (tk_op_param_read): the node
+    saves a stride-0 stand-in, so the tile's memory is freed after the
+    forward, and changing it in place before the backward is fine (as with
+    F.pad), with the same gradient."""
+    import gc
+    import weakref
+
+    gen = torch.Generator().manual_seed(62)
+    leaf_tile = torch.randn(4, 3, generator=gen, requires_grad=True)
+    tile = leaf_tile * 2.0          # mul by a number saves no tensor
+    out = tk.brick_pad(tile, 2, 1, 1)
+    g = torch.randn(out.shape, generator=gen)
+    tile.add_(1.0)                  # before: "modified by an inplace operation"
+    (out * g).sum().backward()
+    leaf2 = leaf_tile.detach().requires_grad_()
+    want, = torch.autograd.grad((brick_pad_index(leaf2 * 2.0, 2, 1, 1) * g).sum(), leaf2)
+    torch.testing.assert_close(leaf_tile.grad, want)
+    tile = leaf_tile * 2.0
+    out = tk.brick_pad(tile, 2, 1, 1)
+    ref = weakref.ref(tile)
+    del tile
+    gc.collect()
+    assert ref() is None, "the node kept the tile"
