@@ -49,8 +49,10 @@ void tk_find_reads_always(tk_op *op) {
  * j]`) can be out of range whatever the shapes: the CPU kernel checks those
  * indices at run time (docs/spec.md, Bounds). Syntactic and conservative:
  * a local is data-dependent when any assignment to it (by name) has a value
- * that reads a tensor or a data-dependent local, an inner loop's variable
- * when its range does. */
+ * that reads a tensor or a data-dependent local, or runs under a condition
+ * or in a loop range that does; an inner loop's variable when its range
+ * does. Int parameters are not data: a caller's offset (x[i + k]) is not
+ * checked (docs/spec.md, Bounds). */
 typedef struct taint {
     const char *names[TK_MAX_LOCALS];
     int n;
@@ -72,19 +74,25 @@ static int has_data(const taint *t, const tk_expr *e) {
     return 0;
 }
 
-/* One pass of the taint over body; returns whether it added a name. */
-static int taint_block(taint *t, tk_stmt *const *body, int n) {
+/* One pass of the taint over body; returns whether it added a name. ctx:
+ * the block runs under a condition or in a loop whose bounds depend on
+ * data, so every assignment in it does too (k = 0; for j in range(idx[n]):
+ * k += 1 makes k == idx[n]; so does `if idx[n] > j: k = j + 1`). */
+static int taint_block(taint *t, tk_stmt *const *body, int n, int ctx) {
     int grew = 0;
     for (int k = 0; k < n; k++) {
         const tk_stmt *s = body[k];
-        int data = (s->kind == TK_S_ASSIGN && has_data(t, s->value)) ||
-                   (s->kind == TK_S_FOR && (has_data(t, s->lo) || has_data(t, s->hi)));
+        int inner = ctx;   /* the context of s's blocks */
+        int data = 0;
+        if (s->kind == TK_S_ASSIGN) data = ctx || has_data(t, s->value);
+        if (s->kind == TK_S_FOR) data = inner = ctx || has_data(t, s->lo) || has_data(t, s->hi);
+        if (s->kind == TK_S_IF) inner = ctx || has_data(t, s->value);
         if (data && !tainted(t, s->name) && t->n < TK_MAX_LOCALS) {
             t->names[t->n++] = s->name;
             grew = 1;
         }
-        grew |= taint_block(t, s->body, s->nbody);
-        grew |= taint_block(t, s->orelse, s->norelse);
+        grew |= taint_block(t, s->body, s->nbody, inner);
+        grew |= taint_block(t, s->orelse, s->norelse, inner);
     }
     return grew;
 }
@@ -115,7 +123,7 @@ static void mark_data_block(tk_op *op, const taint *t, tk_stmt *const *body, int
 
 void tk_find_data_reads(tk_op *op) {
     taint t = {{0}, 0};
-    while (taint_block(&t, op->decl->body, op->decl->nbody)) {
+    while (taint_block(&t, op->decl->body, op->decl->nbody, 0)) {
     }
     op->data_reads = 0;
     mark_data_block(op, &t, op->decl->body, op->decl->nbody);

@@ -95,7 +95,8 @@ Plan make_plan(const tk_op* op) {
       TORCH_INTERNAL_ASSERT(src >= 0, "tk: ", full, " does not link to ", p.name);
       if (src == TK_GRAD_FROM_PARAM) {
         p.save_param[static_cast<size_t>(index)] = true;
-        if (tk_op_param_read(bw, j)) p.shape_only[static_cast<size_t>(index)] = false;
+        // (a backward op with backward ops of its own saves what it takes for them)
+        if (tk_op_param_read(bw, j) || tk_op_nbackward(bw) > 0) p.shape_only[static_cast<size_t>(index)] = false;
       }
       if (src == TK_GRAD_FROM_OUTPUT) p.save_output[static_cast<size_t>(index)] = true;
       call.args.emplace_back(src, index);

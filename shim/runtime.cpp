@@ -12,7 +12,6 @@
 
 #include <pthread.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -98,71 +97,76 @@ struct Runtime {
   std::vector<const LazyOp*> lazy_order;
 };
 
-void install_fork_guard();
+// The runtime, made on first use under init_mutex (not a function-local
+// static: a fork while another thread was making it would leave the child's
+// guard of that static pending for ever; the fork guard below takes
+// init_mutex instead).
+std::mutex init_mutex;
+std::atomic<Runtime*> made{nullptr};
 
 Runtime& runtime() {
-  static Runtime* const rt = [] {
-    const tk_ctx* ctx = context();  // throws if the built-in ops did not load
-    auto* r = new Runtime;
-    for (int i = 0; i < tk_builtin_nspecs; ++i)
-      r->specs.push_back({tk_builtin_specs[i].file, tk_builtin_specs[i].text, true});
-    for (int i = 0; i < tk_op_count(ctx); ++i)
-      for (size_t s = 0; s < r->specs.size(); ++s)
-        if (r->specs[s].file == tk_op_file(tk_op_at(ctx, i))) r->owner[tk_op_name(tk_op_at(ctx, i))] = s;
-    r->cc = tk_cc_new(nullptr);  // reads TK_CC, CC, TK_CACHE_DIR, TK_DEBUG
-    TORCH_CHECK(r->cc != nullptr, "tk: out of memory");
-    return r;
-  }();
-  static const bool guarded = (install_fork_guard(), true);
-  (void)guarded;
-  return *rt;
+  Runtime* rt = made.load(std::memory_order_acquire);
+  if (rt != nullptr) return *rt;
+  std::lock_guard<std::mutex> lock(init_mutex);
+  rt = made.load(std::memory_order_relaxed);
+  if (rt != nullptr) return *rt;
+  const tk_ctx* ctx = context();  // throws if the built-in ops did not load
+  auto r = std::make_unique<Runtime>();
+  for (int i = 0; i < tk_builtin_nspecs; ++i)
+    r->specs.push_back({tk_builtin_specs[i].file, tk_builtin_specs[i].text, true});
+  for (int i = 0; i < tk_op_count(ctx); ++i)
+    for (size_t s = 0; s < r->specs.size(); ++s)
+      if (r->specs[s].file == tk_op_file(tk_op_at(ctx, i))) r->owner[tk_op_name(tk_op_at(ctx, i))] = s;
+  r->cc = tk_cc_new(nullptr);  // reads TK_CC, CC, TK_CACHE_DIR, TK_DEBUG
+  TORCH_CHECK(r->cc != nullptr, "tk: out of memory");
+  made.store(r.get(), std::memory_order_release);
+  return *r.release();
 }
 
 // Fork safety (DataLoader workers with the fork start method): a child
 // starts with the forking thread alone, and a lock another thread of the
-// parent held at that moment (a first call compiling, a spec registering)
-// would stay locked in the child for ever. So fork waits until no thread is
-// inside one: prepare takes every lock of the run-time specs, in the order
-// the other threads take them (rt.mutex, lazy_mutex, a variant's, its
-// spec's emit lock, the compiler's; the plan table's, which no thread holds
-// while it waits for another), and the parent and the child release them,
-// the child holding state no thread was changing.
-std::vector<std::mutex*>& fork_locks() {
-  static std::vector<std::mutex*> locks;
-  return locks;
+// parent held at that moment (a first call compiling, a spec registering, an
+// op's first autograd call planning) would stay locked in the child for
+// ever. So fork waits until no thread is inside one: prepare takes every
+// lock, in the order the other threads take them (init_mutex, rt.mutex,
+// lazy_mutex, each variant's, each spec's emit lock, the compiler's; the
+// autograd plan table's, which no thread holds while it waits for another),
+// and the parent and the child release them, the child holding state no
+// thread was changing. A fork during a compile waits for it (seconds).
+// Installed when libtk loads; nothing here allocates or throws.
+void for_each_runtime_lock(Runtime& rt, void (*f)(std::mutex&)) {
+  for (size_t k = 0; k < rt.lazy_order.size(); ++k) {
+    const LazyOp* lazy = rt.lazy_order[k];
+    for (int v = 0; v < tk_op_nvariants(lazy->op); ++v) f(lazy->variants[v].mutex);
+    bool first = true;   // a spec's emit lock once, for its first op
+    for (size_t j = 0; j < k && first; ++j) first = rt.lazy_order[j]->spec != lazy->spec;
+    if (first) f(lazy->spec->emit_mutex);
+  }
 }
 
-void fork_prepare() {
-  Runtime& rt = runtime();
-  rt.mutex.lock();
-  rt.lazy_mutex.lock();
-  std::vector<std::mutex*>& locks = fork_locks();
-  locks.clear();
-  std::vector<SourceSpec*> specs;
-  for (const LazyOp* lazy : rt.lazy_order) {
-    for (int v = 0; v < tk_op_nvariants(lazy->op); ++v) locks.push_back(&lazy->variants[v].mutex);
-    if (std::find(specs.begin(), specs.end(), lazy->spec.get()) == specs.end()) specs.push_back(lazy->spec.get());
+void fork_prepare() noexcept {
+  init_mutex.lock();
+  if (Runtime* rt = made.load(std::memory_order_acquire)) {
+    rt->mutex.lock();
+    rt->lazy_mutex.lock();
+    for_each_runtime_lock(*rt, [](std::mutex& m) { m.lock(); });
+    tk_cc_lock(rt->cc);
   }
-  for (SourceSpec* spec : specs) locks.push_back(&spec->emit_mutex);
-  for (std::mutex* m : locks) m->lock();
-  tk_cc_lock(rt.cc);
   plan_mutex().lock();
 }
 
-void fork_release() {
-  Runtime& rt = runtime();
+void fork_release() noexcept {
   plan_mutex().unlock();
-  tk_cc_unlock(rt.cc);
-  std::vector<std::mutex*>& locks = fork_locks();
-  for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->unlock();
-  locks.clear();
-  rt.lazy_mutex.unlock();
-  rt.mutex.unlock();
+  if (Runtime* rt = made.load(std::memory_order_acquire)) {
+    tk_cc_unlock(rt->cc);
+    for_each_runtime_lock(*rt, [](std::mutex& m) { m.unlock(); });
+    rt->lazy_mutex.unlock();
+    rt->mutex.unlock();
+  }
+  init_mutex.unlock();
 }
 
-void install_fork_guard() {
-  pthread_atfork(&fork_prepare, &fork_release, &fork_release);
-}
+const int fork_guard = pthread_atfork(&fork_prepare, &fork_release, &fork_release);
 
 std::vector<std::string> names_of(const tk_ctx* ctx, int n) {
   std::vector<std::string> names;

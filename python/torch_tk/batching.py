@@ -7,13 +7,13 @@ unbatched `...` tensors are expanded to it (a stride-0 view, read in place),
 and the op runs once; its outputs, which all start with `...`, carry the
 vmapped dim first. Tensors without `...` (w in layernorm(x: [..., N],
 w: [N])) are passed as they are when unbatched. When one of them is
-batched, the op runs once per vmapped index and the results are stacked,
-as torch's own fallback would (without its warning).
+batched, or the op is not batchable (batchable() below), or one more dim
+would pass tk's 8, the op runs once per vmapped index and the results are
+stacked, as torch's own fallback would, without its warning that asks
+users to file an issue with PyTorch.
 
-Every op with a `...` tensor parameter and only `...` outputs gets the rule:
-the built-in ones when torch_tk is imported, a run-time spec's when it is
-registered (torch_tk.kernel / torch_tk.load). Other ops keep torch's
-fallback (a loop).
+Every op gets its rule when it is registered: the built-in ones when
+torch_tk is imported, a run-time spec's by torch_tk.kernel / torch_tk.load.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from .specinfo import OpInfo
 __all__ = ["register", "batchable"]
 
 _done: set = set()
+_MAX_DIMS = 8   # TK_MAX_DIMS: one more dim in front past it takes the per-index path
 _lock = threading.Lock()
 
 
@@ -52,7 +53,8 @@ def _rule(info: OpInfo, op):
 
     def rule(vinfo, in_dims, *args):
         n = vinfo.batch_size
-        if not fused or any(d is not None and not batch_params[i] for i, d in enumerate(in_dims)):
+        if (not fused or any(d is not None and not batch_params[i] for i, d in enumerate(in_dims))
+                or any(batch_params[i] and args[i].dim() + (d is None) > _MAX_DIMS for i, d in enumerate(in_dims))):
             return _loop(op, n, in_dims, args, single)
         moved = list(args)
         for i, d in enumerate(in_dims):

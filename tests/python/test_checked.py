@@ -252,3 +252,38 @@ def test_plan_names_the_gather_checks(tmp_path):
                                  os.path.join(ROOT, "examples", "specs", "softmax.tk"))
     code = tkc("emit-c", "--dtype", "i64_f32", str(spec))
     assert code.count("tk_ck(") == 1, code   # the table's dim 0 only: d is the loop variable
+
+
+# an index that depends on data through control flow, not a value
+CONTROL_GATHERS = [
+    """
+op {name}(idx: int64[N], table: float[V, D]) -> out: table.dtype[N, D]:
+    for n, d in out:
+        k = 0
+        for j in range(idx[n]):
+            k += 1
+        out[n, d] = table[k, d]
+""",
+    """
+op {name}(idx: int64[N], table: float[V, D]) -> out: table.dtype[N, D]:
+    for n, d in out:
+        k = 0
+        for j in range(V + 1000):
+            if idx[n] > j:
+                k = j + 1
+        out[n, d] = table[k, d]
+""",
+]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_gather_through_control_flow_is_checked(which):
+    """A local assigned in a loop whose range, or under a condition that,
+    depends on a tensor's values is data-dependent too (a reviewer's
+    finding: such an index read far past the table, or crashed)."""
+    name = f"ck_ctl{which}"
+    tk = ops(CONTROL_GATHERS[which], name, file=name + ".tk")
+    table = torch.arange(12.0).reshape(4, 3)
+    torch.testing.assert_close(getattr(tk, name)(torch.tensor([1, 3]), table), table[[1, 3]])
+    with pytest.raises(RuntimeError, match=rf"^tk\.{name}: {name}\.tk:\d+:\d+: read table\[\d+, :\] out of range"):
+        getattr(tk, name)(torch.tensor([0, 900]), table)

@@ -206,3 +206,11 @@ def test_bad_arguments_under_vmap(ops):
         vmap(ops.vm_scale_rows, in_dims=(0, None, None))(x, torch.randn(6), 0.0)
     with pytest.raises(RuntimeError, match=r"tk\.vm_scale_rows.*'w'"):
         vmap(ops.vm_scale_rows, in_dims=(None, 0, None))(x[0], torch.randn(5, 6), 0.0)
+
+
+def test_eight_dims_per_sample_take_the_per_index_path(ops):
+    """One more dim in front of an 8-dim tensor would pass tk's limit: vmap
+    calls the op per index instead."""
+    x = torch.randn(3, *(1,) * 6, 2, 5, generator=gen(21), dtype=torch.float64)   # 9 dims: 8 a sample
+    w = torch.randn(5, generator=gen(22), dtype=torch.float64)
+    torch.testing.assert_close(vmap(ops.vm_scale_rows, in_dims=(0, None, None))(x, w, 1.0), x * w + 1.0)
