@@ -238,32 +238,6 @@ static int has_loop(tk_stmt *const *body, int n) {
 
 int tk_op_loop_free(const tk_op *op) { return op && !op->row_loop && !has_loop(op->decl->body, op->decl->nbody); }
 
-/* Whether e reads an element of tensor `name`. */
-static int expr_reads(const tk_expr *e, const char *name) {
-    if (!e) return 0;
-    if (e->kind == TK_E_INDEX && strcmp(e->name, name) == 0) return 1;
-    for (int i = 0; i < e->nargs; i++)
-        if (expr_reads(e->args[i], name)) return 1;
-    return 0;
-}
-
-static int block_reads(tk_stmt *const *body, int n, const char *name) {
-    for (int k = 0; k < n; k++) {
-        const tk_stmt *s = body[k];
-        if (expr_reads(s->value, name) || expr_reads(s->lo, name) || expr_reads(s->hi, name) ||
-            block_reads(s->body, s->nbody, name) || block_reads(s->orelse, s->norelse, name))
-            return 1;
-        for (int i = 0; i < s->nindex; i++)
-            if (expr_reads(s->index[i], name)) return 1;
-    }
-    return 0;
-}
-
-int tk_op_param_read(const tk_op *op, int i) {
-    if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_TENSOR) return 0;
-    return block_reads(op->decl->body, op->decl->nbody, op->decl->params[i].name);
-}
-
 const char *tk_op_kernel_name(const tk_op *op, int variant) {
     return op && variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
 }

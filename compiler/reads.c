@@ -1,7 +1,8 @@
 /* reads.c - the checker's annotations of an op's reads, made once after its
  * body type-checks in every variant: which reads every iteration makes
  * (tk_op.read_always, for empty inputs) and which read indices depend on a
- * tensor's values (tk_expr.data_index, gathers: checked on the CPU). */
+ * tensor's values (tk_expr.data_index, gathers: checked on the CPU); and
+ * whether an op reads a tensor parameter's elements at all (tk_op_param_read). */
 #include <string.h>
 
 #include "core.h"
@@ -97,28 +98,35 @@ static int taint_block(taint *t, tk_stmt *const *body, int n, int ctx) {
     return grew;
 }
 
-/* Marks the data-dependent indices of every read in e. */
-static void mark_data_expr(tk_op *op, const taint *t, tk_expr *e) {
-    if (!e) return;
+/* Calls f(e, arg) on each expression a statement of body evaluates (its
+ * value, range bounds and store indices; into nested blocks), stopping at
+ * the first nonzero answer, which it returns. */
+static int walk_exprs(tk_stmt *const *body, int n, int (*f)(tk_expr *e, void *arg), void *arg) {
+    for (int k = 0; k < n; k++) {
+        tk_stmt *s = body[k];
+        int r = (s->value && f(s->value, arg)) || (s->lo && f(s->lo, arg)) || (s->hi && f(s->hi, arg));
+        for (int i = 0; !r && i < s->nindex; i++) r = f(s->index[i], arg);
+        if (r || walk_exprs(s->body, s->nbody, f, arg) || walk_exprs(s->orelse, s->norelse, f, arg)) return 1;
+    }
+    return 0;
+}
+
+typedef struct marking {
+    tk_op *op;
+    const taint *t;
+} marking;
+
+/* Marks the data-dependent indices of every read in e (walk_exprs: never stops). */
+static int mark_data_expr(tk_expr *e, void *arg) {
+    const marking *m = arg;
     if (e->kind == TK_E_INDEX) {
         e->data_index = 0;
         for (int k = 0; k < e->nargs && k < 32; k++)
-            if (has_data(t, e->args[k])) e->data_index |= 1u << k;
-        if (e->data_index) op->data_reads = 1;
+            if (has_data(m->t, e->args[k])) e->data_index |= 1u << k;
+        if (e->data_index) m->op->data_reads = 1;
     }
-    for (int i = 0; i < e->nargs; i++) mark_data_expr(op, t, e->args[i]);
-}
-
-static void mark_data_block(tk_op *op, const taint *t, tk_stmt *const *body, int n) {
-    for (int k = 0; k < n; k++) {
-        tk_stmt *s = body[k];
-        mark_data_expr(op, t, s->value);
-        mark_data_expr(op, t, s->lo);
-        mark_data_expr(op, t, s->hi);
-        for (int i = 0; i < s->nindex; i++) mark_data_expr(op, t, s->index[i]);
-        mark_data_block(op, t, s->body, s->nbody);
-        mark_data_block(op, t, s->orelse, s->norelse);
-    }
+    for (int i = 0; i < e->nargs; i++) mark_data_expr(e->args[i], arg);
+    return 0;
 }
 
 void tk_find_data_reads(tk_op *op) {
@@ -126,5 +134,21 @@ void tk_find_data_reads(tk_op *op) {
     while (taint_block(&t, op->decl->body, op->decl->nbody, 0)) {
     }
     op->data_reads = 0;
-    mark_data_block(op, &t, op->decl->body, op->decl->nbody);
+    marking m = {op, &t};
+    walk_exprs(op->decl->body, op->decl->nbody, mark_data_expr, &m);
+}
+
+/* ---- shapes only ------------------------------------------------------------- */
+
+/* Whether e reads an element of the tensor named *arg. */
+static int reads_tensor(tk_expr *e, void *arg) {
+    if (e->kind == TK_E_INDEX && strcmp(e->name, (const char *)arg) == 0) return 1;
+    for (int i = 0; i < e->nargs; i++)
+        if (reads_tensor(e->args[i], arg)) return 1;
+    return 0;
+}
+
+int tk_op_param_read(const tk_op *op, int i) {
+    if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_TENSOR) return 0;
+    return walk_exprs(op->decl->body, op->decl->nbody, reads_tensor, (void *)op->decl->params[i].name);
 }

@@ -17,6 +17,11 @@ static tk_status call_fail(tk_call *call, const char *fmt, ...) {
     return TK_ERR_ARG;
 }
 
+/* The error of a call tk_bind did not bind (tk_set_output, tk_run_cpu, tk_rebind_data refuse it). */
+static tk_status not_bound(tk_call *call) {
+    return call_fail(call, "the call is not bound (tk_bind failed, or was not called)");
+}
+
 /* ---- int expressions ----------------------------------------------------- */
 
 static int floordiv_ok(int64_t a, int64_t b, int64_t *q) {
@@ -571,7 +576,7 @@ tk_status tk_bind_types(const tk_op *op, const tk_arg *args, int nargs, tk_call 
 
 tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v) {
     if (!call || !call->op) return TK_ERR_INVALID;
-    if (!call->bound) return call_fail(call, "the call is not bound (tk_bind failed, or was not called)");
+    if (!call->bound) return not_bound(call);
     if (i < 0 || i >= call->noutputs) return call_fail(call, "no output %d", i);
     if (v.device != call->device) return call_fail(call, "output %d is not on the call's device", i);
     const char *name = call->op->decl->outputs[i].name;
@@ -599,7 +604,7 @@ int tk_arg_same_binding(const tk_arg *a, const tk_arg *b) {
 
 tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs) {
     if (!call || !call->op || (nargs && !args)) return TK_ERR_INVALID;
-    if (!call->bound) return call_fail(call, "the call is not bound (tk_bind failed, or was not called)");
+    if (!call->bound) return not_bound(call);
     const tk_op *op = call->op;
     const tk_opdecl *d = op->decl;
     if (nargs != d->nparams) return call_fail(call, "expected %d arguments, got %d", d->nparams, nargs);
@@ -622,7 +627,7 @@ static int ktensor_empty(const tk_ktensor *t) {
 
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (!call || !call->op) return TK_ERR_INVALID;
-    if (!call->bound) return call_fail(call, "the call is not bound (tk_bind failed, or was not called)");
+    if (!call->bound) return not_bound(call);
     if (call->device != TK_CPU) return call_fail(call, "the call is bound to tensors that are not on the CPU");
     tk_cpu_fn fn = __atomic_load_n(&call->op->cpu_fns[call->variant], __ATOMIC_ACQUIRE);   /* may be attached late */
     if (!fn) return call_fail(call, "no CPU kernel is loaded for %s", call->op->kernel_names[call->variant]);
