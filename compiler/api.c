@@ -248,6 +248,18 @@ tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn) {
     return TK_OK;
 }
 
+tk_status tk_op_set_cpu_parts(tk_op *op, int variant, tk_cpu_fn fn) {
+    if (!op || variant < 0 || variant >= op->nvariants) return TK_ERR_INVALID;
+    __atomic_store_n(&op->cpu_parts[variant], fn, __ATOMIC_RELEASE);
+    return TK_OK;
+}
+
+int tk_op_cpu_parts(const tk_op *op, int variant) {
+    if (!op || variant < 0 || variant >= op->nvariants) return 0;
+    tk_cpu_fn fn = __atomic_load_n(&op->cpu_fns[variant], __ATOMIC_ACQUIRE);
+    return fn && fn == __atomic_load_n(&op->cpu_parts[variant], __ATOMIC_ACQUIRE);
+}
+
 tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant) {
     return op && variant >= 0 && variant < op->nvariants ? __atomic_load_n(&op->cpu_fns[variant], __ATOMIC_ACQUIRE)
                                                          : NULL;

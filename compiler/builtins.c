@@ -6,12 +6,13 @@
 
 #include "core.h"
 
-/* Attaches fn to the op variant whose kernel is called name; 0 if none. */
-static int attach_kernel(tk_ctx *ctx, const char *name, tk_cpu_fn fn) {
+/* Attaches k's kernel to the op variant it is named for; 0 if none. */
+static int attach_kernel(tk_ctx *ctx, const tk_builtin_kernel *k) {
     for (int i = 0; i < ctx->nops; i++)
         for (int v = 0; v < ctx->ops[i]->nvariants; v++)
-            if (strcmp(ctx->ops[i]->kernel_names[v], name) == 0) {
-                ctx->ops[i]->cpu_fns[v] = fn;
+            if (strcmp(ctx->ops[i]->kernel_names[v], k->name) == 0) {
+                ctx->ops[i]->cpu_parts[v] = k->parts ? k->fn : NULL;
+                ctx->ops[i]->cpu_fns[v] = k->fn;
                 return 1;
             }
     return 0;
@@ -26,7 +27,7 @@ tk_status tk_ctx_add_builtins(tk_ctx *ctx, const tk_builtin_spec *specs, int nsp
         if (st != TK_OK) return st;
     }
     for (int k = 0; k < nkernels; k++)
-        if (!attach_kernel(ctx, kernels[k].name, kernels[k].fn)) {
+        if (!attach_kernel(ctx, &kernels[k])) {
             return tk_error_set(&ctx->error, TK_ERR_NOTFOUND, NULL, (tk_loc){0, 0},
                                 "built-in kernel %s matches no op variant (stale generated code?)", kernels[k].name);
         }

@@ -489,8 +489,9 @@ static tk_status make_variants(checker *c, tk_arena *a) {
     op->nvariants = (int)n;
     op->kernel_names = tk_arena_alloc(a, sizeof(char *) * (size_t)n);
     op->cpu_fns = tk_arena_alloc(a, sizeof(tk_cpu_fn) * (size_t)n);
+    op->cpu_parts = tk_arena_alloc(a, sizeof(tk_cpu_fn) * (size_t)n);
     op->variant_codes = tk_arena_alloc(a, sizeof(*op->variant_codes) * (size_t)n);
-    if (!op->kernel_names || !op->cpu_fns || !op->variant_codes) return TK_ERR_NOMEM;
+    if (!op->kernel_names || !op->cpu_fns || !op->cpu_parts || !op->variant_codes) return TK_ERR_NOMEM;
     for (int i = 0; i < op->nvariants; i++) {
         char code[64] = "";
         size_t len = 0;

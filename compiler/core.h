@@ -67,6 +67,8 @@ struct tk_op {
     int nvariants;
     char **kernel_names;                 /* per variant */
     tk_cpu_fn *cpu_fns;                  /* per variant, NULL if none */
+    tk_cpu_fn *cpu_parts;                /* per variant: cpu_fns' kernel when it runs its row loop in
+                                          * parts (tk_op_set_cpu_parts), else NULL */
     char (*variant_codes)[64];           /* per variant: "f32", "f16_i64"... */
     /* per parameter: where the loop body reads tensor parameter i in every
      * iteration (outside every `for` and `if`, the arms of a conditional

@@ -317,6 +317,15 @@ tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant, tk_target t
     return emit_env(ctx, op, variant, variant + 1, target, 0, out);
 }
 
+int tk_emit_cpu_parts(tk_ctx *ctx, const tk_op *op, int variant, unsigned flags) {
+    if (!ctx || !op || variant < 0 || variant >= op->nvariants) return 0;
+    tk_plan *P = malloc(sizeof *P);
+    if (!P) return 0;
+    int parts = tk_plan_make(ctx, op, variant, TK_TARGET_C, flags, NULL, P) == TK_OK && P->rows.parts != NULL;
+    free(P);
+    return parts;
+}
+
 int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant) {
     if (!ctx || !op || variant < 0 || variant >= op->nvariants) return 0;
     tk_schedule s;

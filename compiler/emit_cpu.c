@@ -304,6 +304,59 @@ void row_vec_close(emitter *E, const tk_stmt *loop) {
     }
 }
 
+/* Whether s (with what it nests) stores to an output. */
+static int has_store(const tk_stmt *s) {
+    if (s->kind == TK_S_STORE) return 1;
+    for (int i = 0; i < s->nbody; i++)
+        if (has_store(s->body[i])) return 1;
+    for (int i = 0; i < s->norelse; i++)
+        if (has_store(s->orelse[i])) return 1;
+    return 0;
+}
+
+/* A row loop in parts (plan_rows.c, plan_parts): part kargs.part of
+ * kargs.nparts runs the statements before the parted loop (those that
+ * store only in part 0: the others start from the zeros their outputs
+ * hold) and its share of the loop's range, the parts' shares as even as
+ * integers allow. */
+static void parted_body(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    const tk_stmt *s = E->plan->rows.parts;
+    line(E, "const tk_i64 tk_np = a->nparts > 1 ? a->nparts : 1, tk_pt = a->nparts > 1 ? a->part : 0;");
+    for (int i = 0; i + 1 < d->nbody; i++) {
+        int st = has_store(d->body[i]);
+        if (st) {
+            line(E, "if (tk_pt == 0) {");
+            E->indent++;
+        }
+        block(E, &d->body[i], 1);
+        if (st) {
+            E->indent--;
+            line(E, "}");
+        }
+    }
+    char lo[96], hi[96];
+    snprintf(lo, sizeof lo, "r_%s_lo", s->name);
+    snprintf(hi, sizeof hi, "r_%s_end", s->name);
+    line(E, "{");
+    E->indent++;
+    begin_line(E);
+    tk_buf_puts(E->b, "const tk_i64 tk_phi = ");
+    expr(E, s->hi, TK_V_INT);
+    tk_buf_puts(E->b, ";\n");
+    begin_line(E);
+    tk_buf_puts(E->b, "const tk_i64 tk_plo = ");
+    if (s->lo) expr(E, s->lo, TK_V_INT);
+    else tk_buf_puts(E->b, "0");
+    tk_buf_puts(E->b, ";\n");
+    line(E, "const tk_i64 tk_pn = tk_phi > tk_plo ? tk_phi - tk_plo : 0, tk_pq = tk_pn / tk_np, tk_pr = tk_pn %% tk_np;");
+    line(E, "const tk_i64 %s = tk_plo + tk_pq * tk_pt + tk_mini(tk_pt, tk_pr);", lo);
+    line(E, "const tk_i64 %s = %s + tk_pq + (tk_pt < tk_pr);", hi, lo);
+    range_loop(E, s, lo, hi, E->copy, E->copy + 1);
+    E->indent--;
+    line(E, "}");
+}
+
 /* CPU, a row loop: one iteration (a row, or a (b, c) pair) per index,
  * decomposed each time; the body walks the dims it owns. */
 static void cpu_row_loop(emitter *E) {
@@ -312,7 +365,8 @@ static void cpu_row_loop(emitter *E) {
         line(E, "for (tk_i64 lin = begin; lin < end; ++lin) {");
         E->indent++;
         decompose(E, 0);
-        block(E, E->op->decl->body, E->op->decl->nbody);
+        if (R->parts) parted_body(E);
+        else block(E, E->op->decl->body, E->op->decl->nbody);
         E->indent--;
         line(E, "}");
         return;
@@ -568,7 +622,18 @@ static void static_entry(emitter *E, int kw, int km) {
  * unit strides; the narrow body then serves the rest (baseline x86-64) and
  * strided calls. A kernel compiled for one CPU (plan->cpu) carries only the
  * bodies that CPU runs (plan->kept), and no run-time choice. */
+static void cpu_kernel_entry(emitter *E);
 void cpu_kernel(emitter *E) {
+    cpu_kernel_entry(E);
+    /* the mark of a kernel that runs its row loop in parts (kargs.part):
+     * runtime/cc.c looks it up beside the kernel */
+    if (E->plan->rows.parts && !E->plain) {
+        const char *name = E->op->kernel_names[E->variant];
+        tk_buf_printf(E->b, "extern const int %s_parts;\nconst int %s_parts = 1;\n", name, name);
+    }
+}
+
+static void cpu_kernel_entry(emitter *E) {
     const char *name = E->op->kernel_names[E->variant];
     const char *sfx = E->plain ? "_plain" : "", *clones = E->plain ? "" : "TK_CPU_CLONES ";
     emitter init = *E;

@@ -291,6 +291,11 @@ static void rows_text(tk_buf *b, const tk_plan *P) {
         }
         tk_buf_puts(b, "\n");
     }
+    if (P->rows.parts)
+        tk_buf_printf(b, "    in parts: the loop over %s at line %d only adds into the outputs: its range is cut into "
+                      "parts (by the inputs' size, at most 16) run on at::parallel_for, part 0 into the outputs, the "
+                      "others into zeroed copies added after (sums reassociate; the same for any thread count)\n",
+                      P->rows.parts->name, P->rows.parts->loc.line);
 }
 
 /* " (spec)" / " (TK_CUDA_TUNE)" after a schedule item. */
@@ -374,8 +379,7 @@ static void row_text(tk_buf *b, const tk_plan *P) {
     }
     tk_buf_printf(b, " of %s (its '_' dims)\n", o->name);
     bounds_text(b, P);
-    if (P->target == TK_TARGET_CUDA) {   
-/* (the schedule line only where one is given: the defaults' text stays) */
+    if (P->target == TK_TARGET_CUDA) {   /* the schedule line only where one is given */
         tk_buf b2 = {0};
         if (sched_text(&b2, P) && b2.p) tk_buf_puts(b, b2.p);
         free(b2.p);

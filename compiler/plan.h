@@ -95,6 +95,11 @@ typedef struct tk_row_plan {
      * at least lanes_min; the rest of the domain one at a time. 0: none */
     int lanes, lanes_min;
     unsigned char arr[TK_MAX_LOCALS];   /* locals held per lane */
+    /* a one-iteration row loop whose last statement is a loop that only
+     * adds into outputs (plan_parts): that loop's range is cut into
+     * kargs.nparts parts run in parallel, each into its own outputs, which
+     * the caller adds up (parts > 0); NULL: none */
+    const tk_stmt *parts;
 } tk_row_plan;
 
 /* CUDA cooperative rows (plan_coop.c): a loop of a row loop's body dealt

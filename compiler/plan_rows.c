@@ -17,7 +17,7 @@
  * with its reductions (emit_cpu.c, row_vec_open), which reorders the
  * additions of a sum as torch's kernels do (docs/spec.md).
  *
- * Across iterations: see plan_lanes_across. */
+ * Across iterations: see plan_lanes_across. In parts: see plan_parts. */
 #include <string.h>
 
 #include "emit.h"
@@ -246,11 +246,118 @@ static void plan_lanes_across(tk_plan *P) {
         if (grp[r] > 0 && own[r]) P->rows.arr[r] = 0;
 }
 
+/* Whether e (NULL: none) reads an output back. */
+static int reads_output(const tk_expr *e) {
+    if (!e) return 0;
+    if (e->kind == TK_E_INDEX && e->is_out) return 1;
+    for (int i = 0; i < e->nargs; i++)
+        if (reads_output(e->args[i])) return 1;
+    return 0;
+}
+
+/* Whether statement s (with what it nests) reads an output in an index,
+ * bound or condition, or in a value other than an accumulation's own
+ * read-back (see adds_only). */
+static int stmt_reads_output(const tk_stmt *s, int skip_acc);
+
+/* Whether store s is an accumulation `o[idx] = o[idx] + e`, e reading no
+ * output. */
+static int accumulates(const tk_stmt *s) {
+    const tk_expr *v = s->value;
+    if (s->kind != TK_S_STORE || s->op != TK_OPC_NONE || v->kind != TK_E_BINARY || v->op != TK_OPC_ADD) return 0;
+    const tk_expr *a = v->args[0];
+    if (a->kind != TK_E_INDEX || !a->is_out || a->ref != s->ref || a->nargs != s->nindex) return 0;
+    for (int k = 0; k < s->nindex; k++)
+        if (!tk_expr_equal(a->args[k], s->index[k])) return 0;
+    return !reads_output(v->args[1]);
+}
+
+static int block_reads_output(tk_stmt **body, int n, int skip_acc) {
+    for (int i = 0; i < n; i++)
+        if (stmt_reads_output(body[i], skip_acc)) return 1;
+    return 0;
+}
+
+static int stmt_reads_output(const tk_stmt *s, int skip_acc) {
+    if (reads_output(s->lo) || reads_output(s->hi)) return 1;
+    for (int k = 0; k < s->nindex; k++)
+        if (reads_output(s->index[k])) return 1;
+    if (!(skip_acc && accumulates(s)) && reads_output(s->value)) return 1;
+    return block_reads_output(s->body, s->nbody, skip_acc) || block_reads_output(s->orelse, s->norelse, skip_acc);
+}
+
+/* Whether every store of body (any depth) is an accumulation and every
+ * assignment is to a local declared in `declared` (set here as the walk
+ * meets declarations: a local first assigned inside the loop). */
+static int adds_only(tk_stmt **body, int n, unsigned char *declared) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_STORE && !accumulates(s)) return 0;
+        if (s->kind == TK_S_ASSIGN) {
+            if (s->declares) declared[s->ref] = 1;
+            if (!declared[s->ref]) return 0;
+        }
+        if (s->kind == TK_S_FOR) declared[s->ref] = 1;
+        if (!adds_only(s->body, s->nbody, declared) || !adds_only(s->orelse, s->norelse, declared)) return 0;
+    }
+    return 1;
+}
+
+/* Whether statement s (any depth) stores to an output, and whether it
+ * assigns a local. */
+static void stores_assigns(const tk_stmt *s, int *stores, int *assigns) {
+    if (s->kind == TK_S_STORE) *stores = 1;
+    if (s->kind == TK_S_ASSIGN) *assigns = 1;
+    for (int i = 0; i < s->nbody; i++) stores_assigns(s->body[i], stores, assigns);
+    for (int i = 0; i < s->norelse; i++) stores_assigns(s->orelse[i], stores, assigns);
+}
+
+/* In parts: a row loop of one iteration (every top-level variable '_', no
+ * batch dims: a weight's gradient summed over rows, layernorm_backward_wb)
+ * spends its time in its last statement, a loop over rows that only adds
+ * into outputs. Its range may be cut into parts run on several threads,
+ * each adding into its own copy of the outputs, which are then added up,
+ * when
+ *   - every store inside it is `o[idx] = o[idx] + e`, e reading no output,
+ *     and the loop reads outputs nowhere else (each part's sums are its own);
+ *   - every local it assigns is declared inside it (no state carried from
+ *     one row to the next);
+ *   - the statements before it read no output back, and those that store
+ *     (the zeroing of the outputs) assign no local: part 0 runs them on the
+ *     real outputs, the other parts skip them and start from zeros (a
+ *     bool output, which no addition stores, is added False).
+ * The result is the sum of the parts' sums: the additions reassociate, as
+ * torch's reductions do. The caller (shim/kernels.cpp) picks the number of
+ * parts from the size of the inputs, never from the thread count, so a
+ * call's result does not depend on the threads it gets. */
+static void plan_parts(tk_plan *P) {
+    const tk_opdecl *d = P->op->decl;
+    if (d->nbody == 0 || d->body[d->nbody - 1]->kind != TK_S_FOR) return;
+    for (int k = 0; k < d->nloop; k++)
+        if (!tk_owned_dim(d->loop_vars[k])) return;
+    for (int o = 0; o < d->noutputs; o++)
+        if (strcmp(d->outputs[o].name, d->loop_over) == 0 && has_ell(&d->outputs[o])) return;
+    const tk_stmt *loop = d->body[d->nbody - 1];
+    for (int i = 0; i + 1 < d->nbody; i++) {
+        int stores = 0, assigns = 0;
+        if (stmt_reads_output(d->body[i], 0)) return;
+        stores_assigns(d->body[i], &stores, &assigns);
+        if (stores && assigns) return;
+    }
+    unsigned char declared[TK_MAX_LOCALS] = {0};
+    declared[loop->ref] = 1;
+    if (reads_output(loop->lo) || reads_output(loop->hi) || !adds_only(loop->body, loop->nbody, declared) ||
+        block_reads_output(loop->body, loop->nbody, 1))
+        return;
+    P->rows.parts = loop;
+}
+
 void plan_rows(tk_plan *P) {
     memset(&P->rows, 0, sizeof P->rows);
     if (!P->row_loop || P->plain || P->target != TK_TARGET_C) return;
     plan_block(P, P->op->decl->body, P->op->decl->nbody);
     plan_lanes_across(P);
+    plan_parts(P);
 }
 
 const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop) {

@@ -253,6 +253,13 @@ const char *tk_op_kernel_name(const tk_op *op, int variant); /* "tk_rwkv_forward
  * acquire load, and tk_run_cpu reads the kernel the same way. */
 tk_status tk_op_set_cpu_kernel(tk_op *op, int variant, tk_cpu_fn fn);
 tk_cpu_fn tk_op_cpu_kernel(const tk_op *op, int variant);  /* NULL if none */
+/* A CPU kernel that runs its row loop in parts (docs/spec.md, Row loops:
+ * the generated C marks it with a constant <kernel>_parts): declared with
+ * the kernel itself (before tk_op_set_cpu_kernel). tk_op_cpu_parts: 1 when
+ * the variant's kernel is that one, so a caller may run it as kargs.nparts
+ * parts (tk_run_cpu checks the same, and refuses parts of another kernel). */
+tk_status tk_op_set_cpu_parts(tk_op *op, int variant, tk_cpu_fn fn);
+int tk_op_cpu_parts(const tk_op *op, int variant);
 const char *tk_op_variant_code(const tk_op *op, int variant); /* "f32", "f16_i64"; NULL if none */
 tk_op *tk_op_find_mut(tk_ctx *ctx, const char *name);
 /* Checked kernels (TK_EMIT_CHECKED) for every later emit of op: what a
@@ -348,6 +355,9 @@ tk_status tk_emit_variant(tk_ctx *ctx, const tk_op *op, int variant,
  * cooperative form, schedule coop=S): numel * S threads. 0 on error
  * (tk_ctx_error). */
 int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant);
+/* 1 when the variant's CPU kernel emitted with flags runs its row loop in
+ * parts (tk_op_set_cpu_parts; its C defines <kernel>_parts). */
+int tk_emit_cpu_parts(tk_ctx *ctx, const tk_op *op, int variant, unsigned flags);
 void tk_free(void *p);
 
 /* A CUDA schedule: the items of a spec's `schedule` line, in the order of
@@ -382,6 +392,7 @@ const char *tk_kernel_header(void);
 typedef struct tk_builtin_kernel {
     const char *name;       /* tk_<op>__<dtypes> */
     tk_cpu_fn fn;
+    int parts;              /* fn runs its row loop in parts (tk_op_set_cpu_parts) */
 } tk_builtin_kernel;
 typedef struct tk_builtin_spec {
     const char *file;       /* "ops/brick_pad.tk" */

@@ -428,7 +428,12 @@ static tk_status load_kernels(const char *path, const kernel_set *set, char *msg
                     tk_put(msg, n, "tk: %s has no kernel %s", path, tk_op_kernel_name(set->ops[i], v));
                     return TK_ERR_COMPILE;   /* lib stays loaded: harmless */
                 }
-                if (pass) tk_op_set_cpu_kernel(set->ops[i], v, fn);
+                if (!pass) continue;
+                /* a kernel that runs its row loop in parts is marked <kernel>_parts (emit_cpu.c) */
+                char mark[300];
+                fmt(mark, sizeof mark, "%s_parts", tk_op_kernel_name(set->ops[i], v));
+                tk_op_set_cpu_parts(set->ops[i], v, dlsym(lib, mark) ? fn : NULL);
+                tk_op_set_cpu_kernel(set->ops[i], v, fn);
             }
         }
     return TK_OK;

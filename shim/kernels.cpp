@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -458,6 +459,70 @@ void run_cpu(tk_call& call, const StreamPlan* plan) {
   });
 }
 
+// A row loop that runs in parts (plan_rows.c, plan_parts: a weight's
+// gradient summed over rows) runs as this many: one a kPartElems elements
+// of its inputs, at most max_parts(), and no more than keep the parts' own
+// outputs (all but part 0's) under half the inputs' bytes. The shapes
+// decide, never the thread count, so a call's sums are the same whatever
+// threads it gets. 1: the whole loop in one call.
+constexpr int64_t kPartElems = 65536;
+
+// TK_CPU_PARTS=n (1 to 64; default 16), read once: 1 runs such loops whole.
+int64_t max_parts() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("TK_CPU_PARTS");
+    const long k = v != nullptr ? std::strtol(v, nullptr, 10) : 16;
+    return static_cast<int64_t>(k < 1 ? 1 : k > 64 ? 64 : k);
+  }();
+  return n;
+}
+
+int64_t parts_for(const Call& c, c10::ArrayRef<c10::IValue> args) {
+  if (c.call.kargs.numel != 1 || max_parts() == 1 || !tk_op_cpu_parts(c.op, c.call.variant)) return 1;
+  int64_t elems = 0, bytes = 0, out_bytes = 0;
+  for (const c10::IValue& v : args)
+    if (v.isTensor()) {
+      elems += v.toTensor().numel();
+      bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());
+    }
+  for (const at::Tensor& o : c.outputs) out_bytes += o.numel() * static_cast<int64_t>(o.element_size());
+  int64_t n = std::min(max_parts(), elems / kPartElems);
+  if (out_bytes > 0) n = std::min(n, 1 + bytes / 2 / out_bytes);
+  return std::max<int64_t>(1, n);
+}
+
+// Runs c's row loop as n parts on at::parallel_for: part 0 into the
+// outputs, part p > 0 into zeroed copies of them, then adds the copies to
+// the outputs in part order. A part its kernel refuses (another kernel
+// attached since parts_for asked) makes the call run whole instead.
+void run_parts(Call& c, int64_t n) {
+  std::vector<at::Tensor> rest;  // per output: [n - 1, *its shape]
+  for (const at::Tensor& o : c.outputs) {
+    std::vector<int64_t> shape{n - 1};
+    shape.insert(shape.end(), o.sizes().begin(), o.sizes().end());
+    rest.push_back(at::zeros(shape, o.options()));
+  }
+  std::atomic<bool> refused{false};
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      tk_call part = c.call;
+      part.kargs.part = p;
+      part.kargs.nparts = n;
+      for (size_t i = 0; i < rest.size() && p > 0; ++i) {
+        const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
+        if (tk_set_output(&part, static_cast<int>(i), to_view(rest[i][p - 1], true, w)) != TK_OK) refused = true;
+      }
+      if (!refused && tk_run_cpu(&part, 0, 1) != TK_OK) refused = true;
+    }
+  });
+  if (refused) {
+    TORCH_CHECK(tk_run_cpu(&c.call, 0, 1) == TK_OK, c.call.msg);
+    return;
+  }
+  for (size_t i = 0; i < rest.size(); ++i)
+    for (int64_t p = 0; p < n - 1; ++p) c.outputs[i].add_(rest[i][p]);
+}
+
 // Replaces the arguments on the stack with the outputs, in schema order.
 void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, Call& c) {
   TORCH_INTERNAL_ASSERT(handle.schema().returns().size() == c.outputs.size(),
@@ -479,9 +544,11 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
   if (execute && device.is_cuda()) run_cuda(c.call);
   else if (execute) {
     StreamPlan plan;
-    const bool stream = plan_stream(c, plan);
+    const int64_t parts = parts_for(c, torch::jit::last(*stack, handle.schema().arguments().size()));
+    const bool stream = parts == 1 && plan_stream(c, plan);
     if (stream) count_streamed_call();
-    run_cpu(c.call, stream ? &plan : nullptr);
+    if (parts > 1) run_parts(c, parts);
+    else run_cpu(c.call, stream ? &plan : nullptr);
   }
   push_outputs(handle, stack, c);
 }

@@ -4,7 +4,9 @@
  * unwritable folder falls back to a temporary one); one variant at a time
  * (tk_cc_compile_variant: an entry per variant, only that kernel attached,
  * another context's op served from the emitted source); the errors for a
- * missing compiler, a failing compile and a spec error. Needs `cc` on PATH.
+ * missing compiler, a failing compile and a spec error; a kernel that runs
+ * its row loop in parts (its mark found, parts adding up to the whole loop,
+ * parts of another kernel refused). Needs `cc` on PATH.
  * Usage: test_cc OPS_DIR TESTS_DIR */
 #define _GNU_SOURCE
 #include <math.h>
@@ -221,6 +223,71 @@ static void test_errors(void) {
     tk_ctx_free(ctx);
 }
 
+/* A column sum that runs in parts (plan_rows.c, plan_parts): the kernel
+ * is marked, part 0 (the init and its rows) into y plus parts 1 and 2 into
+ * zeroed buffers add up to the whole loop, and tk_run_cpu refuses parts of
+ * axpy's kernel, which does not run in parts. */
+static void test_parts(void) {
+    static const char *colsum =
+        "op colsum(x: float[R, N]) -> y: x.dtype[N]:\n"
+        "    for _ in y:\n"
+        "        for i in range(N):\n"
+        "            y[i] = 1.0\n"
+        "        for r in range(R):\n"
+        "            for i in range(N):\n"
+        "                y[i] = y[i] + x[r, i]\n";
+    char dir[300], msg[16384];
+    snprintf(dir, sizeof dir, "%s/parts", cache_root);
+    tk_ctx *ctx = tk_ctx_new();
+    tk_cc *cc = new_cc(NULL, dir);
+    tk_status st = tk_cc_load_spec(cc, ctx, "colsum.tk", colsum, strlen(colsum), msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "%s\n", msg);
+    CHECK(st == TK_OK);
+    CHECK(tk_cc_load_spec(cc, ctx, "axpy.tk", k_axpy, strlen(k_axpy), msg, sizeof msg) == TK_OK);
+    const tk_op *op = tk_op_find(ctx, "colsum");
+    int f64 = op ? variant_of(op, "f64") : -1;
+    CHECK(f64 >= 0 && tk_op_cpu_parts(op, f64) == 1);
+    CHECK(tk_op_cpu_parts(tk_op_find(ctx, "axpy"), 0) == 0);
+    if (f64 < 0) goto done;
+    enum { R = 7, N = 3 };
+    double x[R * N], whole[N], y[N], p1[N] = {0}, p2[N] = {0};
+    for (int i = 0; i < R * N; i++) x[i] = (double)(i * i % 11) + 0.5;   /* positive: no part sums to 0 */
+    int64_t sx[2] = {R, N}, stx[2] = {N, 1}, sy[1] = {N}, sty[1] = {1};
+    tk_arg arg = tk_arg_tensor(tk_view(x, TK_F64, 2, sx, stx));
+    tk_call call;
+    CHECK(tk_bind(op, &arg, 1, &call) == TK_OK);
+    CHECK(tk_set_output(&call, 0, tk_view(whole, TK_F64, 1, sy, sty)) == TK_OK);
+    CHECK(tk_run_cpu(&call, 0, 1) == TK_OK);   /* nparts 0: the whole loop */
+    for (int i = 0; i < N; i++) {
+        double want = 1.0;
+        for (int r = 0; r < R; r++) want += x[r * N + i];
+        CHECK(whole[i] == want);
+    }
+    double *outs[3] = {y, p1, p2};
+    for (int p = 0; p < 3; p++) {
+        call.kargs.part = p;
+        call.kargs.nparts = 3;
+        CHECK(tk_set_output(&call, 0, tk_view(outs[p], TK_F64, 1, sy, sty)) == TK_OK);
+        CHECK(tk_run_cpu(&call, 0, 1) == TK_OK);
+    }
+    for (int i = 0; i < N; i++) CHECK(fabs(y[i] + p1[i] + p2[i] - whole[i]) < 1e-12);
+    CHECK(p1[0] != 0.0 && p2[0] != 0.0 && y[0] != whole[0]);   /* each part summed its own rows */
+    call.kargs.part = 3;   /* outside [0, nparts) */
+    CHECK(tk_run_cpu(&call, 0, 1) != TK_OK);
+    const tk_op *ax = tk_op_find(ctx, "axpy");
+    float xs[4] = {1, 2, 3, 4}, b[4] = {0}, ys[4];
+    int64_t n4 = 4, s1 = 1;
+    tk_arg args[3] = {tk_arg_tensor(tk_view(xs, TK_F32, 1, &n4, &s1)), tk_arg_tensor(tk_view(b, TK_F32, 1, &n4, &s1)),
+                      tk_arg_float(2.0)};
+    CHECK(tk_bind(ax, args, 3, &call) == TK_OK);
+    CHECK(tk_set_output(&call, 0, tk_view(ys, TK_F32, 1, &n4, &s1)) == TK_OK);
+    call.kargs.nparts = 2;
+    CHECK(tk_run_cpu(&call, 0, 4) != TK_OK && strstr(call.msg, "does not run in parts") != NULL);
+done:
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
@@ -234,6 +301,7 @@ int main(int argc, char **argv) {
     test_unwritable_cache();
     test_compile_variant();
     test_errors();
+    test_parts();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);
     if (system(cmd) != 0) fprintf(stderr, "test_cc: could not remove %s\n", cache_root);
