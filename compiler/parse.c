@@ -814,14 +814,35 @@ static tk_module *parse_module(parser *p) {
 }
 
 /* Parses a whole spec file; NULL with the error (file:line:col) in err. */
+/* text with every carriage return not followed by a line feed (a classic
+ * Mac line ending, which Python reads as one too) turned into a line feed,
+ * in a's memory, so that line numbers count those lines; text itself when
+ * it has none, NULL when out of memory. */
+static const char *lone_cr_as_lf(tk_arena *a, const char *text, size_t len) {
+    size_t i = 0;
+    while (i < len && !(text[i] == '\r' && (i + 1 == len || text[i + 1] != '\n'))) i++;
+    if (i == len) return text;
+    char *t = tk_arena_alloc(a, len + 1);
+    if (!t) return NULL;
+    memcpy(t, text, len);
+    t[len] = 0;
+    for (; i < len; i++)
+        if (t[i] == '\r' && (i + 1 == len || t[i + 1] != '\n')) t[i] = '\n';
+    return t;
+}
+
 tk_module *tk_parse(tk_arena *a, const char *file, const char *text,
                     size_t len, tk_error *err) {
     parser ps;
     memset(&ps, 0, sizeof ps);
     ps.a = a;
     ps.file = file != NULL ? file : "<input>";
-    ps.text = text != NULL ? text : "";
+    ps.text = text != NULL ? lone_cr_as_lf(a, text, len) : "";
     ps.len = text != NULL ? len : 0;
+    if (!ps.text) {
+        tk_error_set(err, TK_ERR_NOMEM, ps.file, (tk_loc){0, 0}, "out of memory");
+        return NULL;
+    }
     ps.err = err;
     tk_error_clear(err);
     tk_lex_init(&ps.ls, ps.text, ps.len);

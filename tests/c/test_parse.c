@@ -402,6 +402,15 @@ static void test_valid_odd(void) {
     m = parse_n("t.tk", "op f() -> y: int[1]:\n    for i in y:\n        y[i] = 1\nGARBAGE",
                 strlen("op f() -> y: int[1]:\n    for i in y:\n        y[i] = 1\n"));
     CHECK(m != NULL && m->nops == 1);
+    /* CR-only line endings (classic Mac, as Python reads them) are lines:
+     * a comment ends at its CR, and an error counts the lines */
+    m = parse("# header\rop f(x: float[N]) -> y: x.dtype[N]:\r    for i in y:\r\r        y[i] = x[i]\r");
+    CHECK(m != NULL && m->nops == 1 && m->ops[0]->nbody == 1 && m->ops[0]->loc.line == 2);
+    m = parse("op f(x: float[N]) -> y: x.dtype[N]:\r    for i in y:\r        y[i] = = x[i]\r");
+    CHECK(m == NULL && strstr(errbuf, "t.tk:3:16:") != NULL);
+    if (m != NULL || !strstr(errbuf, "t.tk:3:16:")) fprintf(stderr, "  CR-only error: %s\n", errbuf);
+    m = parse("op f(x: float[N]) -> y: x.dtype[N]:\r\n    for i in y:\r        y[i] = x[i]");   /* mixed */
+    CHECK(m != NULL && m->nops == 1);
     /* two ops, comments everywhere, continuation line, no final newline,
      * CRLF, backward, scalar forms, multiple outputs, trailing comma */
     m = parse("# header\r\n"
