@@ -102,6 +102,10 @@ def _register_spec(text: str, file: str, checked: bool | None = None) -> list[st
     return names
 
 
+# dynamo does not trace a registration (ctypes calls into libtk): it runs
+# eagerly, a graph break (an error under fullgraph=True), without dynamo's
+# warnings about the builtins it meets on the way
+@torch.compiler.disable
 def kernel(spec: str, file: str = "<string>", checked: bool | None = None) -> torch._ops.OpOverloadPacket:
     """Registers every op of the spec text as torch.ops.tk.<name> and returns
     the first one (the op a file defines first; the others, e.g. its backward
@@ -133,6 +137,7 @@ def kernel(spec: str, file: str = "<string>", checked: bool | None = None) -> to
     return getattr(torch.ops.tk, names[0])
 
 
+@torch.compiler.disable
 def load(path: str | os.PathLike, checked: bool | None = None) -> torch._ops.OpOverloadPacket:
     """torch_tk.kernel of a spec file: errors name the file as given."""
     with open(path, encoding="utf-8") as f:

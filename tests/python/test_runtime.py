@@ -209,6 +209,27 @@ def test_torch_compile_fullgraph():
     torch._dynamo.reset()
 
 
+def test_registration_inside_torch_compile():
+    """torch_tk.kernel inside a compiled function runs eagerly (a graph break, no dynamo warnings);
+    under fullgraph=True it is an error that names the disabled function."""
+    import warnings
+    torch._dynamo.reset()
+    text = "op rt_inc_c(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] + 1.0\n"
+
+    def f(x):
+        return torch_tk.kernel(text)(x) * 2
+
+    x = torch.randn(5, generator=gen(8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # dynamo's "does not know how to trace" warnings fail the test
+        out = torch.compile(f)(x)
+    torch.testing.assert_close(out, (x + 1) * 2)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="disable"):
+        torch.compile(f, fullgraph=True)(x)
+    torch._dynamo.reset()
+
+
 def test_torch_jit_script():
     torch_tk.kernel(SQUARE_SPEC)
 
