@@ -316,7 +316,7 @@ static int has_store(const tk_stmt *s) {
 
 /* A row loop in parts (plan_rows.c, plan_parts): part kargs.part of
  * kargs.nparts runs the statements before the parted loop (those that
- * store only in part 0: the others start from the zeros their outputs
+ * store only in part 0: the others start from the -0.0 or 0 their outputs
  * hold) and its share of the loop's range, the parts' shares as even as
  * integers allow. */
 static void parted_body(emitter *E) {

@@ -293,8 +293,9 @@ static void rows_text(tk_buf *b, const tk_plan *P) {
     }
     if (P->rows.parts)
         tk_buf_printf(b, "    in parts: the loop over %s at line %d only adds into the outputs: its range is cut into "
-                      "parts (by the inputs' size, at most 16) run on at::parallel_for, part 0 into the outputs, the "
-                      "others into zeroed copies added after (sums reassociate; the same for any thread count)\n",
+                      "parts (by the inputs' size, at most TK_CPU_PARTS, 16 by default) run on at::parallel_for, part 0 "
+                      "into the outputs, the others into copies added after (sums reassociate; the same for any "
+                      "thread count)\n",
                       P->rows.parts->name, P->rows.parts->loc.line);
 }
 

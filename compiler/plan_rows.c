@@ -324,8 +324,9 @@ static void stores_assigns(const tk_stmt *s, int *stores, int *assigns) {
  *     one row to the next);
  *   - the statements before it read no output back, and those that store
  *     (the zeroing of the outputs) assign no local: part 0 runs them on the
- *     real outputs, the other parts skip them and start from zeros (a
- *     bool output, which no addition stores, is added False).
+ *     real outputs, the other parts skip them and start from the additive
+ *     identity (-0.0; a bool output, which no addition stores, is added
+ *     False).
  * The result is the sum of the parts' sums: the additions reassociate, as
  * torch's reductions do. The caller (shim/kernels.cpp) picks the number of
  * parts from the size of the inputs, never from the thread count, so a

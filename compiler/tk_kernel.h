@@ -101,8 +101,9 @@ typedef struct tk_kargs {
     tk_i64 nbatch;      /* number of '...' dims of the loop output */
     tk_i64 part, nparts; /* CPU, a kernel whose row loop runs in parts (plan_rows.c, plan_parts): this
                           * launch runs part `part` of `nparts` of the parted loop, storing into
-                          * outputs that hold only its sums (part > 0: zeroed by the caller, who adds
-                          * them up); nparts 0 or 1: the whole loop (every other kernel ignores them) */
+                          * outputs that hold only its sums (part > 0: filled with -0.0 or 0 by the
+                          * caller, who adds them up); nparts 0 or 1: the whole loop (every other
+                          * kernel ignores them) */
     tk_kdiv idiv[TK_MAX_INTS];  /* i[k] as a divisor (tk_kargs_divisors; GPU kernels) */
     tk_kerr *err;       /* where a bounds check records its failure (device memory on CUDA); NULL: nowhere */
 } tk_kargs;

@@ -631,10 +631,12 @@ tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (call->device != TK_CPU) return call_fail(call, "the call is bound to tensors that are not on the CPU");
     tk_cpu_fn fn = __atomic_load_n(&call->op->cpu_fns[call->variant], __ATOMIC_ACQUIRE);   /* may be attached late */
     if (!fn) return call_fail(call, "no CPU kernel is loaded for %s", call->op->kernel_names[call->variant]);
-    if (call->kargs.nparts > 1 && (fn != __atomic_load_n(&call->op->cpu_parts[call->variant], __ATOMIC_ACQUIRE) ||
-                                   call->kargs.part < 0 || call->kargs.part >= call->kargs.nparts))
-        return call_fail(call, "part %lld of %lld: the kernel %s does not run in parts", (long long)call->kargs.part,
-                         (long long)call->kargs.nparts, call->op->kernel_names[call->variant]);
+    if (call->kargs.nparts > 1 && fn != __atomic_load_n(&call->op->cpu_parts[call->variant], __ATOMIC_ACQUIRE))
+        return call_fail(call, "the kernel %s does not run in parts (kargs.nparts is %lld)",
+                         call->op->kernel_names[call->variant], (long long)call->kargs.nparts);
+    if (call->kargs.nparts > 1 && (call->kargs.part < 0 || call->kargs.part >= call->kargs.nparts))
+        return call_fail(call, "part %lld is outside [0, %lld)", (long long)call->kargs.part,
+                         (long long)call->kargs.nparts);
     if (begin < 0 || end > call->kargs.numel || begin > end)
         return call_fail(call, "range [%lld, %lld) is outside the index space [0, %lld)", (long long)begin,
                          (long long)end, (long long)call->kargs.numel);

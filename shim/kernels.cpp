@@ -492,15 +492,19 @@ int64_t parts_for(const Call& c, c10::ArrayRef<c10::IValue> args) {
 }
 
 // Runs c's row loop as n parts on at::parallel_for: part 0 into the
-// outputs, part p > 0 into zeroed copies of them, then adds the copies to
-// the outputs in part order. A part its kernel refuses (another kernel
-// attached since parts_for asked) makes the call run whole instead.
+// outputs, part p > 0 into copies of them holding the additive identity
+// (-0.0 for floats: adding it keeps a -0.0 the outputs hold; 0 for ints),
+// then adds the copies to the outputs in part order. A part its kernel
+// refuses (another kernel attached since parts_for asked) makes the call
+// run whole instead: its statements before the loop store again what part
+// 0 may have added to (elements they do not store hold no defined value).
 void run_parts(Call& c, int64_t n) {
   std::vector<at::Tensor> rest;  // per output: [n - 1, *its shape]
   for (const at::Tensor& o : c.outputs) {
     std::vector<int64_t> shape{n - 1};
     shape.insert(shape.end(), o.sizes().begin(), o.sizes().end());
-    rest.push_back(at::zeros(shape, o.options()));
+    rest.push_back(at::isFloatingType(o.scalar_type()) ? at::full(shape, -0.0, o.options())
+                                                       : at::zeros(shape, o.options()));
   }
   std::atomic<bool> refused{false};
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {

@@ -273,7 +273,7 @@ static void test_parts(void) {
     for (int i = 0; i < N; i++) CHECK(fabs(y[i] + p1[i] + p2[i] - whole[i]) < 1e-12);
     CHECK(p1[0] != 0.0 && p2[0] != 0.0 && y[0] != whole[0]);   /* each part summed its own rows */
     call.kargs.part = 3;   /* outside [0, nparts) */
-    CHECK(tk_run_cpu(&call, 0, 1) != TK_OK);
+    CHECK(tk_run_cpu(&call, 0, 1) != TK_OK && strstr(call.msg, "outside [0, 3)") != NULL);
     const tk_op *ax = tk_op_find(ctx, "axpy");
     float xs[4] = {1, 2, 3, 4}, b[4] = {0}, ys[4];
     int64_t n4 = 4, s1 = 1;

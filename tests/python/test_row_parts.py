@@ -9,7 +9,8 @@ rmsnorm's weight gradients (examples/specs/layernorm.tk) and a column sum
 with a non-zero start and a local set before the loop, at sizes of one part
 to sixteen; an int64 count summed exactly; the same bits for one thread and
 two, and for TK_CPU_PARTS=1 (one part) against the default within float
-rounding; a bool output set before the loop; full layer norm training
+rounding; 64 parts; float16, bfloat16 and int8 outputs, a -0.0 kept; a bool
+output set before the loop; full layer norm training
 gradients against F.layer_norm. `tkc
 plan` says which loops run in parts, and refuses the form where a part could
 not keep its own sums: state carried from row to row, an output read back
@@ -137,6 +138,56 @@ def test_layernorm_training_gradients():
     want = torch.autograd.grad(F.layer_norm(x, (256,), w, b, 1e-5), (x, w, b), gy)
     for a, e in zip(got, want):
         torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+
+
+MIXED = """
+op parts_mixed(x: float[R, N], c: int8[R, N]) -> (s: x.dtype[N], n: int8[N], z: x.dtype[N]):
+    for _ in s:
+        for i in range(N):
+            s[i] = -0.0
+            n[i] = 0
+            z[i] = -0.0
+        for r in range(2, R):
+            for i in range(N):
+                if x[r, i] > 0.5:
+                    s[i] = s[i] + x[r, i]
+                n[i] = n[i] + c[r, i]
+        for r in range(R, 0):
+            for i in range(N):
+                z[i] = z[i] + 1.0
+"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_half_int8_and_signed_zero(dtype):
+    """float16 / bfloat16 / float32 sums (of 0s and 1s: every partial sum exact, so the parts' result is
+    the whole loop's to the bit), int8 sums wrapping as the whole loop's do, a range from 2, and outputs an
+    empty range or a false condition leaves at -0.0 (the parts' copies hold -0.0, which adds nothing).
+    200 x 1024 inputs: 6 parts."""
+    tk = torch.ops.tk
+    torch_tk.kernel(MIXED, file="parts_mixed.tk")
+    g = torch.Generator().manual_seed(9)
+    x = torch.randint(0, 2, (200, 1024), generator=g).to(dtype)
+    x[:, 0] = -1.0                                   # column 0: the condition never holds
+    c = torch.randint(-128, 128, (200, 1024), generator=g, dtype=torch.int8)
+    s, n, z = tk.parts_mixed(x, c)
+    assert torch.equal(s[1:], x[2:, 1:].double().sum(0).to(dtype))
+    assert torch.equal(n, c[2:].to(torch.int64).sum(0).to(torch.int8))   # modulo 256
+    assert bool(torch.signbit(s[0])) and s[0] == 0, "column 0 adds nothing: -0.0 stays"
+    assert torch.signbit(z).all() and (z == 0).all()
+
+
+def test_more_parts_than_the_default():
+    """TK_CPU_PARTS=64 (the most): 64 parts of a large input, against float64."""
+    code = ("import sys, torch, torch_tk\n"
+            f"torch_tk.load({LAYERNORM!r})\n"
+            "g = torch.Generator().manual_seed(6)\n"
+            "x, gy = torch.randn(8192, 1024, generator=g), torch.randn(8192, 1024, generator=g)\n"
+            "xd, gd = x.double(), gy.double()\n"
+            "rr = 1.0 / torch.sqrt((xd * xd).mean(1, keepdim=True) + 1e-5)\n"
+            "torch.testing.assert_close(torch.ops.tk.rmsnorm_backward_w(x, 1e-5, gy).double(), (gd * xd * rr).sum(0),\n"
+            "                           rtol=1e-4, atol=1e-3)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, TK_CPU_PARTS="64"))
 
 
 def plan(tkc, tmp_path, text, code="f32"):
