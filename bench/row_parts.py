@@ -5,7 +5,10 @@ rmsnorm_backward_w: one iteration summing over rows) run whole on one
 thread (TK_CPU_PARTS=1) or cut into parts (the default, at most 16); the
 same gradient written with batch dims and summed by torch
 (docs/autograd.md, "Gradients summed over batch dims"; unaffected by
-TK_CPU_PARTS); layer norm / RMS norm forward + backward against PyTorch's. TK_CPU_PARTS is
+TK_CPU_PARTS); layer norm's whole backward as one op with sums
+(tests/specs/sums.tk: grad_x and the weight and bias gradients in one pass;
+TK_CPU_PARTS=1 runs it on one thread) against the example's two backward
+ops; layer norm / RMS norm forward + backward against PyTorch's. TK_CPU_PARTS is
 read once per process, so each setting runs in its own child process; the
 children alternate (--rounds of each) and the table gives the median of
 every child's median. float32.
@@ -66,6 +69,7 @@ def child(repeat):
     import torch_tk
     torch_tk.load(os.path.join(ROOT, "examples", "specs", "layernorm.tk"))
     torch_tk.kernel(BATCH_WB, file="bench_wb_batch.tk")
+    torch_tk.load(os.path.join(ROOT, "tests", "specs", "sums.tk"))
     tk = torch.ops.tk
     gen = torch.Generator().manual_seed(0)
     out = {}
@@ -75,6 +79,11 @@ def child(repeat):
         out[f"rmsnorm_backward_w {r}x{n}"] = median_ms(lambda: tk.rmsnorm_backward_w(x, 1e-5, gy), repeat)
         out[f"layernorm wb as batch dims + sum {r}x{n}"] = median_ms(
             lambda: [t.sum(0) for t in tk.bench_wb_batch(x, 1e-5, gy)], repeat)
+        w = torch.randn(n, generator=gen)
+        out[f"layernorm backward: two ops {r}x{n}"] = median_ms(
+            lambda: (tk.layernorm_backward_x(x, w, 1e-5, gy), tk.layernorm_backward_wb(x, 1e-5, gy)), repeat)
+        out[f"layernorm backward: one op, sums {r}x{n}"] = median_ms(
+            lambda: tk.sum_layernorm_backward(x, w, 1e-5, gy), repeat)
     r, n = SHAPES[0]
     x = torch.randn(r, n, generator=gen, requires_grad=True)
     w = torch.randn(n, generator=gen, requires_grad=True)

@@ -210,6 +210,12 @@ const char *tk_op_output_name(const tk_op *op, int i) {
     return op && i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].name : NULL;
 }
 
+int tk_op_output_sum(const tk_op *op, int i) {
+    return op && i >= 0 && i < op->decl->noutputs && op->out_sum[i];
+}
+
+int tk_op_has_sum(const tk_op *op) { return op && op->has_sum; }
+
 int tk_op_output_written(const tk_op *op, int i) {
     if (!op || i < 0 || i >= op->decl->noutputs) return 0;
     /* a store at the top level of the loop body runs for every index (the

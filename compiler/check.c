@@ -24,6 +24,7 @@ typedef struct checker {
     int loop_depth;
     tk_loc row_first[TK_MAX_TENSORS];   /* row loops: the first access to each output (line 0: none yet) */
     signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];   /* as tk_op's, found by this check */
+    const tk_expr *sum_rd;              /* the read-back of the sum store being checked (o[idx] in o[idx] + e) */
 } checker;
 
 /* Records a check error at loc (the op's file:line:col) in the checker's
@@ -373,6 +374,20 @@ static tk_status check_outputs(checker *c) {
     return TK_OK;
 }
 
+/* Counts the stores to output `name` in body (any depth): sum stores
+ * (`+=`) in *sums, the others in *sets. */
+static void count_stores(tk_stmt **body, int n, const char *name, int *sums, int *sets) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_STORE && strcmp(s->name, name) == 0) {
+            if (s->op == TK_OPC_ADD) ++*sums;
+            else ++*sets;
+        }
+        count_stores(s->body, s->nbody, name, sums, sets);
+        count_stores(s->orelse, s->norelse, name, sums, sets);
+    }
+}
+
 /* The top-level loop: over an output, one variable per explicit dim. */
 static tk_status check_loop(checker *c) {
     tk_op *op = c->op;
@@ -411,7 +426,16 @@ static tk_status check_loop(checker *c) {
             if (strcmp(d->loop_vars[i], d->loop_vars[j]) == 0)
                 return fail(c, d->loop_locs[i], "loop variable '%s' appears twice", d->loop_vars[i]);
     }
+    op->has_sum = 0;
     for (int i = 0; i < d->noutputs; i++) {
+        int sums = 0, sets = 0;
+        count_stores(d->body, d->nbody, d->outputs[i].name, &sums, &sets);
+        op->out_sum[i] = op->row_loop && sums > 0 && sets == 0;
+        op->has_sum |= op->out_sum[i];
+    }
+    for (int i = 0; i < d->noutputs; i++) {
+        if (op->out_sum[i] && has_ellipsis(o) && !has_ellipsis(&d->outputs[i]))
+            continue;   /* a sum over the batch dims too */
         if (op->row_loop && has_ellipsis(&d->outputs[i]) != has_ellipsis(o))   /* they share the batch dims */
             return fail(c, d->outputs[i].loc, "output '%s' %s '...' and the loop output '%s' %s: in a row loop "
                         "every output has '...' exactly when the loop output has", d->outputs[i].name,
@@ -743,8 +767,11 @@ static tk_status check_indices(checker *c, tk_loc loc, const char *name, tk_expr
  * earlier statement stored there, or uninitialised memory). */
 static tk_status check_read_back(checker *c, tk_expr *e, int o) {
     const tk_param *p = &c->op->decl->outputs[o];
+    if (c->op->out_sum[o] && e != c->sum_rd)
+        return fail(c, e->loc, "output '%s' is a sum (every store to it is '+='): it cannot be read, since "
+                    "other iterations add into it too (keep what the iteration needs in a local)", e->name);
     TRY(check_indices(c, e->loc, e->name, e->args, e->nargs, tk_explicit_dims(p)));
-    TRY(check_row_access(c, e->loc, o, e->args, e->nargs, 0));
+    if (e != c->sum_rd) TRY(check_row_access(c, e->loc, o, e->args, e->nargs, 0));
     e->ref = o;
     e->is_out = 1;
     e->vtype = elem_vtype(tk_variant_out_dtype(c->op, c->variant, o));
@@ -939,9 +966,22 @@ static tk_status check_store(checker *c, tk_stmt *s) {
     tk_sym_kind k = tk_resolve_header(c->op, s->name, &idx);
     if (k == TK_SYM_TENSOR) return fail(c, s->loc, "input '%s' is read-only", s->name);
     if (k != TK_SYM_OUTPUT) return fail(c, s->loc, "'%s' is not an output", s->name);
+    if (s->op == TK_OPC_ADD && c->op->row_loop && !c->op->out_sum[idx])
+        return fail(c, s->loc, "output '%s' is stored with both '=' and '+=': '+=' makes it a sum, which "
+                    "starts at zero and takes only '+=' (docs/spec.md, Sums)", s->name);
+    if (s->op == TK_OPC_ADD && c->op->row_loop) {   /* a sum store: any index, no race (shim/kernels.cpp) */
+        TRY(check_indices(c, s->loc, s->name, s->index, s->nindex, tk_explicit_dims(&d->outputs[idx])));
+        c->sum_rd = s->value->args[0];
+        tk_status st = check_stored_value(c, s, idx);
+        c->sum_rd = NULL;
+        return st;
+    }
     if (s->op != TK_OPC_NONE && c->op->row_loop)
-        return fail(c, s->loc, "a store takes '=': to update an element, read it back (%s[...] = %s[...] + v)",
-                    s->name, s->name);
+        return fail(c, s->loc, "a store takes '=', or '+=' for a sum: to update an element, read it back "
+                    "(%s[...] = %s[...] %s v)", s->name, s->name, tk_opc_text(s->op));
+    if (s->op == TK_OPC_ADD)
+        return fail(c, s->loc, "'+=' into an output makes it a sum, which a row loop takes (a '_' in the "
+                    "loop; docs/spec.md, Sums); here accumulate in a local, then store with '='");
     if (s->op != TK_OPC_NONE)
         return fail(c, s->loc, "outputs are write-only: accumulate in a local, then store with '='");
     if (c->op->row_loop) {

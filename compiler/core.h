@@ -62,6 +62,11 @@ struct tk_op {
     int checked;                         /* tk_op_set_checked: kernels emitted with TK_EMIT_CHECKED */
     int data_reads;                      /* some read's index depends on a tensor's values (tk_expr.data_index) */
     signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];
+    /* per output: a sum (a row loop's output every store of which is
+     * `o[...] += e`): it starts at zero, every iteration adds into it,
+     * and nothing reads it (docs/spec.md, Sums) */
+    unsigned char out_sum[TK_MAX_TENSORS];
+    int has_sum;                         /* some output is a sum */
     int dvars[TK_MAX_TENSORS];           /* tensor params that are dtype variables */
     int ndvars;
     int nvariants;

@@ -444,6 +444,16 @@ static tk_stmt *parse_assign(parser *p) {
     next(p);
     s->op = (tk_opc)op;
     s->value = parse_expr(p);
+    if (s->kind == TK_S_STORE && s->op == TK_OPC_ADD) {
+        /* o[idx] += e, a sum store (docs/spec.md, Sums): kept as o[idx] =
+         * o[idx] + e, which every printer prints, s->op marking it */
+        tk_expr *rd = new_expr(p, TK_E_INDEX, s->loc);
+        rd->name = s->name;
+        rd->args = s->index;
+        rd->nargs = s->nindex;
+        set_height(p, rd);
+        s->value = new_op(p, TK_E_BINARY, TK_OPC_ADD, s->value->loc, rd, s->value);
+    }
     end_stmt(p);
     return s;
 }

@@ -224,6 +224,7 @@ static void plan_lanes_across(tk_plan *P) {
     const tk_opdecl *d = P->op->decl;
     if (d->nloop == 0 || tk_owned_dim(d->loop_vars[d->nloop - 1])) return;
     if (tk_variant_float_type(P->op, P->variant) == TK_F64) return;
+    if (P->op->has_sum) return;   /* two lanes could add into one element of a sum */
     if (!lanes_fit(P->op, d->body, d->nbody, d->loop_vars[d->nloop - 1], 0)) return;
     /* Up to 128 lanes a block, at least 8 (one AVX2 vector): the sequential
      * loop walks t once for the whole block, so each step reads 512 bytes

@@ -156,6 +156,13 @@ const char *tk_op_output_name(const tk_op *op, int i);
  * outside any `if` or `for`; 0 when some element may stay unwritten (a store
  * under a condition only), which then holds whatever the memory held. */
 int tk_op_output_written(const tk_op *op, int i);
+/* 1 if output i is a sum (docs/spec.md, Sums: a row loop's output stored
+ * only with '+='): the caller zeroes it before the kernel runs, and runs
+ * the ranges of the index space that add into one buffer one after
+ * another (the shim gives parts of the range their own buffers and adds
+ * them up). */
+int tk_op_output_sum(const tk_op *op, int i);
+int tk_op_has_sum(const tk_op *op);   /* 1 if some output is a sum */
 /* 1 when the op's loop body has no `for`: a few operations per element, so
  * its speed is that of its memory traffic (brick_pad), and index i of the
  * index space writes element i of each output. 0 for a row loop (its

@@ -459,15 +459,17 @@ void run_cpu(tk_call& call, const StreamPlan* plan) {
   });
 }
 
-// A row loop that runs in parts (plan_rows.c, plan_parts: a weight's
-// gradient summed over rows) runs as this many: one a kPartElems elements
-// of its inputs, at most max_parts(), and no more than keep the parts' own
-// outputs (all but part 0's) under half the inputs' bytes. The shapes
-// decide, never the thread count, so a call's sums are the same whatever
-// threads it gets. 1: the whole loop in one call.
+// Parts of a call, each adding into its own copy of some outputs: a row
+// loop that runs in parts (plan_rows.c, plan_parts: one iteration, a
+// weight's gradient summed over rows) cuts its last loop, an op with sum
+// outputs (docs/spec.md, Sums) its index space. How many: one a kPartElems
+// elements of the inputs, at most max_parts(), and no more than keep the
+// copies under half the inputs' bytes. The shapes decide, never the thread
+// count, so a call's sums are the same whatever threads it gets. 1: the
+// whole call at once.
 constexpr int64_t kPartElems = 65536;
 
-// TK_CPU_PARTS=n (1 to 64; default 16), read once: 1 runs such loops whole.
+// TK_CPU_PARTS=n (1 to 64; default 16), read once: 1 runs such calls whole.
 int64_t max_parts() {
   static const int64_t n = [] {
     const char* v = std::getenv("TK_CPU_PARTS");
@@ -477,46 +479,67 @@ int64_t max_parts() {
   return n;
 }
 
+// Whether the parts of c copy output i: every output for a parted row
+// loop, the sums otherwise.
+bool copied(const Call& c, size_t i) {
+  return c.call.kargs.numel == 1 || tk_op_output_sum(c.op, static_cast<int>(i));
+}
+
 int64_t parts_for(const Call& c, c10::ArrayRef<c10::IValue> args) {
-  if (c.call.kargs.numel != 1 || max_parts() == 1 || !tk_op_cpu_parts(c.op, c.call.variant)) return 1;
+  const int64_t numel = c.call.kargs.numel;
+  const bool parted = numel == 1 && tk_op_cpu_parts(c.op, c.call.variant);
+  if (max_parts() == 1 || (!parted && !(numel > 1 && tk_op_has_sum(c.op)))) return 1;
   int64_t elems = 0, bytes = 0, out_bytes = 0;
   for (const c10::IValue& v : args)
     if (v.isTensor()) {
       elems += v.toTensor().numel();
       bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());
     }
-  for (const at::Tensor& o : c.outputs) out_bytes += o.numel() * static_cast<int64_t>(o.element_size());
-  int64_t n = std::min(max_parts(), elems / kPartElems);
+  for (size_t i = 0; i < c.outputs.size(); ++i)
+    if (copied(c, i)) out_bytes += c.outputs[i].numel() * static_cast<int64_t>(c.outputs[i].element_size());
+  int64_t n = std::min({max_parts(), elems / kPartElems, parted ? max_parts() : numel});
   if (out_bytes > 0) n = std::min(n, 1 + bytes / 2 / out_bytes);
   return std::max<int64_t>(1, n);
 }
 
-// Runs c's row loop as n parts on at::parallel_for: part 0 into the
-// outputs, part p > 0 into copies of them holding the additive identity
-// (-0.0 for floats: adding it keeps a -0.0 the outputs hold; 0 for ints),
-// then adds the copies to the outputs in part order. A part its kernel
-// refuses (another kernel attached since parts_for asked) makes the call
-// run whole instead: its statements before the loop store again what part
-// 0 may have added to (elements they do not store hold no defined value).
+// Runs c as n parts on at::parallel_for: a parted row loop's part p of n
+// (kargs.part), or an op with sums its p-th share of the index space.
+// Part 0 stores into the outputs, part p > 0 into copies of those it
+// copies (copied()) holding the additive identity (-0.0 for floats: adding
+// it keeps a -0.0 the outputs hold; 0 for ints); then the copies are added
+// to the outputs in part order. A part its kernel refuses (another kernel
+// attached since parts_for asked) makes a parted loop run whole instead:
+// its statements before the loop store again what part 0 may have added
+// to (elements they do not store hold no defined value).
 void run_parts(Call& c, int64_t n) {
-  std::vector<at::Tensor> rest;  // per output: [n - 1, *its shape]
-  for (const at::Tensor& o : c.outputs) {
+  const int64_t numel = c.call.kargs.numel;
+  const bool parted = numel == 1;
+  std::vector<at::Tensor> rest(c.outputs.size());  // per copied output: [n - 1, *its shape]
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    if (!copied(c, i)) continue;
+    const at::Tensor& o = c.outputs[i];
     std::vector<int64_t> shape{n - 1};
     shape.insert(shape.end(), o.sizes().begin(), o.sizes().end());
-    rest.push_back(at::isFloatingType(o.scalar_type()) ? at::full(shape, -0.0, o.options())
-                                                       : at::zeros(shape, o.options()));
+    rest[i] = at::isFloatingType(o.scalar_type()) ? at::full(shape, -0.0, o.options()) : at::zeros(shape, o.options());
   }
   std::atomic<bool> refused{false};
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       tk_call part = c.call;
-      part.kargs.part = p;
-      part.kargs.nparts = n;
-      for (size_t i = 0; i < rest.size() && p > 0; ++i) {
-        const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
-        if (tk_set_output(&part, static_cast<int>(i), to_view(rest[i][p - 1], true, w)) != TK_OK) refused = true;
+      if (parted) {
+        part.kargs.part = p;
+        part.kargs.nparts = n;
       }
-      if (!refused && tk_run_cpu(&part, 0, 1) != TK_OK) refused = true;
+      for (size_t i = 0; i < rest.size() && p > 0; ++i) {
+        if (!rest[i].defined()) continue;
+        const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
+        TORCH_CHECK(tk_set_output(&part, static_cast<int>(i), to_view(rest[i][p - 1], true, w)) == TK_OK, part.msg);
+      }
+      const int64_t lo = parted ? 0 : numel * p / n, hi = parted ? 1 : numel * (p + 1) / n;
+      if (refused) continue;
+      if (tk_run_cpu(&part, lo, hi) == TK_OK) continue;
+      TORCH_CHECK(parted && !tk_op_cpu_parts(c.op, c.call.variant), part.msg);
+      refused = true;
     }
   });
   if (refused) {
@@ -524,7 +547,7 @@ void run_parts(Call& c, int64_t n) {
     return;
   }
   for (size_t i = 0; i < rest.size(); ++i)
-    for (int64_t p = 0; p < n - 1; ++p) c.outputs[i].add_(rest[i][p]);
+    for (int64_t p = 0; p < n - 1 && rest[i].defined(); ++p) c.outputs[i].add_(rest[i][p]);
 }
 
 // Replaces the arguments on the stack with the outputs, in schema order.
@@ -533,6 +556,21 @@ void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, C
                         "tk.", tk_op_name(c.op), ": schema and spec disagree on outputs");
   torch::jit::drop(*stack, handle.schema().arguments().size());
   for (at::Tensor& out : c.outputs) stack->emplace_back(std::move(out));
+}
+
+// Zeroes c's sum outputs (docs/spec.md, Sums): every iteration adds into
+// them. On CUDA an op whose iterations add into one sum would race (its
+// threads run at once): only one iteration runs there.
+void zero_sums(Call& c, c10::Device device) {
+  if (!tk_op_has_sum(c.op)) return;   // (no iteration: a sum over none, 0)
+  for (size_t i = 0; i < c.outputs.size(); ++i)
+    if (tk_op_output_sum(c.op, static_cast<int>(i))) {
+      TORCH_CHECK(!device.is_cuda() || c.call.kargs.numel <= 1, "tk.", tk_op_name(c.op), ": output '",
+                  tk_op_output_name(c.op, static_cast<int>(i)), "' is a sum ('+=') over ", c.call.kargs.numel,
+                  " iterations: on CUDA tk runs such ops only when the loop has one iteration, until a GPU has "
+                  "run their kernels; call it on CPU tensors");
+      c.outputs[i].zero_();
+    }
 }
 
 // The shared path of every key: bind, allocate, run when `execute`.
@@ -545,14 +583,20 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
     ensure_cpu_kernel(c.op, c.call.variant);  // a run-time op's first CPU call in this dtype: compile it
   allocate_outputs(c, device);
   if (execute && device.is_cpu()) stage_inputs(handle, *stack, c);
+  if (execute) zero_sums(c, device);
   if (execute && device.is_cuda()) run_cuda(c.call);
   else if (execute) {
     StreamPlan plan;
     const int64_t parts = parts_for(c, torch::jit::last(*stack, handle.schema().arguments().size()));
     const bool stream = parts == 1 && plan_stream(c, plan);
     if (stream) count_streamed_call();
-    if (parts > 1) run_parts(c, parts);
-    else run_cpu(c.call, stream ? &plan : nullptr);
+    if (parts > 1) {
+      run_parts(c, parts);
+    } else if (tk_op_has_sum(c.op)) {  // one thread: every iteration adds into the sums
+      TORCH_CHECK(tk_run_cpu(&c.call, 0, c.call.kargs.numel) == TK_OK, c.call.msg);
+    } else {
+      run_cpu(c.call, stream ? &plan : nullptr);
+    }
   }
   push_outputs(handle, stack, c);
 }

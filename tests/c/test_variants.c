@@ -225,6 +225,11 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             size_t bytes = (size_t)total * tk_dtype_size(c1.out_dtype[o]);
             void *p1 = buf_new(&out1[o], bytes, 0xA5), *p2 = buf_new(&out2[o], bytes, 0x5A);
             void *p3 = buf_new(&out3[o], bytes, 0xC3);
+            if (tk_op_output_sum(opt, o)) {   /* a sum starts at zero (the caller's) */
+                memset(p1, 0, bytes);
+                memset(p2, 0, bytes);
+                memset(p3, 0, bytes);
+            }
             CHECK(tk_set_output(&c3, o, tk_view(p3, c3.out_dtype[o], c3.out_ndim[o], c3.out_sizes[o], strides)) == TK_OK);
             CHECK(tk_set_output(&c1, o, tk_view(p1, c1.out_dtype[o], c1.out_ndim[o], c1.out_sizes[o], strides)) == TK_OK);
             CHECK(tk_set_output(&c2, o, tk_view(p2, c2.out_dtype[o], c2.out_ndim[o], c2.out_sizes[o], strides)) == TK_OK);

@@ -1,0 +1,186 @@
+"""Sums (docs/spec.md, "Sums"): an output a row loop stores only with `+=`
+starts at zero and takes every iteration's additions, at any index, and may
+drop the loop's batch dims (a sum over them too).
+
+tests/specs/sums.tk against float64 PyTorch formulations on fresh random
+inputs, outputs poisoned (an element left unwritten is NaN): layer norm's
+backward in one op (grad_x a row at a time, the weight and bias gradients
+summed over every row) for 0 to 2 batch dims, an empty batch (sums of
+nothing are 0); as the backward of a batch-generic layer norm, against
+F.layer_norm's gradients and gradcheck; the same bits for one thread and
+three; int sums at data-dependent indices (a histogram) exact. The checker's
+errors for a sum read back, stored with `=` too, or in an element-wise
+loop; `tkc plan` keeps lanes off ops with sums. On CUDA an op whose loop
+has more than one iteration and a sum is refused (its threads would race).
+"""
+import os
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUMS = os.path.join(ROOT, "tests", "specs", "sums.tk")
+
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")   # (conftest.py)
+
+LN = """
+op sum_ln(x: float[..., N], weight: x.dtype[N], bias: x.dtype[N], eps: float) -> y: x.dtype[..., N]:
+    backward sum_layernorm_backward
+    for _ in y:
+        mean = 0.0
+        for i in range(N):
+            mean += x[i]
+        mean = mean / float(N)
+        var = 0.0
+        for i in range(N):
+            d = x[i] - mean
+            var += d * d
+        rstd = 1.0 / sqrt(var / float(N) + eps)
+        for i in range(N):
+            y[i] = (x[i] - mean) * rstd * weight[i] + bias[i]
+"""
+
+
+def ops():
+    torch_tk.load(SUMS)
+    torch_tk.kernel(LN, file="sum_ln.tk")
+    return torch.ops.tk
+
+
+SHAPES = [(4, 7, 16), (5, 16), (16,), (0, 16), (2, 0, 16), (3, 200, 300), (4096, 64)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layernorm_backward_in_one_op(shape, dtype):
+    tk = ops()
+    g = torch.Generator().manual_seed(sum(shape) + 1)
+    n = shape[-1]
+    x = torch.randn(shape, generator=g, dtype=dtype)
+    w = torch.randn(n, generator=g, dtype=dtype)
+    gy = torch.randn(shape, generator=g, dtype=dtype)
+    gx, gw, gb = tk.sum_layernorm_backward(x, w, 1e-5, gy)
+    xd, wd, gd = x.double().requires_grad_(), w.double().requires_grad_(), gy.double()
+    bd = torch.zeros(n, dtype=torch.float64, requires_grad=True)
+    want = torch.autograd.grad(F.layer_norm(xd, (n,), wd, bd, 1e-5), (xd, wd, bd), gd)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
+    for got, ref in zip((gx, gw, gb), want):
+        assert got.dtype == dtype and got.shape == ref.shape
+        torch.testing.assert_close(got.double(), ref, **tol)
+    if x.numel() == 0:
+        assert torch.equal(gw, torch.zeros(n, dtype=dtype)) and torch.equal(gb, torch.zeros(n, dtype=dtype))
+
+
+def test_as_the_backward_of_a_batch_generic_layer_norm():
+    tk = ops()
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(8, generator=g, dtype=torch.float64, requires_grad=True)
+    gy = torch.randn(2, 3, 8, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad(tk.sum_ln(x, w, b, 1e-5), (x, w, b), gy)
+    want = torch.autograd.grad(F.layer_norm(x, (8,), w, b, 1e-5), (x, w, b), gy)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda x, w, b: tk.sum_ln(x, w, b, 1e-5), (x, w, b))
+
+
+def test_same_bits_for_any_thread_count():
+    tk = ops()
+    g = torch.Generator().manual_seed(5)
+    x, w, gy = torch.randn(4096, 256, generator=g), torch.randn(256, generator=g), torch.randn(4096, 256, generator=g)
+    threads = torch.get_num_threads()
+    try:
+        got = []
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            got.append(tk.sum_layernorm_backward(x, w, 1e-5, gy))
+    finally:
+        torch.set_num_threads(threads)
+    for outs in got[1:]:
+        for a, e in zip(outs, got[0]):
+            assert torch.equal(a, e)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int64])
+def test_int_sums_at_data_dependent_indices(dtype):
+    tk = ops()
+    g = torch.Generator().manual_seed(6)
+    x = torch.randint(-100, 100, (3000, 50), generator=g).to(dtype)
+    hist, neg, seen = tk.sum_histogram(x, 7)
+    assert torch.equal(hist, torch.bincount((x.to(torch.int64) % 7).flatten(), minlength=7))
+    assert neg.dtype == torch.int32 and torch.equal(neg, (x < 0).sum(0).to(torch.int32))
+    assert torch.equal(seen, torch.full((3000, 1), 50))
+    hist0, _, _ = tk.sum_histogram(x, 0)
+    assert hist0.shape == (0,)
+
+
+def check(tmp_path, tkc, text):
+    path = tmp_path / "s.tk"
+    path.write_text(text)
+    return subprocess.run([tkc, "check", str(path)], capture_output=True, text=True)
+
+
+HEAD = "op f(x: float[..., R, N]) -> (y: x.dtype[..., R, N], s: x.dtype[N]):\n    for r, _ in y:\n"
+ERRORS = {
+    "read back": (HEAD + "        for i in range(N):\n            s[i] += x[r, i]\n            y[r, i] = s[i]\n",
+                  "5:23: error: output 's' is a sum (every store to it is '+='): it cannot be read"),
+    "= and +=": ("op f(x: float[R, N]) -> (y: x.dtype[R, N], s: x.dtype[N]):\n    for r, _ in y:\n"
+                 "        for i in range(N):\n            s[i] += x[r, i]\n            s[i] = 0.0\n"
+                 "            y[r, i] = 0.0\n",
+                 "4:13: error: output 's' is stored with both '=' and '+='"),
+    "element-wise": ("op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] += x[i]\n",
+                     "3:9: error: '+=' into an output makes it a sum, which a row loop takes"),
+    "-=": (HEAD + "        for i in range(N):\n            y[r, i] -= x[r, i]\n            s[i] += 1.0\n",
+           "4:13: error: a store takes '=', or '+=' for a sum: to update an element, read it back "
+           "(y[...] = y[...] - v)"),
+    "batch dims dropped by a non-sum": ("op f(x: float[..., R, N]) -> (y: x.dtype[..., R, N], s: x.dtype[N]):\n"
+                                        "    for r, _ in y:\n        for i in range(N):\n"
+                                        "            y[r, i] = x[r, i]\n            s[i] = 1.0\n",
+                                        "1:54: error: output 's' has no '...' and the loop output 'y' has"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_checker_errors(tmp_path, tkc, case):
+    text, want = ERRORS[case]
+    out = check(tmp_path, tkc, text)
+    assert out.returncode != 0 and want in out.stderr, out.stderr
+
+
+def test_a_sum_over_the_batch_dims_checks(tmp_path, tkc):
+    out = check(tmp_path, tkc, HEAD + "        for i in range(N):\n            s[i] += x[r, i]\n"
+                                      "            y[r, i] = x[r, i]\n")
+    assert out.returncode == 0, out.stderr
+
+
+def test_no_lanes_across_iterations_with_a_sum(tmp_path, tkc):
+    base = ("op f(x: float[T, C]) -> (y: x.dtype[T, C], s: x.dtype[T]):\n    for _, c in y:\n"
+            "        a = 0.0\n        for t in range(T):\n            a += x[t, c]\n            y[t, c] = a\n")
+    plans = []
+    for extra in ("            s[t] = 0.0\n", "            s[t] += x[t, c]\n"):
+        path = tmp_path / "l.tk"
+        path.write_text(base + extra)
+        out = subprocess.run([tkc, "plan", "--target", "cpu", "--dtype", "f32", str(path)],
+                             capture_output=True, text=True)
+        plans.append((out.returncode, out.stdout, out.stderr))
+    # with '=' s[t] races (two values of c store it): refused; with '+=' it is a sum, and no lanes
+    assert plans[0][0] != 0 and "two iterations could write the same element" in plans[0][2]
+    assert plans[1][0] == 0 and "lanes:" not in plans[1][1], plans[1]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_cuda_refuses_a_sum_over_several_iterations():
+    tk = ops()
+    x = torch.randn(4, 16, device="cuda")
+    w = torch.randn(16, device="cuda")
+    with pytest.raises(RuntimeError, match="is a sum .* on CUDA tk runs such ops only when the loop has one"):
+        tk.sum_layernorm_backward(x, w, 1e-5, x)
+    gx, gw, gb = tk.sum_layernorm_backward(x[0], w, 1e-5, x[0])   # one iteration: runs
+    ref = tk.sum_layernorm_backward(x[0].cpu(), w.cpu(), 1e-5, x[0].cpu())
+    for a, e in zip((gx, gw, gb), ref):
+        torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-4)
