@@ -17,7 +17,9 @@ static const bad_spec k_bad[] = {
     {HDR "        y[i] = x[]\n", "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 0"},
     {HDR "        y[0] = x[i]\n", "bad.tk:3:9: error: an output can only be written at the loop index: y[i]"},
     {HDR "        x[i] = 1.0\n", "bad.tk:3:9: error: input 'x' is read-only"},
-    {HDR "        y[i] += x[i]\n", "bad.tk:3:9: error: outputs are write-only: accumulate in a local, then store with '='"},
+    {HDR "        y[i] += x[i]\n", "bad.tk:3:9: error: '+=' into an output makes it a sum, which a row loop takes (a '_' "
+                                   "in the loop; docs/spec.md, Sums); here accumulate in a local, then store with '='"},
+    {HDR "        y[i] -= x[i]\n", "bad.tk:3:9: error: outputs are write-only: accumulate in a local, then store with '='"},
     {HDR "        s = y[i]\n        y[i] = s\n", "bad.tk:3:13: error: output 'y' is write-only; keep values in a local"},
     {HDR "        n = 3\n        y[i] = x[i]\n",
      "bad.tk:3:9: error: cannot assign to 'n': it is a parameter, dim, tensor or loop variable"},
@@ -115,8 +117,11 @@ static const bad_spec k_bad[] = {
     {ROW "            s[c, b] = 1.0\n        if T > 0:\n            s[b, c] = 2.0\n",
      "bad.tk:6:13: error: store to s[b, c] does not index dim 1 with the loop variable b as the access at 4:13 "
      "does: two iterations could write the same element"},
-    {ROW "            y[b, t, c] += 1.0\n",
-     "bad.tk:4:13: error: a store takes '=': to update an element, read it back (y[...] = y[...] + v)"},
+    {ROW "            y[b, t, c] -= 1.0\n",
+     "bad.tk:4:13: error: a store takes '=', or '+=' for a sum: to update an element, read it back (y[...] = y[...] - v)"},
+    {ROW "            y[b, t, c] += 1.0\n            s[c, b] = 1.0\n        y[b, 0, c] = 0.0\n",
+     "bad.tk:4:13: error: output 'y' is stored with both '=' and '+=': '+=' makes it a sum, which starts at zero and "
+     "takes only '+=' (docs/spec.md, Sums)"},
     {ROW "            _ = 1\n",
      "bad.tk:4:13: error: '_' marks a dim the iteration owns in the loop header; give the variable a name"},
     {ROW "            y[b, t, c] = float32(_)\n", "bad.tk:4:34: error: unknown name '_'"},
