@@ -410,9 +410,10 @@ static tk_status check_loop(checker *c) {
         for (int i = 0; i < d->nparams; i++)
             if (d->params[i].kind == TK_P_TENSOR && has_ellipsis(&d->params[i]))
                 return fail(c, o->loc, "output '%s' needs '...' first, like input '%s': the loop runs over "
-                                       "the batch dims, and every output has them (there is no reduction "
-                                       "over them: give them a name, '%s: float[R, N]')", o->name,
-                            d->params[i].name, d->params[i].name);
+                                       "the batch dims, and the output it names has them (a sum over them is "
+                                       "another output, stored with '+=' in a row loop: docs/spec.md, Sums)",
+                            o->name,
+                            d->params[i].name);
     op->row_loop = 0;
     for (int i = 0; i < d->nloop; i++) {
         if (is_owned(d->loop_vars[i])) {   /* '_': a dim the iteration owns */
@@ -966,7 +967,9 @@ static tk_status check_store(checker *c, tk_stmt *s) {
     tk_sym_kind k = tk_resolve_header(c->op, s->name, &idx);
     if (k == TK_SYM_TENSOR) return fail(c, s->loc, "input '%s' is read-only", s->name);
     if (k != TK_SYM_OUTPUT) return fail(c, s->loc, "'%s' is not an output", s->name);
-    if (s->op == TK_OPC_ADD && c->op->row_loop && !c->op->out_sum[idx])
+    int sums = 0, sets = 0;
+    if (c->op->row_loop) count_stores(d->body, d->nbody, s->name, &sums, &sets);
+    if (sums > 0 && sets > 0)
         return fail(c, s->loc, "output '%s' is stored with both '=' and '+=': '+=' makes it a sum, which "
                     "starts at zero and takes only '+=' (docs/spec.md, Sums)", s->name);
     if (s->op == TK_OPC_ADD && c->op->row_loop) {   /* a sum store: any index, no race (shim/kernels.cpp) */

@@ -216,8 +216,11 @@ static void plan_stores(tk_plan *P, tk_stmt **body, int n) {
         unsigned check = 0;
         for (int k = 0; k < s->nindex; k++) {
             const tk_expr *x = s->index[k];
-            int par = 0;   /* a parallel loop variable: the checker proved it indexes its own dim */
-            for (int v = 0; x->kind == TK_E_NAME && v < d->nloop; v++)
+            /* a parallel loop variable: the checker proved it indexes its own
+             * dim, whose size the call checks (not in a sum, which any index
+             * takes: there the interval analysis decides) */
+            int par = 0;
+            for (int v = 0; x->kind == TK_E_NAME && v < d->nloop && !P->op->out_sum[s->ref]; v++)
                 par |= !tk_owned_dim(d->loop_vars[v]) && strcmp(d->loop_vars[v], x->name) == 0;
             if (!par && !proven(P->op, x, o->dims[skip + k])) check |= 1u << k;
         }

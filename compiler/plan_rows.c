@@ -265,7 +265,9 @@ static int stmt_reads_output(const tk_stmt *s, int skip_acc);
  * output. */
 static int accumulates(const tk_stmt *s) {
     const tk_expr *v = s->value;
-    if (s->kind != TK_S_STORE || s->op != TK_OPC_NONE || v->kind != TK_E_BINARY || v->op != TK_OPC_ADD) return 0;
+    if (s->kind != TK_S_STORE || (s->op != TK_OPC_NONE && s->op != TK_OPC_ADD) || v->kind != TK_E_BINARY ||
+        v->op != TK_OPC_ADD)   /* (a sum's `o[idx] += e` is kept as this: parse.c) */
+        return 0;
     const tk_expr *a = v->args[0];
     if (a->kind != TK_E_INDEX || !a->is_out || a->ref != s->ref || a->nargs != s->nindex) return 0;
     for (int k = 0; k < s->nindex; k++)

@@ -162,7 +162,8 @@ int tk_op_output_written(const tk_op *op, int i);
  * another (the shim gives parts of the range their own buffers and adds
  * them up). */
 int tk_op_output_sum(const tk_op *op, int i);
-int tk_op_has_sum(const tk_op *op);   /* 1 if some output is a sum */
+int tk_op_has_sum(const tk_op *op);   /* 1 if some output is a sum (tk_cuda_launch refuses such an op
+                                        * whose loop has more than one iteration: its threads would race) */
 /* 1 when the op's loop body has no `for`: a few operations per element, so
  * its speed is that of its memory traffic (brick_pad), and index i of the
  * index space writes element i of each output. 0 for a row loop (its

@@ -526,6 +526,11 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
         return TK_ERR_INVALID;
     }
     if (call->kargs.numel <= 0) return TK_OK;
+    if (call->kargs.numel > 1 && tk_op_has_sum(call->op)) {   /* its threads would add into one element at once */
+        tk_put(msg, msglen, "tk.%s: a sum ('+=') over %lld iterations: CUDA runs an op with a sum only when its "
+               "loop has one iteration (docs/spec.md, Sums)", tk_op_name(call->op), (long long)call->kargs.numel);
+        return TK_ERR_INVALID;
+    }
     char why[4096] = "";
     const int dev = call->device_index;
     pthread_mutex_lock(&cu->lock);

@@ -593,7 +593,7 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
     if (parts > 1) {
       run_parts(c, parts);
     } else if (tk_op_has_sum(c.op)) {  // one thread: every iteration adds into the sums
-      TORCH_CHECK(tk_run_cpu(&c.call, 0, c.call.kargs.numel) == TK_OK, c.call.msg);
+      if (c.call.kargs.numel > 0) TORCH_CHECK(tk_run_cpu(&c.call, 0, c.call.kargs.numel) == TK_OK, c.call.msg);
     } else {
       run_cpu(c.call, stream ? &plan : nullptr);
     }

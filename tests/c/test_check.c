@@ -130,14 +130,16 @@ static const bad_spec k_bad[] = {
     {"op f(x: float32[..., N]) -> (y: float32[..., N], s: float32[N]):\n    for _ in y:\n        y[0] = 0.0\n",
      "bad.tk:1:50: error: output 's' has no '...' and the loop output 'y' has: in a row loop every output has "
      "'...' exactly when the loop output has"},
-    /* batch dims: an input's '...' needs the loop output's (no reduction over them) */
+    /* batch dims: an input's '...' needs the loop output's (a sum may drop them) */
     {"op f(x: float[..., N], w: x.dtype[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i] * w[i]\n",
      "bad.tk:1:42: error: output 'y' needs '...' first, like input 'x': the loop runs over the batch dims, and "
-     "every output has them (there is no reduction over them: give them a name, 'x: float[R, N]')"},
+     "the output it names has them (a sum over them is another output, stored with '+=' in a row loop: "
+     "docs/spec.md, Sums)"},
     {"op f(x: float[..., N]) -> g: x.dtype[N]:\n    for _ in g:\n        for i in range(N):\n"
      "            g[i] = x[i]\n",
      "bad.tk:1:27: error: output 'g' needs '...' first, like input 'x': the loop runs over the batch dims, and "
-     "every output has them (there is no reduction over them: give them a name, 'x: float[R, N]')"},
+     "the output it names has them (a sum over them is another output, stored with '+=' in a row loop: "
+     "docs/spec.md, Sums)"},
     /* what torch's schemas and torch.ops.tk cannot take */
     {"op f(eps: float = 1e-5, g: float[N]) -> y: g.dtype[N]:\n    for i in y:\n        y[i] = g[i]\n",
      "bad.tk:1:25: error: parameter 'g' has no default but follows 'eps', which has one: as in Python, "

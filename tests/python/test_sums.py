@@ -15,6 +15,7 @@ has more than one iteration and a sum is refused (its threads would race).
 """
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -133,6 +134,10 @@ ERRORS = {
                  "        for i in range(N):\n            s[i] += x[r, i]\n            s[i] = 0.0\n"
                  "            y[r, i] = 0.0\n",
                  "4:13: error: output 's' is stored with both '=' and '+='"),
+    "= before +=": ("op f(x: float[R, N]) -> (y: x.dtype[R, N], s: x.dtype[N]):\n    for r, _ in y:\n"
+                    "        for i in range(N):\n            s[i] = 0.0\n            s[i] += x[r, i]\n"
+                    "            y[r, i] = 0.0\n",
+                    "4:13: error: output 's' is stored with both '=' and '+='"),
     "element-wise": ("op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] += x[i]\n",
                      "3:9: error: '+=' into an output makes it a sum, which a row loop takes"),
     "-=": (HEAD + "        for i in range(N):\n            y[r, i] -= x[r, i]\n            s[i] += 1.0\n",
@@ -171,6 +176,53 @@ def test_no_lanes_across_iterations_with_a_sum(tmp_path, tkc):
     # with '=' s[t] races (two values of c store it): refused; with '+=' it is a sum, and no lanes
     assert plans[0][0] != 0 and "two iterations could write the same element" in plans[0][2]
     assert plans[1][0] == 0 and "lanes:" not in plans[1][1], plans[1]
+
+
+def test_a_parallel_variable_in_a_sum_index_is_checked():
+    """s[b] += ... with b over B rows into s of N elements: in range while B <= N, a RuntimeError
+    (the store skipped) past it, never a write outside s."""
+    tk = torch.ops.tk
+    torch_tk.kernel("op sum_by_row(x: float[B, N]) -> (y: x.dtype[B, N], s: x.dtype[N]):\n"
+                    "    for b, _ in y:\n        for i in range(N):\n            y[b, i] = x[b, i]\n"
+                    "            s[b] += x[b, i]\n", file="sum_by_row.tk")
+    x = torch.arange(12.0).reshape(3, 4)
+    y, s = tk.sum_by_row(x)
+    assert torch.equal(s, torch.tensor([6.0, 22.0, 38.0, 0.0])) and torch.equal(y, x)
+    with pytest.raises(RuntimeError, match=r"tk.sum_by_row: sum_by_row.tk:5:13: store s\[4\] out of range"):
+        tk.sum_by_row(torch.arange(20.0).reshape(5, 4))
+
+
+FIRST_EMPTY = """
+import torch, torch_tk
+torch_tk.kernel('''
+op sum_first_empty(x: float[..., N]) -> (y: x.dtype[..., N], s: x.dtype[N]):
+    for _ in y:
+        for i in range(N):
+            y[i] = x[i]
+            s[i] += x[i]
+''')
+y, s = torch.ops.tk.sum_first_empty(torch.zeros(0, 5, dtype=torch.float64))
+assert y.shape == (0, 5) and torch.equal(s, torch.zeros(5, dtype=torch.float64)), s
+"""
+
+
+def test_first_call_empty(tmp_path):
+    """An op with a sum called first with an empty batch (its kernel not compiled yet): zeros."""
+    env = dict(os.environ, TK_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "-c", FIRST_EMPTY], check=True, env=env)
+
+
+def test_plus_equals_in_one_iteration_runs_in_parts(tmp_path, tkc):
+    text = ("op sum_cols(x: float[R, N]) -> s: x.dtype[N]:\n    for _ in s:\n        for r in range(R):\n"
+            "            for i in range(N):\n                s[i] += x[r, i]\n")
+    path = tmp_path / "c.tk"
+    path.write_text(text)
+    out = subprocess.run([tkc, "plan", "--target", "cpu", "--dtype", "f64", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "in parts: the loop over r at line 3" in out
+    torch_tk.kernel(text, file="sum_cols.tk")
+    x = torch.randn(4096, 64, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    torch.testing.assert_close(torch.ops.tk.sum_cols(x), x.sum(0), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
