@@ -22,7 +22,8 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
+
+from timing import median_ms   # bench/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = [(4096, 1024), (16384, 64), (512, 256), (64, 128)]
@@ -46,19 +47,6 @@ op bench_wb_batch(x: float[..., N], eps: float, grad_y: x.dtype[..., N])
             grad_bias[i] = g
 """
 SETTINGS = [("whole (TK_CPU_PARTS=1)", "1"), ("parts (default)", "16")]
-
-
-def median_ms(fn, repeat):
-    """The median of repeat timed calls of fn, in ms, after 0.3 s of warm-up."""
-    end = time.perf_counter() + 0.3
-    while time.perf_counter() < end:
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def child(repeat):

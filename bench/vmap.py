@@ -11,29 +11,15 @@ of --repeat timed runs after warm-up; outputs are checked equal first.
 import argparse
 import os
 import platform
-import statistics
-import time
 
 import torch
 from torch.func import grad, vmap
 
 import torch_tk
+from timing import median_ms   # bench/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 tk = torch.ops.tk
-
-
-def median_ms(fn, repeat: int) -> float:
-    """The median of repeat timed calls of fn, in ms, after warm-up."""
-    end = time.perf_counter() + 0.3
-    while time.perf_counter() < end:
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def cases():
