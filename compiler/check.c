@@ -412,8 +412,7 @@ static tk_status check_loop(checker *c) {
                 return fail(c, o->loc, "output '%s' needs '...' first, like input '%s': the loop runs over "
                                        "the batch dims, and the output it names has them (a sum over them is "
                                        "another output, stored with '+=' in a row loop: docs/spec.md, Sums)",
-                            o->name,
-                            d->params[i].name);
+                            o->name, d->params[i].name);
     op->row_loop = 0;
     for (int i = 0; i < d->nloop; i++) {
         if (is_owned(d->loop_vars[i])) {   /* '_': a dim the iteration owns */
