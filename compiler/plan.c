@@ -379,6 +379,16 @@ static void row_text(tk_buf *b, const tk_plan *P) {
         else tk_buf_printf(b, "%sdim %d", no++ ? ", " : "", i);
     }
     tk_buf_printf(b, " of %s (its '_' dims)\n", o->name);
+    if (P->op->has_sum) {
+        int ns = 0;
+        tk_buf_puts(b, "  sums (stored with '+=', zeroed by the caller): ");
+        for (int i = 0; i < d->noutputs; i++)
+            if (P->op->out_sum[i]) tk_buf_printf(b, "%s%s", ns++ ? ", " : "", d->outputs[i].name);
+        tk_buf_puts(b, P->target == TK_TARGET_CUDA
+                           ? "; the launcher refuses more than one iteration (threads would race)\n"
+                           : "; the shim runs the index space in parts (by the inputs' size), each adding into its "
+                             "own copy, added up after\n");
+    }
     bounds_text(b, P);
     if (P->target == TK_TARGET_CUDA) {   /* the schedule line only where one is given */
         tk_buf b2 = {0};

@@ -176,6 +176,7 @@ def test_no_lanes_across_iterations_with_a_sum(tmp_path, tkc):
     # with '=' s[t] races (two values of c store it): refused; with '+=' it is a sum, and no lanes
     assert plans[0][0] != 0 and "two iterations could write the same element" in plans[0][2]
     assert plans[1][0] == 0 and "lanes:" not in plans[1][1], plans[1]
+    assert "sums (stored with '+=', zeroed by the caller): s; the shim runs the index space in parts" in plans[1][1]
 
 
 def test_a_parallel_variable_in_a_sum_index_is_checked():
