@@ -431,6 +431,7 @@ static tk_status check_loop(checker *c) {
         int sums = 0, sets = 0;
         count_stores(d->body, d->nbody, d->outputs[i].name, &sums, &sets);
         op->out_sum[i] = op->row_loop && sums > 0 && sets == 0;
+        op->out_mixed[i] = op->row_loop && sums > 0 && sets > 0;
         op->has_sum |= op->out_sum[i];
     }
     for (int i = 0; i < d->noutputs; i++) {
@@ -532,65 +533,6 @@ static tk_status make_variants(checker *c, tk_arena *a) {
         snprintf(op->kernel_names[i], nl, "tk_%s__%s", op->decl->name, code);
     }
     return TK_OK;
-}
-
-/* ---- schema -------------------------------------------------------------- */
-
-/* A float as the shortest text that reads back as the same double, with a
- * '.' or an exponent so it reads as a float (1e-05, 0.5, 2.0, -0.0): as
- * Python's repr, which torch's schema parser reads. */
-static void float_text(tk_buf *b, double v) {
-    char s[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(s, sizeof s, "%.*g", prec, v);
-        if (strtod(s, NULL) == v) break;
-    }
-    if (!strpbrk(s, ".en")) strcat(s, ".0");
-    tk_buf_puts(b, s);
-}
-
-/* The schema text of scalar parameter p's default (p->default_value set,
- * not an optional int's: that one is '=None'). */
-static void schema_default(tk_buf *b, const tk_param *p) {
-    const tk_expr *e = p->default_value;
-    if (p->kind == TK_P_FLOAT) {
-        float_text(b, tk_float_default(p));
-        return;
-    }
-    if (e->kind == TK_E_UNARY) {
-        tk_buf_puts(b, "-");
-        e = e->args[0];
-    }
-    if (e->kind == TK_E_INT) tk_buf_printf(b, "%lld", (long long)e->ival);
-    else if (e->kind == TK_E_BOOL) tk_buf_puts(b, e->ival ? "True" : "False");
-}
-
-/* int parameters are SymInt: under torch.compile(dynamic=True) a pad width
- * or a window length stays symbolic (one graph for every value, as with
- * F.pad) and `t.item()` may be passed; TorchScript reads SymInt as int. */
-static char *make_schema(const tk_opdecl *d, tk_arena *a) {
-    static const char *const types[] = {"Tensor", "SymInt", "float", "bool"}; /* ORDER tk_param_kind */
-    tk_buf b = {0};
-    tk_buf_printf(&b, "%s(", d->name);
-    for (int i = 0; i < d->nparams; i++) {
-        const tk_param *p = &d->params[i];
-        tk_buf_printf(&b, "%s%s%s %s", i ? ", " : "", types[p->kind], p->optional ? "?" : "", p->name);
-        if (p->optional && p->kind == TK_P_INT) tk_buf_puts(&b, "=None");
-        else if (p->default_value) {
-            tk_buf_puts(&b, "=");
-            schema_default(&b, p);
-        }
-    }
-    tk_buf_puts(&b, ") -> ");
-    if (d->noutputs == 1) tk_buf_puts(&b, "Tensor");
-    else {
-        tk_buf_puts(&b, "(");
-        for (int i = 0; i < d->noutputs; i++) tk_buf_printf(&b, "%sTensor", i ? ", " : "");
-        tk_buf_puts(&b, ")");
-    }
-    char *s = b.oom ? NULL : tk_arena_strndup(a, b.p, b.len);
-    free(b.p);
-    return s;
 }
 
 /* ---- body --------------------------------------------------------------- */
@@ -966,9 +908,7 @@ static tk_status check_store(checker *c, tk_stmt *s) {
     tk_sym_kind k = tk_resolve_header(c->op, s->name, &idx);
     if (k == TK_SYM_TENSOR) return fail(c, s->loc, "input '%s' is read-only", s->name);
     if (k != TK_SYM_OUTPUT) return fail(c, s->loc, "'%s' is not an output", s->name);
-    int sums = 0, sets = 0;
-    if (c->op->row_loop) count_stores(d->body, d->nbody, s->name, &sums, &sets);
-    if (sums > 0 && sets > 0)
+    if (c->op->out_mixed[idx])
         return fail(c, s->loc, "output '%s' is stored with both '=' and '+=': '+=' makes it a sum, which "
                     "starts at zero and takes only '+=' (docs/spec.md, Sums)", s->name);
     if (s->op == TK_OPC_ADD && c->op->row_loop) {   /* a sum store: any index, no race (shim/kernels.cpp) */
@@ -1220,7 +1160,7 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     tk_find_reads_always(op);
     tk_find_data_reads(op);
     if (rename_reused_locals(op, &ctx->arena) != TK_OK) return out_of_memory(err, decl);
-    op->schema = make_schema(decl, &ctx->arena);
+    op->schema = tk_make_schema(decl, &ctx->arena);
     if (!op->schema) return out_of_memory(err, decl);
     *out = op;
     return TK_OK;

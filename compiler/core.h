@@ -66,6 +66,7 @@ struct tk_op {
      * `o[...] += e`): it starts at zero, every iteration adds into it,
      * and nothing reads it (docs/spec.md, Sums) */
     unsigned char out_sum[TK_MAX_TENSORS];
+    unsigned char out_mixed[TK_MAX_TENSORS];  /* stored with both '+=' and '=': an error at its stores */
     int has_sum;                         /* some output is a sum */
     int dvars[TK_MAX_TENSORS];           /* tensor params that are dtype variables */
     int ndvars;
@@ -125,6 +126,10 @@ tk_status tk_check_body(tk_op *op, int variant, tk_error *err);
 /* The value of float parameter p's default (p->default_value is set: a
  * number literal, possibly negated, as tk_check_op checked). */
 double tk_float_default(const tk_param *p);
+
+/* schema.c: the torch schema of decl ("f(Tensor x, SymInt n=3) -> Tensor",
+ * no namespace), in a's memory; NULL when out of memory. */
+char *tk_make_schema(const tk_opdecl *d, tk_arena *a);
 
 /* Resolves a header-level name (param, output, dim); TK_SYM_NONE if none. */
 tk_sym_kind tk_resolve_header(const tk_op *op, const char *name, int *index);

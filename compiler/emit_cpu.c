@@ -304,16 +304,6 @@ void row_vec_close(emitter *E, const tk_stmt *loop) {
     }
 }
 
-/* Whether s (with what it nests) stores to an output. */
-static int has_store(const tk_stmt *s) {
-    if (s->kind == TK_S_STORE) return 1;
-    for (int i = 0; i < s->nbody; i++)
-        if (has_store(s->body[i])) return 1;
-    for (int i = 0; i < s->norelse; i++)
-        if (has_store(s->orelse[i])) return 1;
-    return 0;
-}
-
 /* A row loop in parts (plan_rows.c, plan_parts): part kargs.part of
  * kargs.nparts runs the statements before the parted loop (those that
  * store only in part 0: the others start from the -0.0 or 0 their outputs
@@ -324,7 +314,7 @@ static void parted_body(emitter *E) {
     const tk_stmt *s = E->plan->rows.parts;
     line(E, "const tk_i64 tk_np = a->nparts > 1 ? a->nparts : 1, tk_pt = a->nparts > 1 ? a->part : 0;");
     for (int i = 0; i + 1 < d->nbody; i++) {
-        int st = has_store(d->body[i]);
+        int st = E->plan->rows.part0[i];
         if (st) {
             line(E, "if (tk_pt == 0) {");
             E->indent++;

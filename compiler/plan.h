@@ -100,6 +100,7 @@ typedef struct tk_row_plan {
      * kargs.nparts parts run in parallel, each into its own outputs, which
      * the caller adds up (parts > 0); NULL: none */
     const tk_stmt *parts;
+    unsigned char part0[256];           /* top-level statement i stores: part 0 alone runs it */
 } tk_row_plan;
 
 /* CUDA cooperative rows (plan_coop.c): a loop of a row loop's body dealt

@@ -342,11 +342,13 @@ static void plan_parts(tk_plan *P) {
     for (int o = 0; o < d->noutputs; o++)
         if (strcmp(d->outputs[o].name, d->loop_over) == 0 && has_ell(&d->outputs[o])) return;
     const tk_stmt *loop = d->body[d->nbody - 1];
+    if (d->nbody > (int)sizeof P->rows.part0) return;
     for (int i = 0; i + 1 < d->nbody; i++) {
         int stores = 0, assigns = 0;
         if (stmt_reads_output(d->body[i], 0)) return;
         stores_assigns(d->body[i], &stores, &assigns);
         if (stores && assigns) return;
+        P->rows.part0[i] = (unsigned char)stores;
     }
     unsigned char declared[TK_MAX_LOCALS] = {0};
     declared[loop->ref] = 1;
