@@ -14,6 +14,10 @@ checked against a float64 reference, then timed with CUDA events (median of
   softmax f32 (4096, 1024) and (64, 32768), layernorm f32 (4096, 1024), the
       row loops of examples/specs: coop (lanes of a warp sharing a row,
       opt-in and untimed until this runs) against a thread a row (default)
+  layer norm's weight gradients f32 (4096, 1024): parts (threads adding into
+      copies, opt-in and untimed until this runs) against one thread
+      (examples/specs' layernorm_backward_wb, default), and the fused
+      backward of tests/specs/sums.tk (in parts by its schedule line)
 
 The kernels of all shapes are compiled first, in parallel processes (NVRTC
 runs on the CPU), into one disk cache; the timed processes then load them.
@@ -56,6 +60,12 @@ QUICK_CHUNKS = ["", "chunk=16"]
 # row loops: a thread a row (the default) against cooperative rows
 ROWS = ["", "coop=32", "coop=16", "coop=8", "coop=4"]
 QUICK_ROWS = ["", "coop=32"]
+# sums (opt-in, untimed until this runs): layer norm's weight gradients on
+# one thread (examples/specs' one-iteration row loop, the default) against
+# threads adding into copies (parts=N); the fused backward of
+# tests/specs/sums.tk runs in parts only (its schedule line: parts=1024)
+SUMS = ["", "parts=64", "parts=256", "parts=4096"]
+QUICK_SUMS = ["", "parts=256"]
 
 WORKER = r"""
 import json, os, statistics, sys, time, torch
@@ -106,6 +116,29 @@ elif which == "rows":
     cases = [(f"softmax f32 {R}x{N}", lambda: torch.ops.tk.softmax(x), "sm", 1e-5, 0),
              (f"softmax f32 {R2}x{N2}", lambda: torch.ops.tk.softmax(x2), "sm2", 1e-5, 0),
              (f"layernorm f32 {R}x{N}", lambda: torch.ops.tk.layernorm(x, wt, bs, 1e-5), "ln", 1e-4, 0)]
+elif which == "sums":
+    import torch.nn.functional as F
+    root = os.environ["TK_TUNE_ROOT"]
+    torch_tk.load(os.path.join(root, "examples", "specs", "layernorm.tk"))
+    torch_tk.load(os.path.join(root, "tests", "specs", "sums.tk"))
+    small = os.environ.get("TK_TUNE_SMALL") == "1"
+    R, N = (64, 100) if small else (4096, 1024)
+    x, gy, wt = torch.randn(R, N, device=dev), torch.randn(R, N, device=dev), torch.randn(N, device=dev)
+    if compile_only:
+        x, gy = x[:2], gy[:2]
+        want = {}
+    else:
+        xd, wd, bd = x.double(), wt.double().requires_grad_(), torch.zeros(N, dtype=torch.float64, device=dev)
+        bd.requires_grad_()
+        gw, gb = torch.autograd.grad(F.layer_norm(xd, (N,), wd, bd, 1e-5), (wd, bd), gy.double())
+        want = dict(wb=torch.cat((gw, gb)))
+
+    def fused():
+        o = torch.ops.tk.sum_layernorm_backward(x, wt, 1e-5, gy)
+        return torch.cat((o[1], o[2]))
+    cases = [(f"layernorm_backward_wb f32 {R}x{N}", lambda: torch.cat(torch.ops.tk.layernorm_backward_wb(x, 1e-5, gy)),
+              "wb", 1e-4, 0),
+             (f"sum_layernorm_backward f32 {R}x{N}", fused, "wb", 1e-4, 0)]
 else:
     tile = ref.seed_tile(dev) if s.TH == ref.SEED.TH and s.TW == ref.SEED.TW else torch.rand(s.TH, s.TW, device=dev)
     if compile_only:
@@ -166,7 +199,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     plan = [("tiles", t) for t in (QUICK_TILES if args.quick else TILES)] + \
         [("pads", c) for c in (QUICK_CHUNKS if args.quick else CHUNKS)] + \
-        [("rows", c) for c in (QUICK_ROWS if args.quick else ROWS)]
+        [("rows", c) for c in (QUICK_ROWS if args.quick else ROWS)] + \
+        [("sums", c) for c in (QUICK_SUMS if args.quick else SUMS)]
     env = dict(os.environ)
     env.setdefault("TK_CACHE_DIR", tempfile.mkdtemp(prefix="tk-tune-"))
     if args.small:

@@ -86,7 +86,7 @@ const char *tk_opc_text(tk_opc op) {
 const tk_sched_key tk_sched_keys[TK_SCHED_KEYS] = {
     {"lanes", 4, 16, 0}, {"rows", 1, 8, 0},   {"warp_rows", 1, 32, 0}, {"chunk", 16, 128, 0},
     {"split", 1, 32, 0}, {"ldg", 4, 16, 0},   {"tiles", 1, 2, 0},      {"regs", 32, 248, 8},
-    {"coop", 1, 32, 0}};
+    {"coop", 1, 32, 0},  {"parts", 1, 65536, 0}};
 
 int tk_sched_find(const char *key, size_t len) {
     for (int k = 0; k < TK_SCHED_KEYS; k++)

@@ -122,16 +122,16 @@ typedef struct tk_param {
 /* The items of a 'schedule' line and of TK_CUDA_TUNE (compiler/schedule.c): the
  * CUDA tile shape. Each value is in [lo, hi], a power of two, or a multiple
  * of step when step is not 0. */
-#define TK_SCHED_KEYS 9
+#define TK_SCHED_KEYS 10
 /* ORDER tk_sched_keys */
 enum { TK_SCHED_LANES, TK_SCHED_ROWS, TK_SCHED_WARP_ROWS, TK_SCHED_CHUNK, TK_SCHED_SPLIT, TK_SCHED_LDG, TK_SCHED_TILES,
-       TK_SCHED_REGS, TK_SCHED_COOP };
+       TK_SCHED_REGS, TK_SCHED_COOP, TK_SCHED_PARTS };
 typedef struct tk_sched_key {
     const char *key;
     long lo, hi;
     int step;
 } tk_sched_key;
-extern const tk_sched_key tk_sched_keys[TK_SCHED_KEYS];   /* lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop */
+extern const tk_sched_key tk_sched_keys[TK_SCHED_KEYS];   /* lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop, parts */
 int tk_sched_find(const char *key, size_t len);              /* its index, -1 if none */
 int tk_sched_valid(int k, long long v);                      /* 1 if v fits key k */
 

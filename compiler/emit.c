@@ -255,11 +255,12 @@ tk_status tk_emit_scheduled(tk_ctx *ctx, const tk_op *op, int first, int last, t
     tk_buf_puts(&b, "#include \"tk_kernel.h\"\n");
     const int *v = s->v;
     if (v[TK_SCHED_LANES] || v[TK_SCHED_ROWS] || v[TK_SCHED_WARP_ROWS] || v[TK_SCHED_CHUNK] || v[TK_SCHED_SPLIT] ||
-        v[TK_SCHED_LDG] || v[TK_SCHED_TILES] || v[TK_SCHED_REGS] || v[TK_SCHED_COOP]) {
+        v[TK_SCHED_LDG] || v[TK_SCHED_TILES] || v[TK_SCHED_REGS] || v[TK_SCHED_COOP] || v[TK_SCHED_PARTS]) {
         tk_buf_printf(&b, "/* TK_CUDA_TUNE: lanes=%d rows=%d warp_rows=%d chunk=%d split=%d ldg=%d tiles=%d regs=%d",
                       v[TK_SCHED_LANES], v[TK_SCHED_ROWS], v[TK_SCHED_WARP_ROWS], v[TK_SCHED_CHUNK],
                       v[TK_SCHED_SPLIT], v[TK_SCHED_LDG], v[TK_SCHED_TILES], v[TK_SCHED_REGS]);
         if (v[TK_SCHED_COOP]) tk_buf_printf(&b, " coop=%d", v[TK_SCHED_COOP]);
+        if (v[TK_SCHED_PARTS]) tk_buf_printf(&b, " parts=%d", v[TK_SCHED_PARTS]);
         tk_buf_puts(&b, " (0: default) */\n");
     }
     tk_plan *P = malloc(sizeof *P);
@@ -324,6 +325,24 @@ int tk_emit_cpu_parts(tk_ctx *ctx, const tk_op *op, int variant, unsigned flags)
     int parts = tk_plan_make(ctx, op, variant, TK_TARGET_C, flags, NULL, P) == TK_OK && P->rows.parts != NULL;
     free(P);
     return parts;
+}
+
+int tk_emit_cuda_parts(tk_ctx *ctx, const tk_op *op, int variant, const tk_schedule *sched, unsigned *copied,
+                       int *parted) {
+    if (copied) *copied = 0;
+    if (parted) *parted = 0;
+    if (!ctx || !op || variant < 0 || variant >= op->nvariants) return 0;
+    tk_plan *P = malloc(sizeof *P);
+    if (!P) return 0;
+    int n = 0;
+    if (tk_plan_make(ctx, op, variant, TK_TARGET_CUDA, 0, sched, P) == TK_OK && P->gpu_parts > 1) {
+        n = P->gpu_parts;
+        for (int o = 0; o < op->decl->noutputs && copied; o++)
+            if (P->part_copy[o]) *copied |= 1u << o;
+        if (parted) *parted = P->rows.parts != NULL;
+    }
+    free(P);
+    return n;
 }
 
 int tk_emit_cuda_per_thread(tk_ctx *ctx, const tk_op *op, int variant) {

@@ -153,6 +153,9 @@ void plan_run(emitter *E);
 void plan_rows(tk_plan *P);
 /* The vectorised-loop plan of inner loop `loop`, NULL when it runs as written. */
 const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop);
+/* Fills P->gpu_parts, part_copy and (in parts) rows.parts: a CUDA row loop
+ * with sums or in parts under schedule parts=N > 1; else clears them. */
+void gpu_parts_plan(tk_plan *P);
 
 /* plan_coop.c */
 /* Decides P's cooperative form (P->coop, its dealt loops) for a row loop
@@ -186,6 +189,10 @@ void begin_line(emitter *E);
 void store_target(emitter *E, const tk_stmt *s);
 int reduction_vars(const emitter *E, const tk_stmt *loop, int *refs, int max);
 void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int c0, int c1);
+/* A row loop in parts: part tk_pt of tk_np (the caller declares both) runs
+ * the statements before the parted loop that part 0 alone runs, and its
+ * share of the loop (plan.h, rows.parts). */
+void parted_body(emitter *E);
 void block(emitter *E, tk_stmt **body, int n);
 
 /* emit_cpu.c */

@@ -10,9 +10,43 @@
 
 #include "emit.h"
 
+/* CUDA, a row loop in parts (plan.h, gpu_parts): thread tk_pt of the
+ * kargs.nparts the launch runs adds into copy tk_pt of the outputs it
+ * copies (kargs.pstride elements apart), running iterations tk_pt,
+ * tk_pt + nparts, ... of an op with sums, or share tk_pt of the parted
+ * loop of a one-iteration row loop. The first line marks the kernel for
+ * the launcher (runtime/cuda.c), which sizes the grid to nparts threads. */
+static void gpu_parts_loop(emitter *E) {
+    const char *A = E->tg->args;
+    const tk_plan *P = E->plan;
+    line(E, "/* tk: runs in parts (kargs.nparts threads, a copy of the copied outputs each) */");
+    line(E, "const tk_i64 tk_np = %snparts > 1 ? %snparts : 1;", A, A);
+    line(E, "const tk_i64 tk_pt = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x;");
+    line(E, "if (tk_pt >= tk_np) return;");
+    for (int o = 0; o < E->op->decl->noutputs; o++)
+        if (P->part_copy[o]) line(E, "t_%s += tk_pt * %spstride[%d];", output(E, o)->name, A, o);
+    if (P->rows.parts) {
+        line(E, "for (tk_i64 lin = 0; lin < %snumel; ++lin) {", A);
+        E->indent++;
+        decompose(E, 0);
+        parted_body(E);
+    } else {
+        line(E, "for (tk_i64 lin = tk_pt; lin < %snumel; lin += tk_np) {", A);
+        E->indent++;
+        decompose(E, 0);
+        block(E, E->op->decl->body, E->op->decl->nbody);
+    }
+    E->indent--;
+    line(E, "}");
+}
+
 /* CUDA: a grid-stride loop, one element per iteration. */
 void gpu_loop(emitter *E) {
     const char *A = E->tg->args;
+    if (E->plan->gpu_parts) {
+        gpu_parts_loop(E);
+        return;
+    }
     line(E, "const tk_i64 end = %snumel;", A);
     line(E, "const tk_i64 step = (tk_i64)gridDim.x * blockDim.x;");
     line(E, "for (tk_i64 lin = (tk_i64)blockIdx.x * blockDim.x + threadIdx.x; lin < end; lin += step) {");

@@ -664,3 +664,46 @@ void block(emitter *E, tk_stmt **body, int n) {
         }
     }
 }
+
+/* A row loop in parts (plan_rows.c, plan_parts): part tk_pt of tk_np
+ * (declared by the caller: kargs.part of kargs.nparts on the CPU, the
+ * thread on CUDA) runs the statements before the parted loop (those that
+ * store only in part 0: the others start from the -0.0 or 0 their outputs
+ * hold) and its share of the loop's range, the parts' shares as even as
+ * integers allow. */
+void parted_body(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    const tk_stmt *s = E->plan->rows.parts;
+    for (int i = 0; i + 1 < d->nbody; i++) {
+        int st = E->plan->rows.part0[i];
+        if (st) {
+            line(E, "if (tk_pt == 0) {");
+            E->indent++;
+        }
+        block(E, &d->body[i], 1);
+        if (st) {
+            E->indent--;
+            line(E, "}");
+        }
+    }
+    char lo[96], hi[96];
+    snprintf(lo, sizeof lo, "r_%s_lo", s->name);
+    snprintf(hi, sizeof hi, "r_%s_end", s->name);
+    line(E, "{");
+    E->indent++;
+    begin_line(E);
+    tk_buf_puts(E->b, "const tk_i64 tk_phi = ");
+    expr(E, s->hi, TK_V_INT);
+    tk_buf_puts(E->b, ";\n");
+    begin_line(E);
+    tk_buf_puts(E->b, "const tk_i64 tk_plo = ");
+    if (s->lo) expr(E, s->lo, TK_V_INT);
+    else tk_buf_puts(E->b, "0");
+    tk_buf_puts(E->b, ";\n");
+    line(E, "const tk_i64 tk_pn = tk_phi > tk_plo ? tk_phi - tk_plo : 0, tk_pq = tk_pn / tk_np, tk_pr = tk_pn %% tk_np;");
+    line(E, "const tk_i64 %s = tk_plo + tk_pq * tk_pt + tk_mini(tk_pt, tk_pr);", lo);
+    line(E, "const tk_i64 %s = %s + tk_pq + (tk_pt < tk_pr);", hi, lo);
+    range_loop(E, s, lo, hi, E->copy, E->copy + 1);
+    E->indent--;
+    line(E, "}");
+}

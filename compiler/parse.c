@@ -752,10 +752,10 @@ static void parse_schedule(parser *p, tk_opdecl *op) {
     op->schedule_loc = loc;
     do {
         tk_loc kloc = p->tok.loc;
-        if (!check(p, TK_T_NAME)) expected(p, "a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs or coop)");
+        if (!check(p, TK_T_NAME)) expected(p, "a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop or parts)");
         int k = tk_sched_find(p->tok.start, p->tok.len);
         if (k < 0)
-            error_at(p, kloc, "unknown schedule item '%.*s' (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs or coop)",
+            error_at(p, kloc, "unknown schedule item '%.*s' (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop or parts)",
                      (int)(p->tok.len > 40 ? 40 : p->tok.len), p->tok.start);
         if (op->schedule[k]) error_at(p, kloc, "schedule item '%s' is given twice", tk_sched_keys[k].key);
         next(p);

@@ -99,7 +99,11 @@ static void plan_cuda(tk_plan *P, tk_buf *scratch) {
     int n = 1;
     if (P->row_loop) {   /* a thread an iteration, or S lanes with schedule coop=S (plan_coop.c) */
         int coop = 0;
-        if (!P->checked && !bounds_any_check(P))
+        gpu_parts_plan(P);
+        if (P->gpu_parts && P->sched[TK_SCHED_COOP] > 1)
+            snprintf(P->coop_why, sizeof P->coop_why, "the op runs in parts (parts=%d): a thread a part",
+                     P->sched[TK_SCHED_PARTS]);
+        else if (!P->checked && !bounds_any_check(P))
             coop = coop_plan(P);
         else if (P->sched[TK_SCHED_COOP] > 1)   /* (a checked store is made by its own lane: keep one a thread) */
             snprintf(P->coop_why, sizeof P->coop_why, "the body has stores checked at run time, or checked mode is on");
@@ -384,10 +388,12 @@ static void row_text(tk_buf *b, const tk_plan *P) {
         tk_buf_puts(b, "  sums (stored with '+=', zeroed by the caller): ");
         for (int i = 0; i < d->noutputs; i++)
             if (P->op->out_sum[i]) tk_buf_printf(b, "%s%s", ns++ ? ", " : "", d->outputs[i].name);
-        tk_buf_puts(b, P->target == TK_TARGET_CUDA
-                           ? "; the launcher refuses more than one iteration (threads would race)\n"
-                           : "; the shim runs the index space in parts (by the inputs' size), each adding into its "
-                             "own copy, added up after\n");
+        tk_buf_puts(b, P->target != TK_TARGET_CUDA
+                           ? "; the shim runs the index space in parts (by the inputs' size), each adding into its "
+                             "own copy, added up after\n"
+                       : P->gpu_parts ? "; in parts (below)\n"
+                                      : "; the launcher refuses more than one iteration (threads would race; "
+                                        "schedule parts=N runs them in parts, untimed)\n");
     }
     bounds_text(b, P);
     if (P->target == TK_TARGET_CUDA) {   /* the schedule line only where one is given */
@@ -400,8 +406,27 @@ static void row_text(tk_buf *b, const tk_plan *P) {
     else if (P->target == TK_TARGET_CUDA) {
         if (P->coop_why[0])
             tk_buf_printf(b, "  cooperative rows (coop=%d) not used: %s\n", P->sched[TK_SCHED_COOP], P->coop_why);
-        tk_buf_puts(b, "  kernel: one iteration a thread (grid-stride loop), its loops sequential\n"
-                       "    elements a thread computes: 1 iteration (the launcher's grid is the domain's size)\n");
+        if (!P->gpu_parts && P->sched[TK_SCHED_PARTS] > 1)
+            tk_buf_printf(b, "  parts (parts=%d) not used: no output is a sum and no loop runs in parts (its last "
+                             "loop only adding into the outputs of a one-iteration row loop)\n",
+                          P->sched[TK_SCHED_PARTS]);
+        if (P->gpu_parts) {
+            int nc = 0;
+            tk_buf_printf(b, "  kernel: in parts (parts=%d, untimed): nparts threads, at most %d (the caller's "
+                             "choice by the inputs' size), thread p adding into copy p of ",
+                          P->gpu_parts, P->gpu_parts);
+            for (int i = 0; i < d->noutputs; i++)
+                if (P->part_copy[i]) tk_buf_printf(b, "%s%s", nc++ ? ", " : "", d->outputs[i].name);
+            if (P->rows.parts)
+                tk_buf_printf(b, "; the loop over %s at line %d cut into nparts shares (part 0 alone runs the "
+                                 "stores before it)", P->rows.parts->name, P->rows.parts->loc.line);
+            else
+                tk_buf_puts(b, "; iterations p, p + nparts, ... a thread");
+            tk_buf_puts(b, "; the copies added up after (the shim: torch's sum over them)\n");
+        } else {
+            tk_buf_puts(b, "  kernel: one iteration a thread (grid-stride loop), its loops sequential\n"
+                           "    elements a thread computes: 1 iteration (the launcher's grid is the domain's size)\n");
+        }
     } else {
         tk_buf_puts(b, "  body: one iteration an index of at::parallel_for's range, its loops sequential; "
                        "no unroll copies or run plan\n");
@@ -461,6 +486,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
     if (B->mirror) tk_buf_printf(b, "    mirrored tiles: a thread takes tile p of a row and tile n - 1 - p\n");
     windows_text(b, P, B);
     if (P->sched[TK_SCHED_COOP] > 1) tk_buf_puts(b, "    coop: for row loops only; not used here\n");
+    if (P->sched[TK_SCHED_PARTS] > 1) tk_buf_puts(b, "    parts: for row loops only; not used here\n");
     tk_buf_printf(b, "    elements a thread computes: %d (the launcher's grid is numel / that)\n", P->per_thread);
 }
 

@@ -151,6 +151,15 @@ typedef struct tk_plan {
     tk_coop_loop coop_loops[TK_COOP_LOOPS];
     int coop_sync;                      /* the body reads outputs back: __syncwarp around the stores */
     char coop_why[512];
+    /* CUDA, a row loop with sums ('+=', any number of iterations) or one in
+     * parts (rows.parts), with 'parts=N' (schedule line or TK_CUDA_TUNE;
+     * never a default: untimed): kargs.nparts threads (at most N, the
+     * caller's choice), thread p running iterations p, p + nparts, ... (in
+     * parts: share p of the parted loop) into copy p of the outputs marked
+     * in part_copy, which the caller adds up after (docs/gpu.md, Parts);
+     * no coop. 0: none */
+    int gpu_parts;
+    unsigned char part_copy[TK_MAX_TENSORS];   /* per output: copied (the sums; every output in parts) */
 } tk_plan;
 
 /* Plans variant `variant` of op for target: annotates the op's AST for the

@@ -358,6 +358,20 @@ static void plan_parts(tk_plan *P) {
     P->rows.parts = loop;
 }
 
+/* CUDA, with schedule parts=N: sums, or a row loop in parts (plan_parts),
+ * run as threads that each add into their own copies (plan.h, gpu_parts). */
+void gpu_parts_plan(tk_plan *P) {
+    memset(&P->rows, 0, sizeof P->rows);
+    P->gpu_parts = 0;
+    memset(P->part_copy, 0, sizeof P->part_copy);
+    if (!P->row_loop || P->target != TK_TARGET_CUDA || P->sched[TK_SCHED_PARTS] < 2) return;
+    plan_parts(P);
+    if (!P->rows.parts && !P->op->has_sum) return;
+    P->gpu_parts = P->sched[TK_SCHED_PARTS];
+    for (int o = 0; o < P->op->decl->noutputs; o++)
+        P->part_copy[o] = P->rows.parts != NULL || P->op->out_sum[o];
+}
+
 void plan_rows(tk_plan *P) {
     memset(&P->rows, 0, sizeof P->rows);
     if (!P->row_loop || P->plain || P->target != TK_TARGET_C) return;

@@ -41,7 +41,7 @@ tk_status tk_schedule_parse(const char *text, tk_schedule *s, char *err, size_t 
             s->v[k]) {
             if (err && errlen)
                 snprintf(err, errlen, "TK_CUDA_TUNE=\"%s\": expected key=value items separated by commas, each "
-                         "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, coop 1..32, each a power of two, regs 32..248, a multiple of 8",
+                         "key once: lanes 4..16, rows 1..8, warp_rows 1..32, chunk 16..128 (bytes), split 1..32, ldg 4..16 (bytes), tiles 1..2, coop 1..32, parts 1..65536, each a power of two, regs 32..248, a multiple of 8",
                          text);
             return TK_ERR_INVALID;
         }

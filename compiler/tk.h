@@ -369,11 +369,19 @@ int tk_emit_cpu_parts(tk_ctx *ctx, const tk_op *op, int variant, unsigned flags)
 void tk_free(void *p);
 
 /* A CUDA schedule: the items of a spec's `schedule` line, in the order of
- * tk_sched_keys (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop;
+ * tk_sched_keys (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop, parts;
  * docs/spec.md); 0: not given. */
 typedef struct tk_schedule {
-    int v[9];
+    int v[10];
 } tk_schedule;
+/* The CUDA kernel of the variant under sched (NULL: the spec's schedule
+ * line alone) runs in parts (schedule parts=N; docs/gpu.md, Parts): N, the
+ * most threads it may run as, with *copied the outputs each thread adds
+ * into its own copy of (bit i: output i) and *parted 1 when the threads
+ * share one iteration's parted loop (else each runs iterations p, p +
+ * nparts, ...); 0 when it does not (then *copied and *parted are 0). */
+int tk_emit_cuda_parts(tk_ctx *ctx, const tk_op *op, int variant, const tk_schedule *sched, unsigned *copied,
+                       int *parted);
 /* Parses text in TK_CUDA_TUNE's syntax ("lanes=8,rows=2"; "" or NULL: no
  * item) into *s. A malformed item is TK_ERR_INVALID with a message in err. */
 tk_status tk_schedule_parse(const char *text, tk_schedule *s, char *err, size_t errlen);

@@ -103,7 +103,9 @@ typedef struct tk_kargs {
                           * launch runs part `part` of `nparts` of the parted loop, storing into
                           * outputs that hold only its sums (part > 0: filled with -0.0 or 0 by the
                           * caller, who adds them up); nparts 0 or 1: the whole loop (every other
-                          * kernel ignores them) */
+                          * kernel ignores them); CUDA, a kernel that runs in parts (schedule parts=N;
+                          * docs/gpu.md): nparts threads, thread p adding into copy p of its outputs */
+    tk_i64 pstride[TK_MAX_TENSORS]; /* CUDA in parts: per output, elements from one copy to the next */
     tk_kdiv idiv[TK_MAX_INTS];  /* i[k] as a divisor (tk_kargs_divisors; GPU kernels) */
     tk_kerr *err;       /* where a bounds check records its failure (device memory on CUDA); NULL: nowhere */
 } tk_kargs;

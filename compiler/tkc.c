@@ -291,7 +291,9 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
     for (int i = 0; i < tk_op_count(ctx); i++)
         for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++, nk++) {
             const char *k = tk_op_kernel_name(tk_op_at(ctx, i), v);
-            int parts = !emu && tk_emit_cpu_parts(ctx, tk_op_at(ctx, i), v, flags);
+            /* (an emulated CUDA kernel in parts takes kargs.nparts as a CPU kernel in parts does) */
+            int parts = emu ? tk_emit_cuda_parts(ctx, tk_op_at(ctx, i), v, &g_sched, NULL, NULL) > 1
+                            : tk_emit_cpu_parts(ctx, tk_op_at(ctx, i), v, flags);
             fprintf(out, "    {\"%s\", %s%s, %d},\n", k, k, kernel_suffix(flags, emu), parts);
         }
     fprintf(out, "};\n%sconst int %s_nkernels = %d;\n", ext, table, nk);

@@ -95,6 +95,9 @@ typedef struct kernel {
     CUfunction fn;
     int per_thread;         /* elements a thread computes, as planned (tk_emit_scheduled); -S: S threads an element */
     int checks;             /* its source has bounds checks (tk_ck): a launch passes a device tk_kerr */
+    int parts;              /* it runs in parts (tk_emit_cuda_parts): at most that many threads; 0: not */
+    unsigned copied;        /* in parts: the outputs each thread adds into its own copy of (bit i: output i) */
+    int parted;             /* in parts: the threads share one iteration's parted loop */
     int resident[TK_CUDA_NBLOCKS];  /* blocks of TK_CUDA_BLOCK >> i threads an SM holds (0: unknown) */
     char error[4096];       /* K_FAILED: why */
 } kernel;
@@ -316,8 +319,8 @@ static int ensure_nvrtc(tk_cuda *cu) {
 /* The CUDA C of one variant (malloc'd), planned with the schedule of
  * TK_CUDA_TUNE and emitted under emit_lock, and the elements of the index
  * space a thread computes (*per_thread, as planned: the grid's size). */
-static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int *per_thread, int *checks, char *why,
-                  size_t n) {
+static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int *per_thread, int *checks, kernel *k,
+                  char *why, size_t n) {
     char *src = NULL;
     pthread_mutex_lock(&cu->emit_lock);
     tk_schedule sched;
@@ -328,6 +331,8 @@ static char *emit(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int *p
                TK_OK) {
         tk_put(why, n, "generating CUDA C failed: %s", tk_ctx_error(ctx));
         src = NULL;
+    } else if (k) {   /* (the plan of the source just printed) */
+        k->parts = tk_emit_cuda_parts(ctx, op, variant, &sched, &k->copied, &k->parted);
     }
     pthread_mutex_unlock(&cu->emit_lock);
     /* checked kernels and a row loop's unproven stores (the plan's decision,
@@ -355,7 +360,7 @@ static void store(tk_cuda *cu, const unsigned char *key, const char *label, cons
 /* The binary of (op, variant) for a device of compute capability sm: from
  * the disk cache, else compiled by NVRTC (and stored). */
 static tk_status get_binary(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int sm, tk_binary *out,
-                            int *cached, int *per_thread, int *checks, char *why, size_t n) {
+                            int *cached, int *per_thread, int *checks, kernel *k, char *why, size_t n) {
     *cached = 0;
     if (!ensure_nvrtc(cu)) {
         tk_put(why, n, "%s", cu->nvrtc_error);
@@ -364,7 +369,7 @@ static tk_status get_binary(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int varia
     tk_arch arch;
     tk_status st = tk_nvrtc_arch_for(cu->nvrtc, sm, &arch, why, n);
     if (st != TK_OK) return st;
-    char *src = emit(cu, ctx, op, variant, per_thread, checks, why, n);
+    char *src = emit(cu, ctx, op, variant, per_thread, checks, k, why, n);
     if (!src) return TK_ERR_INVALID;
     char buf[32], label[TK_CACHE_LABEL + 1], reject[1024] = "";
     const char *opts[TK_NVRTC_MAX_OPTIONS];
@@ -402,7 +407,7 @@ tk_status tk_cuda_precompile(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int vari
     if (!cu || !ctx || !op || variant < 0 || variant >= tk_op_nvariants(op)) return TK_ERR_INVALID;
     char why[4096];
     tk_binary bin;
-    tk_status st = get_binary(cu, ctx, op, variant, sm, &bin, cached, NULL, NULL, why, sizeof why);
+    tk_status st = get_binary(cu, ctx, op, variant, sm, &bin, cached, NULL, NULL, NULL, why, sizeof why);
     if (st != TK_OK) {
         tk_put(msg, msglen, "tk.%s: cannot compile for sm_%d: %s", tk_op_name(op), sm, why);
         return st;
@@ -423,7 +428,7 @@ static tk_status build(tk_cuda *cu, tk_ctx *ctx, kernel *k, char *why, size_t n)
     device *d = &cu->devices[k->device];
     tk_binary bin;
     int cached;
-    tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, &k->per_thread, &k->checks, why, n);
+    tk_status st = get_binary(cu, ctx, k->op, k->variant, d->sm, &bin, &cached, &k->per_thread, &k->checks, k, why, n);
     if (st != TK_OK) return st;
     if (k->per_thread == 0) k->per_thread = 1;   /* (negative: -S threads an element, cooperative rows) */
     char err[256];
@@ -504,6 +509,40 @@ static kernel *get_kernel(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, int dev
     return st == TK_OK ? k : NULL;
 }
 
+/* The call's loaded kernel on its device (compiled on first use), with
+ * *d its device; NULL with msg set when it cannot run. */
+static kernel *ready_kernel(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, const device **d, char *msg,
+                            size_t msglen) {
+    char why[4096] = "";
+    const int dev = call->device_index;
+    pthread_mutex_lock(&cu->lock);
+    kernel *k = NULL;
+    if (!ensure_driver(cu)) tk_put(why, sizeof why, "%s", cu->driver_error);
+    else if (ensure_device(cu, dev, why, sizeof why)) k = get_kernel(cu, ctx, call, dev, why, sizeof why);
+    *d = &cu->devices[dev < 0 || dev >= MAX_DEVICES ? 0 : dev];
+    pthread_mutex_unlock(&cu->lock);
+    if (!k) tk_put(msg, msglen, "tk.%s: cannot run on cuda:%d: %s", tk_op_name(call->op), dev, why);
+    return k;
+}
+
+tk_status tk_cuda_parts(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, int *parts, unsigned *copied, int *parted,
+                        char *msg, size_t msglen) {
+    if (!cu || !ctx || !call || !call->op || call->device != TK_CUDA || !parts || !copied || !parted) {
+        tk_put(msg, msglen, "tk_cuda_parts: not a bound call on a CUDA device");
+        return TK_ERR_INVALID;
+    }
+    *parts = 0;
+    *copied = 0;
+    *parted = 0;
+    const device *d;
+    kernel *k = ready_kernel(cu, ctx, call, &d, msg, msglen);
+    if (!k) return TK_ERR_NOTFOUND;
+    *parts = k->parts;
+    *copied = k->copied;
+    *parted = k->parted;
+    return TK_OK;
+}
+
 /* A zeroed bounds record in device memory for one launch, ordered on stream. */
 static CUresult bounds_record(tk_cuda *cu, CUdeviceptr *p, CUstream stream) {
     CUresult r = cu->cu.mem_alloc(p, sizeof(tk_kerr));
@@ -526,22 +565,14 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
         return TK_ERR_INVALID;
     }
     if (call->kargs.numel <= 0) return TK_OK;
-    if (call->kargs.numel > 1 && tk_op_has_sum(call->op)) {   /* its threads would add into one element at once */
-        tk_put(msg, msglen, "tk.%s: a sum ('+=') over %lld iterations: CUDA runs an op with a sum only when its "
-               "loop has one iteration (docs/spec.md, Sums)", tk_op_name(call->op), (long long)call->kargs.numel);
+    const device *d;
+    kernel *k = ready_kernel(cu, ctx, call, &d, msg, msglen);
+    if (!k) return TK_ERR_NOTFOUND;
+    if (call->kargs.numel > 1 && tk_op_has_sum(call->op) && !k->parts) {   /* its threads would add into one element */
+        tk_put(msg, msglen, "tk.%s: a sum ('+=') over %lld iterations: on CUDA an op with a sum runs only when its "
+               "loop has one iteration, or in parts (schedule parts=N, or TK_CUDA_TUNE=parts=N; not yet run on a GPU: "
+               "docs/gpu.md, Parts)", tk_op_name(call->op), (long long)call->kargs.numel);
         return TK_ERR_INVALID;
-    }
-    char why[4096] = "";
-    const int dev = call->device_index;
-    pthread_mutex_lock(&cu->lock);
-    kernel *k = NULL;
-    if (!ensure_driver(cu)) tk_put(why, sizeof why, "%s", cu->driver_error);
-    else if (ensure_device(cu, dev, why, sizeof why)) k = get_kernel(cu, ctx, call, dev, why, sizeof why);
-    const device *d = &cu->devices[dev < 0 || dev >= MAX_DEVICES ? 0 : dev];
-    pthread_mutex_unlock(&cu->lock);
-    if (!k) {
-        tk_put(msg, msglen, "tk.%s: cannot run on cuda:%d: %s", tk_op_name(call->op), dev, why);
-        return TK_ERR_NOTFOUND;
     }
     tk_kargs kargs = call->kargs;       /* the kernel's single parameter, by value */
     void *params[] = {&kargs};
@@ -553,9 +584,11 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
         CUdeviceptr drec = 0;
         if (k->checks) r = bounds_record(cu, &drec, (CUstream)stream);
         kargs.err = (tk_kerr *)(uintptr_t)drec;
-        /* one thread per chunk or tile (fewer when rows are shorter than one), S an element (coop) */
-        int64_t items = k->per_thread < 0 ? kargs.numel * -k->per_thread
-                                          : kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
+        /* one thread per chunk or tile (fewer when rows are shorter than one), S an element (coop); in
+         * parts, nparts threads */
+        int64_t items = k->parts           ? (kargs.nparts > 1 ? kargs.nparts : 1)
+                        : k->per_thread < 0 ? kargs.numel * -k->per_thread
+                                            : kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
         unsigned block = tk_cuda_block_size_occ(items, d->nsm, k->resident);
         if (r == 0)
             r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, block, d->nsm), 1, 1, block, 1, 1, 0,
@@ -567,7 +600,7 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
     }
     if (r != 0) {
         tk_put(msg, msglen, "tk.%s: launching %s on cuda:%d failed: %s", tk_op_name(call->op),
-            tk_op_kernel_name(call->op, call->variant), dev, cu_error(cu, r, err, sizeof err));
+            tk_op_kernel_name(call->op, call->variant), call->device_index, cu_error(cu, r, err, sizeof err));
         return TK_ERR_INVALID;
     }
     if (rec.hit) {   /* a bounds check failed: the message names the access */

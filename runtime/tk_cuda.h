@@ -157,6 +157,17 @@ void tk_cuda_free(tk_cuda *cu);
 tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *stream, char *msg,
                          size_t msglen);
 
+/* Whether the call's kernel runs in parts (schedule parts=N; docs/gpu.md,
+ * Parts), compiling it on first use as tk_cuda_launch would: *parts = N
+ * (0: not in parts), *copied = the outputs each thread adds into its own
+ * copy of (bit i: output i), *parted = 1 when the threads share one
+ * iteration's parted loop. Such a kernel runs kargs.nparts threads (1 when
+ * it is 0 or 1), thread p adding into its copy at kargs.pstride[i]
+ * elements times p from output i's data; the caller makes the copies (the
+ * additive identity in each: -0.0, 0, false) and adds them up after. */
+tk_status tk_cuda_parts(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, int *parts, unsigned *copied, int *parted,
+                        char *msg, size_t msglen);
+
 /* Compiles variant of op for sm into the disk cache without a GPU (ahead of
  * time, for deployment). *cached is 1 when the entry was already there. */
 tk_status tk_cuda_precompile(tk_cuda *cu, tk_ctx *ctx, const tk_op *op, int variant, int sm, int *cached,

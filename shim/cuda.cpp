@@ -92,6 +92,14 @@ void run_cuda(const tk_call& call) {
   TORCH_CHECK(tk_cuda_launch(state(), mutable_context(), &call, stream, msg, sizeof msg) == TK_OK, msg);
 }
 
+int cuda_parts(const tk_call& call, unsigned* copied, bool* parted) {
+  int parts = 0, shared = 0;
+  char msg[16384];
+  TORCH_CHECK(tk_cuda_parts(state(), mutable_context(), &call, &parts, copied, &shared, msg, sizeof msg) == TK_OK, msg);
+  *parted = shared != 0;
+  return parts;
+}
+
 }  // namespace tk_shim
 
 // ---- for the Python side (ctypes): python -m torch_tk info / precompile ------

@@ -550,6 +550,54 @@ void run_parts(Call& c, int64_t n) {
     for (int64_t p = 0; p < n - 1 && rest[i].defined(); ++p) c.outputs[i].add_(rest[i][p]);
 }
 
+// CUDA in parts (docs/gpu.md, Parts): a kernel compiled with schedule
+// parts=N runs as n <= N threads, each adding into its own copy of the
+// outputs it copies (the additive identity in each: -0.0, 0, false);
+// torch's sum over the copies, one deterministic reduction, gives the
+// outputs. How many: one a kGpuPartElems elements of the inputs, no more
+// than keep the copies under half the inputs' bytes, and no more than the
+// iterations unless the threads share one iteration's parted loop. Other
+// kernels launch as they are.
+constexpr int64_t kGpuPartElems = 256;
+
+void run_on_cuda(Call& c, c10::ArrayRef<c10::IValue> args) {
+  unsigned copied = 0;
+  bool parted = false;
+  const int cap = c.call.kargs.numel > 0 ? cuda_parts(c.call, &copied, &parted) : 0;
+  int64_t elems = 0, bytes = 0, out_bytes = 0;
+  for (const c10::IValue& v : args)
+    if (v.isTensor()) {
+      elems += v.toTensor().numel();
+      bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());
+    }
+  for (size_t i = 0; i < c.outputs.size(); ++i)
+    if (copied >> i & 1u) out_bytes += c.outputs[i].numel() * static_cast<int64_t>(c.outputs[i].element_size());
+  int64_t n = std::min<int64_t>(cap, elems / kGpuPartElems);
+  if (!parted) n = std::min(n, c.call.kargs.numel);
+  if (out_bytes > 0) n = std::min(n, 1 + bytes / 2 / out_bytes);
+  if (n <= 1) {   // not in parts, or one thread: straight into the outputs
+    run_cuda(c.call);
+    return;
+  }
+  tk_call call = c.call;
+  call.kargs.nparts = n;
+  std::vector<at::Tensor> copies(c.outputs.size());  // per copied output: [n, *its shape]
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    if (!(copied >> i & 1u)) continue;
+    const at::Tensor& o = c.outputs[i];
+    std::vector<int64_t> shape{n};
+    shape.insert(shape.end(), o.sizes().begin(), o.sizes().end());
+    copies[i] = at::isFloatingType(o.scalar_type()) ? at::full(shape, -0.0, o.options()) : at::zeros(shape, o.options());
+    const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
+    TORCH_CHECK(tk_set_output(&call, static_cast<int>(i), to_view(copies[i][0], true, w)) == TK_OK, call.msg);
+    call.kargs.pstride[i] = o.numel();
+  }
+  run_cuda(call);
+  for (size_t i = 0; i < copies.size(); ++i)
+    if (copies[i].defined())
+      c.outputs[i].copy_(c.outputs[i].scalar_type() == at::kBool ? copies[i].any(0) : copies[i].sum(0));
+}
+
 // Replaces the arguments on the stack with the outputs, in schema order.
 void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, Call& c) {
   TORCH_INTERNAL_ASSERT(handle.schema().returns().size() == c.outputs.size(),
@@ -559,18 +607,12 @@ void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, C
 }
 
 // Zeroes c's sum outputs (docs/spec.md, Sums): every iteration adds into
-// them. On CUDA an op whose iterations add into one sum would race (its
-// threads run at once): only one iteration runs there.
-void zero_sums(Call& c, c10::Device device) {
+// them. (On CUDA an op whose iterations add into one sum would race: the
+// launcher refuses it unless its kernel runs in parts, run_on_cuda.)
+void zero_sums(Call& c) {
   if (!tk_op_has_sum(c.op)) return;   // (no iteration: a sum over none, 0)
   for (size_t i = 0; i < c.outputs.size(); ++i)
-    if (tk_op_output_sum(c.op, static_cast<int>(i))) {
-      TORCH_CHECK(!device.is_cuda() || c.call.kargs.numel <= 1, "tk.", tk_op_name(c.op), ": output '",
-                  tk_op_output_name(c.op, static_cast<int>(i)), "' is a sum ('+=') over ", c.call.kargs.numel,
-                  " iterations: on CUDA tk runs such ops only when the loop has one iteration, until a GPU has "
-                  "run their kernels; call it on CPU tensors");
-      c.outputs[i].zero_();
-    }
+    if (tk_op_output_sum(c.op, static_cast<int>(i))) c.outputs[i].zero_();
 }
 
 // The shared path of every key: bind, allocate, run when `execute`.
@@ -583,9 +625,10 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
     ensure_cpu_kernel(c.op, c.call.variant);  // a run-time op's first CPU call in this dtype: compile it
   allocate_outputs(c, device);
   if (execute && device.is_cpu()) stage_inputs(handle, *stack, c);
-  if (execute) zero_sums(c, device);
-  if (execute && device.is_cuda()) run_cuda(c.call);
-  else if (execute) {
+  if (execute) zero_sums(c);
+  if (execute && device.is_cuda()) {
+    run_on_cuda(c, torch::jit::last(*stack, handle.schema().arguments().size()));
+  } else if (execute) {
     StreamPlan plan;
     const int64_t parts = parts_for(c, torch::jit::last(*stack, handle.schema().arguments().size()));
     const bool stream = parts == 1 && plan_stream(c, plan);

@@ -103,5 +103,10 @@ std::mutex& plan_mutex();
 // Launches a bound call whose tensors are on cuda:<call.device_index>
 // (cuda.cpp): compiled with NVRTC on first use, cached on disk.
 void run_cuda(const tk_call& call);
+// Whether the call's CUDA kernel runs in parts (runtime/tk_cuda.h,
+// tk_cuda_parts): the most threads it may run as (0: not in parts), with
+// the outputs it copies (bit i: output i) and whether the threads share
+// one iteration's parted loop.
+int cuda_parts(const tk_call& call, unsigned* copied, bool* parted);
 
 }  // namespace tk_shim

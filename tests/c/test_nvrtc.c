@@ -604,6 +604,57 @@ static void test_fake_bounds(tk_cuda *cu, tk_ctx *ctx, void *lib, fake_stats *st
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK && st->last_kargs.err == NULL);
 }
 
+/* Sums on CUDA (docs/gpu.md, Parts): without schedule parts=N an op that
+ * adds into a sum from several iterations is refused; with it the kernel
+ * runs kargs.nparts threads (one when it is not set), and tk_cuda_parts
+ * says which outputs the caller copies and whether the threads share a
+ * parted loop. */
+static void test_fake_parts(tk_cuda *cu, tk_ctx *ctx, fake_stats *st) {
+    static const char *spec =
+        "op colsum(x: float[R, N]) -> (s: x.dtype[N], t: x.dtype[R, 1]):\n"
+        "    for r, _ in t:\n        t[r, 0] = x[r, 0]\n        for i in range(N):\n            s[i] += x[r, i]\n"
+        "op colsum_p(x: float[R, N]) -> (s: x.dtype[N], t: x.dtype[R, 1]):\n    schedule parts=64\n"
+        "    for r, _ in t:\n        t[r, 0] = x[r, 0]\n        for i in range(N):\n            s[i] += x[r, i]\n"
+        "op wsum(x: float[R, N]) -> s: x.dtype[N]:\n    schedule parts=256\n    for _ in s:\n"
+        "        for i in range(N):\n            s[i] = 0.0\n        for r in range(R):\n"
+        "            for i in range(N):\n                s[i] = s[i] + x[r, i]\n";
+    char msg[4096];
+    tk_status ls = tk_load_spec(ctx, "parts.tk", spec, strlen(spec));
+    if (ls != TK_OK) fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+    CHECK(ls == TK_OK);
+    if (ls != TK_OK) return;
+    static float fake[1];
+    int64_t xs[2] = {1000, 8}, xst[2] = {8, 1}, n = 8, one = 1, ts[2] = {1000, 1}, tst[2] = {1, 1};
+    tk_tensor_view x = tk_view(fake, TK_F32, 2, xs, xst), s = tk_view(fake, TK_F32, 1, &n, &one);
+    tk_tensor_view t = tk_view(fake, TK_F32, 2, ts, tst);
+    x.device = s.device = t.device = TK_CUDA;
+    tk_arg a = tk_arg_tensor(x);
+    const char *names[3] = {"colsum", "colsum_p", "wsum"};
+    for (int k = 0; k < 3; k++) {
+        tk_call call;
+        const tk_op *op = tk_op_find(ctx, names[k]);
+        CHECK(op && tk_bind(op, &a, 1, &call) == TK_OK);
+        if (!op) continue;
+        CHECK(tk_set_output(&call, 0, s) == TK_OK && (k == 2 || tk_set_output(&call, 1, t) == TK_OK));
+        int parts = -1, parted = -1;
+        unsigned copied = 99;
+        CHECK(tk_cuda_parts(cu, ctx, &call, &parts, &copied, &parted, msg, sizeof msg) == TK_OK);
+        CHECK(parts == (k == 0 ? 0 : k == 1 ? 64 : 256) && copied == (k == 0 ? 0u : 1u) && parted == (k == 2));
+        int launches = st->launches;
+        tk_status rc = tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg);
+        if (k == 0) {   /* 1000 iterations add into s at once: refused, and says how to run it */
+            CHECK(rc == TK_ERR_INVALID && st->launches == launches);
+            CHECK(contains(msg, "tk.colsum: a sum ('+=') over 1000 iterations") && contains(msg, "schedule parts=N"));
+            continue;
+        }
+        CHECK(rc == TK_OK && st->last_grid == 1 && st->launches == launches + 1);   /* nparts unset: one thread */
+        call.kargs.nparts = 100;
+        CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+        CHECK((long)st->last_grid * st->last_block >= 100 && (long)(st->last_grid - 1) * st->last_block < 100);
+        CHECK(st->last_kargs.nparts == 100);
+    }
+}
+
 static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
     CHECK(lib != NULL);
@@ -687,6 +738,7 @@ static void test_fake_driver(tk_ctx *ctx, const char *driver) {
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
     CHECK(st->module_loads == 4 && tk_cache_list(dir, NULL, NULL) == 3);
     test_fake_bounds(cu, ctx, lib, st);
+    test_fake_parts(cu, ctx, st);
     printf("fake driver: %d launches, %d modules loaded, %d context pushes\n", st->launches, st->module_loads,
            st->pushes);
     tk_cuda_free(cu);

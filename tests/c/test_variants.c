@@ -133,6 +133,68 @@ static int count_diffs(const unsigned char *a, const unsigned char *b, size_t n,
     return bad;
 }
 
+/* How a CUDA kernel runs in parts (tk_emit_cuda_parts): at most cap
+ * threads (0: not in parts), the outputs it copies, whether the threads
+ * share a parted loop. */
+typedef struct parts_info {
+    int cap, parted;
+    unsigned copied;
+} parts_info;
+
+/* The identity of a sum in dtype dt at p: -0.0, 0, false. */
+static void put_identity(void *p, tk_dtype dt) {
+    switch (dt) {
+    case TK_F16: *(uint16_t *)p = 0x8000u; break;
+    case TK_BF16: *(uint16_t *)p = 0x8000u; break;
+    case TK_F32: *(float *)p = -0.0f; break;
+    case TK_F64: *(double *)p = -0.0; break;
+    default: memset(p, 0, tk_dtype_size(dt)); break;
+    }
+}
+
+static int64_t elem_as_int(const void *p, tk_dtype dt) {
+    switch (dt) {
+    case TK_BOOL: case TK_U8: return *(const uint8_t *)p;
+    case TK_I8: return *(const int8_t *)p;
+    case TK_I16: return *(const int16_t *)p;
+    case TK_I32: return *(const int32_t *)p;
+    case TK_I64: return *(const int64_t *)p;
+    default: return 0;
+    }
+}
+
+/* out[e] = the sum over the n copies of element e (each total elements
+ * apart), as the shim's torch sum: floats in double then rounded once,
+ * ints wrapping in their width, bools or'ed. */
+static void sum_copies(unsigned char *out, const unsigned char *copies, int64_t n, int64_t total, tk_dtype dt) {
+    size_t es = tk_dtype_size(dt);
+    for (int64_t e = 0; e < total; e++) {
+        double f = 0;
+        int64_t i = 0;
+        for (int64_t p = 0; p < n; p++) {
+            const unsigned char *c = copies + ((size_t)(p * total + e)) * es;
+            if (dt >= TK_F16) f += elem_as_double(c, dt);
+            else i = dt == TK_BOOL ? (i | elem_as_int(c, dt)) : (int64_t)((uint64_t)i + (uint64_t)elem_as_int(c, dt));
+        }
+        unsigned char *o = out + (size_t)e * es;
+        switch (dt) {
+        case TK_F16: *(uint16_t *)o = tk_f32_to_f16_soft((float)f); break;
+        case TK_BF16: *(uint16_t *)o = tk_f32_to_bf16((float)f); break;
+        case TK_F32: *(float *)o = (float)f; break;
+        case TK_F64: *(double *)o = f; break;
+        case TK_BOOL: case TK_U8: *(uint8_t *)o = (uint8_t)i; break;
+        case TK_I8: *(int8_t *)o = (int8_t)i; break;
+        case TK_I16: *(int16_t *)o = (int16_t)i; break;
+        case TK_I32: *(int32_t *)o = (int32_t)i; break;
+        case TK_I64: *(int64_t *)o = i; break;
+        default: break;
+        }
+    }
+}
+
+static long parts_runs;     /* emulated CUDA launches in parts of more than one thread */
+static long parts_spread;   /* ... and copied outputs of them with copies past the first written */
+
 /* An int scalar: small, or for the wide_* specs (indices reduced by %)
  * one in four each near +-2^31, any 32-bit value, up to 2^40 */
 static int64_t rand_int(const tk_op *op) {
@@ -148,7 +210,7 @@ static int64_t rand_int(const tk_op *op) {
 
 static long empty_input_runs;   /* calls that ran with an empty input (and a non-empty output) */
 
-static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, int v) {
+static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, int v, const parts_info *pi) {
     const tk_opdecl *d = opt->decl;
     int64_t dimsize[TK_MAX_INTS];
     /* small sizes, and sometimes sizes that fill lane tiles (16 elements)
@@ -234,6 +296,31 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             CHECK(tk_set_output(&c1, o, tk_view(p1, c1.out_dtype[o], c1.out_ndim[o], c1.out_sizes[o], strides)) == TK_OK);
             CHECK(tk_set_output(&c2, o, tk_view(p2, c2.out_dtype[o], c2.out_ndim[o], c2.out_sizes[o], strides)) == TK_OK);
         }
+        /* CUDA in parts: n threads (no more than the emulated grid's 32 or
+         * more), each adding into its own copy of the outputs it copies,
+         * which start at the identity and are added up after (the shim's
+         * run_on_cuda); n = 1 runs straight into the outputs */
+        buffer cps[TK_MAX_TENSORS];
+        int64_t nparts = pi->cap > 1 && c3.kargs.numel > 0 ? rand_in(1, 32) : 1, ctotal[TK_MAX_TENSORS];
+        for (int o = 0; o < c3.noutputs; o++) {
+            cps[o].base = NULL;
+            if (nparts < 2 || !(pi->copied >> o & 1u)) continue;
+            int64_t strides[TK_MAX_DIMS], total = 1;
+            for (int k = c3.out_ndim[o] - 1; k >= 0; k--) {
+                strides[k] = total;
+                total *= c3.out_sizes[o][k];
+            }
+            size_t es = tk_dtype_size(c3.out_dtype[o]);
+            unsigned char *cp = buf_new(&cps[o], (size_t)(nparts * total) * es, 0x3C);
+            for (int64_t e = 0; e < nparts * total; e++) put_identity(cp + (size_t)e * es, c3.out_dtype[o]);
+            CHECK(tk_set_output(&c3, o, tk_view(cp, c3.out_dtype[o], c3.out_ndim[o], c3.out_sizes[o], strides)) == TK_OK);
+            c3.kargs.pstride[o] = total;
+            ctotal[o] = total;
+        }
+        if (nparts > 1) {
+            c3.kargs.nparts = nparts;
+            parts_runs++;
+        }
         /* the whole index space in one call (one thread: the long rows'
          * widest tiles run), and chunks that start and end anywhere, short
          * or of any length */
@@ -247,6 +334,23 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
         }
         CHECK(tk_run_cpu(&c2, 0, c2.kargs.numel) == TK_OK);
         CHECK(tk_run_cpu(&c3, 0, c3.kargs.numel) == TK_OK);   /* one emulated launch */
+        for (int o = 0; o < c3.noutputs; o++) {
+            if (!cps[o].base) continue;
+            CHECK(guards_intact(&cps[o], 0x3C));
+            /* a thread that added into another's copy would race on a GPU
+             * (the emulation runs threads one at a time): count launches
+             * whose copies past the first were written */
+            size_t es = tk_dtype_size(c3.out_dtype[o]);
+            unsigned char idn[16];
+            put_identity(idn, c3.out_dtype[o]);
+            for (int64_t e = ctotal[o]; e < nparts * ctotal[o]; e++)
+                if (memcmp(cps[o].base + GUARD + (size_t)e * es, idn, es) != 0) {
+                    parts_spread++;
+                    break;
+                }
+            sum_copies(out3[o].base + GUARD, cps[o].base + GUARD, nparts, ctotal[o], c3.out_dtype[o]);
+            free(cps[o].base);
+        }
         for (int o = 0; o < c1.noutputs; o++) {
             tk_dtype dt = c1.out_dtype[o];
             size_t n = out1[o].bytes / tk_dtype_size(dt);
@@ -287,6 +391,13 @@ int main(void) {
         fprintf(stderr, "%s%s%s%s\n", tk_ctx_error(opt), tk_ctx_error(plain), tk_ctx_error(cuda), tk_ctx_error(cudat));
     CHECK(s1 == TK_OK && s2 == TK_OK && s3 == TK_OK && s4 == TK_OK);
     CHECK(tk_op_count(opt) >= 9 && tk_op_count(opt) == tk_op_count(plain));
+    /* the schedule the other shape's kernels were generated with (CMakeLists.txt) */
+    tk_schedule cudat_sched;
+#ifdef TK_CUDAT_TUNE
+    CHECK(tk_schedule_parse(TK_CUDAT_TUNE, &cudat_sched, NULL, 0) == TK_OK);
+#else
+    memset(&cudat_sched, 0, sizeof cudat_sched);
+#endif
     int total = 0;
     for (int i = 0; i < tk_op_count(opt); i++) {
         const tk_op *a = tk_op_at(opt, i), *b = tk_op_find(plain, tk_op_name(a)), *g = tk_op_find(cuda, tk_op_name(a));
@@ -295,8 +406,11 @@ int main(void) {
         if (!b || !g || !gt) continue;
         for (int v = 0; v < a->nvariants; v++) {
             int ran = 0, ran_t = 0;
-            for (int t = 0; t < 40; t++) ran += one_trial(a, b, g, v);
-            for (int t = 0; t < TK_TUNED_TRIALS; t++) ran_t += one_trial(a, b, gt, v);   /* the other tile shape */
+            parts_info pg, pt;
+            pg.cap = tk_emit_cuda_parts(cuda, g, v, NULL, &pg.copied, &pg.parted);
+            pt.cap = tk_emit_cuda_parts(cudat, gt, v, &cudat_sched, &pt.copied, &pt.parted);
+            for (int t = 0; t < 40; t++) ran += one_trial(a, b, g, v, &pg);
+            for (int t = 0; t < TK_TUNED_TRIALS; t++) ran_t += one_trial(a, b, gt, v, &pt);   /* the other tile shape */
             total += ran + ran_t;
             if (ran < 10) fprintf(stderr, "%s (%s): only %d of 40 random calls bound\n", tk_op_name(a), a->variant_codes[v], ran);
             CHECK(ran >= 10 && (TK_TUNED_TRIALS == 0 || ran_t >= 7));
@@ -318,6 +432,11 @@ int main(void) {
      * the other shape): their lanes met at __syncwarp around the stores */
     printf("test_variants: %ld emulated __syncwarp\n", tk_emu_syncs);
     CHECK(tk_emu_syncs > 0);
+    /* sums and parted row loops in parts (tests/specs/sums.tk's schedule
+     * lines; parts=16 in the other shape): threads adding into copies */
+    printf("test_variants: %ld emulated launches in parts, %ld of their copied outputs written past the first copy\n",
+           parts_runs, parts_spread);
+    CHECK(parts_runs > 0 && parts_spread > parts_runs / 4);
     tk_ctx_free(opt);
     tk_ctx_free(plain);
     tk_ctx_free(cuda);

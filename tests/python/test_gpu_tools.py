@@ -336,6 +336,8 @@ def test_gpu_tune_dry_run_on_cpu(lib_path, tmp_path):
     assert ("brick_pad f32", "chunk=16") in kernels
     for k in ("softmax f32 64x100", "softmax f32 4x1000", "layernorm f32 64x100"):   # row loops: coop vs a thread a row
         assert (k, "default") in kernels and (k, "coop=32") in kernels, (k, kernels)
+    for k in ("layernorm_backward_wb f32 64x100", "sum_layernorm_backward f32 64x100"):   # sums: parts vs one thread
+        assert (k, "default") in kernels and (k, "parts=256") in kernels, (k, kernels)
     assert "[tune] rwkv_forward f32:" in r.stdout
 
 

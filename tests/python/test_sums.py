@@ -10,8 +10,10 @@ nothing are 0); as the backward of a batch-generic layer norm, against
 F.layer_norm's gradients and gradcheck; the same bits for one thread and
 three; int sums at data-dependent indices (a histogram) exact. The checker's
 errors for a sum read back, stored with `=` too, or in an element-wise
-loop; `tkc plan` keeps lanes off ops with sums. On CUDA an op whose loop
-has more than one iteration and a sum is refused (its threads would race).
+loop; `tkc plan` keeps lanes off ops with sums. On CUDA (a GPU only) an op
+whose loop has more than one iteration and a sum is refused (its threads
+would race) unless it runs in parts (schedule parts=N: threads adding into
+copies), which must agree with the CPU.
 """
 import os
 import subprocess
@@ -226,14 +228,89 @@ def test_plus_equals_in_one_iteration_runs_in_parts(tmp_path, tkc):
     torch.testing.assert_close(torch.ops.tk.sum_cols(x), x.sum(0), rtol=1e-12, atol=1e-12)
 
 
+def test_cuda_plan_of_sums(tmp_path, tkc):
+    """`tkc plan --target cuda` (no GPU needed): with schedule parts=N the sums
+    and a one-iteration row loop run in parts, which the kernel's source
+    marks for the launcher; without it the launcher refuses several
+    iterations, and a parts item on an op with neither is reported unused."""
+    def plan(text, tune=""):
+        path = tmp_path / "p.tk"
+        path.write_text(text)
+        env = dict(os.environ, TK_CUDA_TUNE=tune)
+        return subprocess.run([tkc, "plan", "--target", "cuda", str(path)], env=env,
+                              capture_output=True, text=True, check=True).stdout
+    with open(SUMS) as f:
+        out = plan(f.read())
+    assert "kernel: in parts (parts=1024, untimed)" in out and "thread p adding into copy p of grad_weight, grad_bias" in out
+    assert "kernel: in parts (parts=64, untimed)" in out and "copy p of hist, neg;" in out
+    cols = ("op c(x: float[R, N]) -> (s: x.dtype[N], t: x.dtype[R, 1]):\n    for r, _ in t:\n        t[r, 0] = 1.0\n"
+            "        for i in range(N):\n            s[i] += x[r, i]\n")
+    assert "the launcher refuses more than one iteration" in plan(cols)
+    assert "kernel: in parts (parts=128, untimed)" in plan(cols, "parts=128")
+    wb = os.path.join(ROOT, "examples", "specs", "layernorm.tk")
+    out = plan(open(wb).read(), "parts=256")
+    assert "the loop over r at line 54 cut into nparts shares" in out
+    assert "parts (parts=256) not used: no output is a sum" in out   # (layernorm, rmsnorm: row-wise)
+    src = subprocess.run([tkc, "emit-cuda", SUMS], capture_output=True, text=True, check=True).stdout
+    kernels = src.count("__global__")
+    assert kernels > 4 and src.count("/* tk: runs in parts") == kernels   # (every kernel of both ops)
+    assert "t_grad_weight += tk_pt * a.pstride[1];" in src and "t_hist += tk_pt * a.pstride[0];" in src
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
-def test_cuda_refuses_a_sum_over_several_iterations():
-    tk = ops()
+def test_cuda_refuses_a_sum_over_several_iterations_without_parts():
+    torch_tk.kernel("""
+op sum_cols_plain(x: float[R, N]) -> (s: x.dtype[N], t: x.dtype[R, 1]):
+    for r, _ in t:
+        t[r, 0] = x[r, 0]
+        for i in range(N):
+            s[i] += x[r, i]
+""", file="sum_cols_plain.tk")
     x = torch.randn(4, 16, device="cuda")
-    w = torch.randn(16, device="cuda")
-    with pytest.raises(RuntimeError, match="is a sum .* on CUDA tk runs such ops only when the loop has one"):
-        tk.sum_layernorm_backward(x, w, 1e-5, x)
-    gx, gw, gb = tk.sum_layernorm_backward(x[0], w, 1e-5, x[0])   # one iteration: runs
-    ref = tk.sum_layernorm_backward(x[0].cpu(), w.cpu(), 1e-5, x[0].cpu())
-    for a, e in zip((gx, gw, gb), ref):
-        torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match=r"a sum \('\+='\) over 4 iterations: .*schedule parts=N"):
+        torch.ops.tk.sum_cols_plain(x)
+    torch.testing.assert_close(torch.ops.tk.sum_cols_plain(x[:1])[0].cpu(), x[0].cpu())   # one iteration: runs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_cuda_sums_in_parts_match_the_cpu():
+    """tests/specs/sums.tk (schedule parts=1024, parts=64): threads adding into
+    copies, summed by torch after; float64 against the CPU kernel, ints exact."""
+    tk = ops()
+    g = torch.Generator().manual_seed(11)
+    for shape in [(16,), (4, 16), (3, 700, 33), (0, 16), (5000, 64)]:
+        x, gy = (torch.randn(*shape, generator=g, dtype=torch.float64) for _ in range(2))
+        w = torch.randn(shape[-1], generator=g, dtype=torch.float64)
+        got = tk.sum_layernorm_backward(x.cuda(), w.cuda(), 1e-5, gy.cuda())
+        want = tk.sum_layernorm_backward(x, w, 1e-5, gy)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a.cpu(), e, rtol=1e-10, atol=1e-10)
+    xi = torch.randint(-50, 50, (3000, 40), generator=g)
+    for a, e in zip(tk.sum_histogram(xi.cuda(), 7), tk.sum_histogram(xi, 7)):
+        assert torch.equal(a.cpu(), e)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_cuda_one_iteration_row_loop_in_parts():
+    """A weight gradient's one-iteration row loop with schedule parts=N: the
+    loop over rows cut into shares, one a thread, its stores before the loop
+    by thread 0 only."""
+    torch_tk.kernel("""
+op sum_cols_parted(x: float[R, N]) -> (s: x.dtype[N], n: int64[N]):
+    schedule parts=512
+    for _ in s:
+        for i in range(N):
+            s[i] = 0.0
+            n[i] = 0
+        for r in range(R):
+            for i in range(N):
+                s[i] = s[i] + x[r, i]
+                if x[r, i] > 0.0:
+                    n[i] = n[i] + 1
+""", file="sum_cols_parted.tk")
+    g = torch.Generator().manual_seed(12)
+    for R, N in [(1, 3), (300, 17), (20000, 64)]:
+        x = torch.randn(R, N, generator=g, dtype=torch.float64)
+        s, n = torch.ops.tk.sum_cols_parted(x.cuda())
+        torch.testing.assert_close(s.cpu(), x.sum(0), rtol=1e-10, atol=1e-10)
+        assert torch.equal(n.cpu(), (x > 0).sum(0))
