@@ -214,6 +214,11 @@ int tk_op_output_sum(const tk_op *op, int i) {
     return op && i >= 0 && i < op->decl->noutputs && op->out_sum[i];
 }
 
+int tk_op_output_dtype(const tk_op *op, int variant, int i) {
+    if (!op || i < 0 || i >= op->decl->noutputs || variant < 0 || variant >= op->nvariants) return -1;
+    return (int)tk_variant_out_decl_dtype(op, variant, i);
+}
+
 int tk_op_has_sum(const tk_op *op) { return op && op->has_sum; }
 
 int tk_op_output_written(const tk_op *op, int i) {

@@ -479,9 +479,14 @@ tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param) {
     return TK_F32;
 }
 
-tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out) {
+tk_dtype tk_variant_out_decl_dtype(const tk_op *op, int variant, int out) {
     if (op->out_dtype_root[out] < 0) return op->out_dtype_fixed[out];
     return tk_variant_dtype(op, variant, op->out_dtype_root[out]);
+}
+
+tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out) {
+    tk_dtype d = tk_variant_out_decl_dtype(op, variant, out);
+    return op->out_sum[out] && (d == TK_F16 || d == TK_BF16) ? tk_variant_float_type(op, variant) : d;
 }
 
 tk_dtype tk_variant_float_type(const tk_op *op, int variant) {

@@ -107,7 +107,12 @@ void tk_error_clear(tk_error *e);
 
 /* Variant v's dtype for tensor parameter p (an input). */
 tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param);
-/* Output i's dtype in variant v. */
+/* The dtype output i is declared with in variant v. */
+tk_dtype tk_variant_out_decl_dtype(const tk_op *op, int variant, int out);
+/* The dtype variant v's kernel keeps output i in (tk_call.out_dtype): the
+ * declared one, except a sum declared float16 or bfloat16, which the kernel
+ * adds into in the variant's float type (float32 or float64); the caller
+ * rounds it to its dtype once, after (docs/spec.md, Sums). */
 tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out);
 /* The op's float type in variant v: TK_F64 if a float tensor input is float64. */
 tk_dtype tk_variant_float_type(const tk_op *op, int variant);

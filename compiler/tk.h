@@ -162,6 +162,11 @@ int tk_op_output_written(const tk_op *op, int i);
  * another (the shim gives parts of the range their own buffers and adds
  * them up). */
 int tk_op_output_sum(const tk_op *op, int i);
+/* Output i's dtype as declared in variant v: the tensor the op returns.
+ * A sum declared float16 or bfloat16 is kept in float32 (float64 when an
+ * input is) while the kernel adds into it: tk_call.out_dtype says so, and
+ * the caller rounds it to this dtype after. -1 for a bad i or v. */
+int tk_op_output_dtype(const tk_op *op, int variant, int i);
 int tk_op_has_sum(const tk_op *op);   /* 1 if some output is a sum (tk_cuda_launch refuses such an op
                                         * whose loop has more than one iteration: its threads would race) */
 /* 1 when the op's loop body has no `for`: a few operations per element, so

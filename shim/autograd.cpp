@@ -71,6 +71,7 @@ struct Plan {
   std::vector<bool> save_param;        // per forward parameter
   std::vector<bool> shape_only;        // per forward parameter: no backward op reads its elements
   std::vector<bool> save_output;       // per forward output
+  std::vector<bool> takes_grad;        // per forward output: some backward op takes grad_<output>
 };
 
 Plan make_plan(const tk_op* op) {
@@ -81,6 +82,7 @@ Plan make_plan(const tk_op* op) {
   p.save_param.assign(static_cast<size_t>(tk_op_nparams(op)), false);
   p.shape_only.assign(static_cast<size_t>(tk_op_nparams(op)), true);
   p.save_output.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
+  p.takes_grad.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
   for (int i = 0; i < tk_op_nparams(op); ++i)
     if (tk_op_param_kind(op, i) == 0 /* TK_P_TENSOR */) p.tensor_params.push_back(i);
   for (int b = 0; b < tk_op_nbackward(op); ++b) {
@@ -99,6 +101,7 @@ Plan make_plan(const tk_op* op) {
         if (tk_op_param_read(bw, j) || tk_op_nbackward(bw) > 0) p.shape_only[static_cast<size_t>(index)] = false;
       }
       if (src == TK_GRAD_FROM_OUTPUT) p.save_output[static_cast<size_t>(index)] = true;
+      if (src == TK_GRAD_FROM_GRAD) p.takes_grad[static_cast<size_t>(index)] = true;
       call.args.emplace_back(src, index);
     }
     for (int j = 0; j < tk_op_noutputs(bw); ++j) call.targets.push_back(tk_op_backward_target(ctx, op, b, j));
@@ -388,8 +391,11 @@ void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Sta
   auto outs = torch::jit::last(*stack, nout);
   node->saved_outputs.resize(nout);
   for (size_t o = 0; o < nout; ++o) {
+    // an output whose gradient no backward op takes (a state saved for the
+    // backward, a second result) is not differentiable, as an int output:
+    // it does not require grad, so no gradient sent into it is lost unseen
     const at::Tensor& out = outs[o].toTensor();
-    const bool diff = at::isFloatingType(out.scalar_type());
+    const bool diff = at::isFloatingType(out.scalar_type()) && plan.takes_grad[o];
     node->differentiable.push_back(diff);
     if (diff) torch::autograd::set_history(out, node);
     else node->add_input_metadata(torch::autograd::Node::undefined_input());

@@ -598,8 +598,14 @@ void run_on_cuda(Call& c, c10::ArrayRef<c10::IValue> args) {
       c.outputs[i].copy_(c.outputs[i].scalar_type() == at::kBool ? copies[i].any(0) : copies[i].sum(0));
 }
 
-// Replaces the arguments on the stack with the outputs, in schema order.
+// Replaces the arguments on the stack with the outputs, in schema order:
+// a float16 or bfloat16 sum, which the kernel added into in float32 (or
+// float64), rounded to its declared dtype once.
 void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, Call& c) {
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    const auto declared = static_cast<tk_dtype>(tk_op_output_dtype(c.op, c.call.variant, static_cast<int>(i)));
+    if (declared != c.call.out_dtype[i]) c.outputs[i] = c.outputs[i].to(to_scalar_type(declared));
+  }
   TORCH_INTERNAL_ASSERT(handle.schema().returns().size() == c.outputs.size(),
                         "tk.", tk_op_name(c.op), ": schema and spec disagree on outputs");
   torch::jit::drop(*stack, handle.schema().arguments().size());

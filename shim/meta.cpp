@@ -211,7 +211,9 @@ void boxed_meta_symbolic(const c10::OperatorHandle& handle, torch::jit::Stack* s
     if (args[i].isTensor()) check_dims(op, args, static_cast<int>(i));
   std::vector<at::Tensor> outs;
   for (int o = 0; o < call.noutputs; ++o) {
-    const auto options = at::TensorOptions().dtype(scalar_type_of(call.out_dtype[o])).device(c10::kMeta);
+    const auto options =   // (the declared dtype: a float16 sum is added up in float32, returned as float16)
+        at::TensorOptions().dtype(scalar_type_of(static_cast<tk_dtype>(tk_op_output_dtype(call.op, call.variant, o))))
+            .device(c10::kMeta);
     outs.push_back(at::empty_symint(output_shape(op, args, o), options));
   }
   torch::jit::drop(*stack, n);

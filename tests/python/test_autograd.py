@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 
+import torch_tk
 from torch_tk.reference import brick_pad_index, rwkv_conv1d, rwkv_inputs
 
 tk = torch.ops.tk
@@ -246,6 +247,50 @@ def test_only_needed_backward_ops_run():
     assert backward_ops(leaf(w), k) == {"tk::rwkv_backward_w"}
     assert backward_ops(w, leaf(k)) == {"tk::rwkv_backward_k"}
     assert backward_ops(leaf(w), leaf(k)) == {"tk::rwkv_backward_w", "tk::rwkv_backward_k"}
+
+
+def test_outputs_without_grad_are_not_differentiable():
+    """An output no backward op takes grad_<output> of (a state saved for the
+    backward) does not require grad: a gradient cannot be sent into it and
+    dropped unseen. The other output's gradient is right, compiled too."""
+    torch_tk.kernel("""
+op scan_state(x: float[..., T]) -> (y: x.dtype[..., T], h: x.dtype[..., T]):
+    backward scan_state_backward
+    for _ in y:
+        s = 0.0
+        for t in range(T):
+            s = 0.5 * s + x[t]
+            h[t] = s
+            y[t] = 2.0 * s
+
+op scan_state_backward(h: float[..., T], grad_y: h.dtype[..., T]) -> grad_x: h.dtype[..., T]:
+    for _ in grad_x:
+        g = 0.0
+        for j in range(T):
+            t = T - 1 - j
+            g = 0.5 * g + 2.0 * grad_y[t] + 0.0 * h[t]
+            grad_x[t] = g
+""", file="scan_state.tk")
+    x = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
+    y, h = torch.ops.tk.scan_state(x)
+    assert y.requires_grad and not h.requires_grad and h.grad_fn is None
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        h.sum().backward()
+    def ref(x):   # y[t] = 2 * sum_u 0.5^(t-u) x[u]
+        s, out = torch.zeros(3, dtype=torch.float64), []
+        for t in range(7):
+            s = 0.5 * s + x[:, t]
+            out.append(2.0 * s)
+        return torch.stack(out, 1)
+    torch.testing.assert_close(y, ref(x))
+    torch.autograd.gradcheck(lambda x: torch.ops.tk.scan_state(x)[0], (x,))
+    (g,) = torch.autograd.grad((y * y).sum() + h.sum(), x)   # h: a constant
+    (want,) = torch.autograd.grad((ref(x) ** 2).sum(), x)
+    torch.testing.assert_close(g, want)
+    compiled = torch.compile(lambda x: torch.ops.tk.scan_state(x), fullgraph=True, backend="aot_eager")
+    yc, hc = compiled(x)
+    assert yc.requires_grad and not hc.requires_grad
+    torch.testing.assert_close(torch.autograd.grad(yc.sum(), x)[0], torch.autograd.grad(ref(x).sum(), x)[0])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -228,6 +228,38 @@ def test_plus_equals_in_one_iteration_runs_in_parts(tmp_path, tkc):
     torch.testing.assert_close(torch.ops.tk.sum_cols(x), x.sum(0), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_sums_add_up_in_float32(dtype):
+    """A sum declared float16 or bfloat16 is added up in float32 and rounded
+    once: 10,000 ones are 10,000 rounded (a half accumulator stops at 2,048
+    in float16, 256 in bfloat16); the layer norm backward's weight gradient
+    is its float64 value rounded, not a long half-precision sum; fake
+    tensors (torch.compile) get the declared dtype."""
+    torch_tk.kernel("""
+op half_segsum(values: float[E, D], index: int[E], S: int) -> (out: values.dtype[S, D], t: values.dtype[E, 1]):
+    for e, _ in t:
+        t[e, 0] = values[e, 0]
+        for d in range(D):
+            out[index[e], d] += values[e, d]
+""", file="half_segsum.tk")
+    v = torch.ones(10000, 3, dtype=dtype)
+    idx = torch.randint(0, 2, (10000,), generator=torch.Generator().manual_seed(4))
+    out, _ = torch.ops.tk.half_segsum(v, idx, 2)
+    want = torch.zeros(2, 3, dtype=torch.float64).index_add_(0, idx, v.double()).to(dtype)
+    assert out.dtype == dtype and torch.equal(out, want)
+    fake = torch.ops.tk.half_segsum(v.to("meta"), idx.to("meta"), 2)[0]
+    assert fake.dtype == dtype and fake.shape == (2, 3)
+    g = torch.Generator().manual_seed(5)
+    x, gy = (torch.randn(20000, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    w = torch.randn(16, generator=g, dtype=torch.float64)
+    _, gw, gb = ops().sum_layernorm_backward(x.to(dtype), w.to(dtype), 1e-5, gy.to(dtype))
+    _, gw64, gb64 = ops().sum_layernorm_backward(x.to(dtype).double(), w.to(dtype).double(), 1e-5, gy.to(dtype).double())
+    eps = torch.finfo(dtype).eps
+    for a, e in ((gw, gw64), (gb, gb64)):
+        assert a.dtype == dtype
+        assert ((a.double() - e).abs() <= 4 * eps * e.abs() + 1e-2).all(), (a, e)
+
+
 def test_cuda_plan_of_sums(tmp_path, tkc):
     """`tkc plan --target cuda` (no GPU needed): with schedule parts=N the sums
     and a one-iteration row loop run in parts, which the kernel's source
