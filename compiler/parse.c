@@ -241,6 +241,9 @@ static tk_expr *parse_primary(parser *p) {
         e = parse_expr(p);
         expect(p, TK_T_RPAREN, "')'");
         return e;
+    case TK_T_LBRACKET:   /* a Python list: no local arrays in a spec */
+        error_at(p, p->tok.loc, "expected an expression, found '[': a spec has no lists or local arrays (keep "
+                 "per-element state in an output, or in scalar locals)");
     default:
         expected(p, "an expression");
     }
@@ -517,6 +520,29 @@ static tk_stmt *parse_for(parser *p) {
 }
 
 /* stmt := pass | assignment | store | if | for */
+/* Fails at a Python statement the spec language does not have (the
+ * lexer reads its keyword as a name), saying what to write instead. */
+static void unsupported_statement(parser *p) {
+    static const struct { const char *word, *instead; } words[] = {
+        {"while", "loops are 'for NAME in range(...)', their bounds known when the loop starts"},
+        {"break", "a loop runs its whole range (guard the rest of the body with 'if')"},
+        {"continue", "guard the rest of the loop body with 'if'"},
+        {"return", "an op stores its outputs ('y[i] = ...') and has no return value"},
+        {"def", "a spec file holds ops ('op NAME(...) -> ...:'); write a helper's expression inline"},
+        {"assert", "a check on data is a store whose index is out of range when it fails"},
+    };
+    const char *lead = "is not part of the spec language (docs/spec.md, Grammar)";
+    static const char *const python_only[] = {"import", "from", "with", "try", "raise", "del", "global",
+                                             "nonlocal", "yield", "lambda", "class"};
+    if (p->tok.kind != TK_T_NAME) return;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strlen(words[i].word) == p->tok.len && memcmp(words[i].word, p->tok.start, p->tok.len) == 0)
+            error_at(p, p->tok.loc, "'%s' %s: %s", words[i].word, lead, words[i].instead);
+    for (size_t i = 0; i < sizeof python_only / sizeof python_only[0]; i++)
+        if (strlen(python_only[i]) == p->tok.len && memcmp(python_only[i], p->tok.start, p->tok.len) == 0)
+            error_at(p, p->tok.loc, "'%s' %s", python_only[i], lead);
+}
+
 static tk_stmt *parse_stmt(parser *p) {
     tk_stmt *s;
     switch (p->tok.kind) {
@@ -525,7 +551,9 @@ static tk_stmt *parse_stmt(parser *p) {
         next(p);
         end_stmt(p);
         return s;
-    case TK_T_NAME: return parse_assign(p);
+    case TK_T_NAME:
+        unsupported_statement(p);
+        return parse_assign(p);
     case TK_T_IF: return parse_if(p);
     case TK_T_FOR: return parse_for(p);
     default: expected(p, "a statement");

@@ -551,6 +551,21 @@ static const bad_case bad_cases[] = {
     {H "    schedule foo=2\n" L "        pass\n",
      "t.tk:2:14: error: unknown schedule item 'foo' (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop or parts)"},
     {H "    schedule rows=2, rows=4\n" L "        pass\n", "t.tk:2:22: error: schedule item 'rows' is given twice"},
+    {H "    schedule parts=3\n" L "        pass\n", "t.tk:2:20: error: schedule parts=3: expected a power of two from 1 to 65536"},
+    /* Python statements the language lacks: what to write instead */
+    {H L "        while i < 3:\n            pass\n",
+     "t.tk:3:9: error: 'while' is not part of the spec language (docs/spec.md, Grammar): loops are 'for NAME in "
+     "range(...)', their bounds known when the loop starts"},
+    {H L "        break\n",
+     "t.tk:3:9: error: 'break' is not part of the spec language (docs/spec.md, Grammar): a loop runs its whole range "
+     "(guard the rest of the body with 'if')"},
+    {H L "        return y\n",
+     "t.tk:3:9: error: 'return' is not part of the spec language (docs/spec.md, Grammar): an op stores its outputs "
+     "('y[i] = ...') and has no return value"},
+    {H L "        import math\n", "t.tk:3:9: error: 'import' is not part of the spec language (docs/spec.md, Grammar)"},
+    {H L "        h = [0.0] * 4\n",
+     "t.tk:3:13: error: expected an expression, found '[': a spec has no lists or local arrays (keep per-element "
+     "state in an output, or in scalar locals)"},
     {H "    schedule rows 2\n" L "        pass\n", "t.tk:2:19: error: expected '=' after a schedule item, found '2'"},
     {H "    schedule\n" L "        pass\n",
      "t.tk:2:13: error: expected a schedule item (lanes, rows, warp_rows, chunk, split, ldg, tiles, regs, coop or parts), found NEWLINE"},
