@@ -485,16 +485,22 @@ bool copied(const Call& c, size_t i) {
   return c.call.kargs.numel == 1 || tk_op_output_sum(c.op, static_cast<int>(i));
 }
 
+// The elements and bytes of a call's tensor arguments.
+void input_size(c10::ArrayRef<c10::IValue> args, int64_t* elems, int64_t* bytes) {
+  *elems = *bytes = 0;
+  for (const c10::IValue& v : args)
+    if (v.isTensor()) {
+      *elems += v.toTensor().numel();
+      *bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());
+    }
+}
+
 int64_t parts_for(const Call& c, c10::ArrayRef<c10::IValue> args) {
   const int64_t numel = c.call.kargs.numel;
   const bool parted = numel == 1 && tk_op_cpu_parts(c.op, c.call.variant);
   if (max_parts() == 1 || (!parted && !(numel > 1 && tk_op_has_sum(c.op)))) return 1;
   int64_t elems = 0, bytes = 0, out_bytes = 0;
-  for (const c10::IValue& v : args)
-    if (v.isTensor()) {
-      elems += v.toTensor().numel();
-      bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());
-    }
+  input_size(args, &elems, &bytes);
   for (size_t i = 0; i < c.outputs.size(); ++i)
     if (copied(c, i)) out_bytes += c.outputs[i].numel() * static_cast<int64_t>(c.outputs[i].element_size());
   int64_t n = std::min({max_parts(), elems / kPartElems, parted ? max_parts() : numel});
@@ -563,17 +569,14 @@ constexpr int64_t kGpuPartElems = 256;
 void run_on_cuda(Call& c, c10::ArrayRef<c10::IValue> args) {
   unsigned copied = 0;
   bool parted = false;
-  const int cap = c.call.kargs.numel > 0 ? cuda_parts(c.call, &copied, &parted) : 0;
+  const int64_t numel = c.call.kargs.numel;   // (only ops with sums or one iteration can run in parts)
+  const int cap = numel > 0 && (numel == 1 || tk_op_has_sum(c.op)) ? cuda_parts(c.call, &copied, &parted) : 0;
   int64_t elems = 0, bytes = 0, out_bytes = 0;
-  for (const c10::IValue& v : args)
-    if (v.isTensor()) {
-      elems += v.toTensor().numel();
-      bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());
-    }
+  input_size(args, &elems, &bytes);
   for (size_t i = 0; i < c.outputs.size(); ++i)
     if (copied >> i & 1u) out_bytes += c.outputs[i].numel() * static_cast<int64_t>(c.outputs[i].element_size());
   int64_t n = std::min<int64_t>(cap, elems / kGpuPartElems);
-  if (!parted) n = std::min(n, c.call.kargs.numel);
+  if (!parted) n = std::min(n, numel);
   if (out_bytes > 0) n = std::min(n, 1 + bytes / 2 / out_bytes);
   if (n <= 1) {   // not in parts, or one thread: straight into the outputs
     run_cuda(c.call);

@@ -5,9 +5,11 @@
  * unrolling or SIMD), and as CUDA run on the CPU by cuda_emu.h (tkv_cuda_*:
  * lane tiles, group rows, partial tiles, grid-stride loops; tkv_cudat_*: the
  * same in another tile shape, TK_CUDA_TUNE=lanes=4,rows=8,warp_rows=16,
- * chunk=128,split=4,ldg=8,tiles=1,regs=64,coop=8 when generated, as schedule
- * lines give: row loops in the cooperative form of 8 lanes an iteration
- * where plan_coop.c allows it, 32 or 4 by tests/specs/coop_rows.tk's lines;
+ * chunk=128,split=4,ldg=8,tiles=1,regs=64,coop=8,parts=16 when generated, as
+ * schedule lines give: row loops in the cooperative form of 8 lanes an
+ * iteration where plan_coop.c allows it, 32 or 4 by tests/specs/coop_rows.tk's
+ * lines; sums and parted row loops in parts, 1 to 32 threads adding into
+ * copies that are summed after (as the shim does), by tests/specs' lines too;
  * the default shape takes a tile and its mirror image a thread only where
  * loop bounds move with the innermost variable, tiles=2 everywhere), and
  * all of them
