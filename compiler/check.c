@@ -725,6 +725,14 @@ static tk_status check_read_back(checker *c, tk_expr *e, int o) {
     return TK_OK;
 }
 
+/* The value of e when it is a negative integer constant (-1, -(2)), else 0. */
+static long long negative_constant(const tk_expr *e) {
+    if (e->kind == TK_E_INT && e->ival < 0) return e->ival;
+    if (e->kind == TK_E_UNARY && e->op == TK_OPC_NEG && e->args[0]->kind == TK_E_INT && e->args[0]->ival > 0)
+        return -e->args[0]->ival;
+    return 0;
+}
+
 static tk_status check_index(checker *c, tk_expr *e) {
     int idx;
     tk_sym_kind k = tk_resolve_header(c->op, e->name, &idx);
@@ -745,6 +753,9 @@ static tk_status check_index(checker *c, tk_expr *e) {
         TRY(check_expr(c, e->args[i]));
         if (e->args[i]->vtype != TK_V_INT)
             return fail(c, e->args[i]->loc, "an index must be an int, not %s", vtype_name(e->args[i]->vtype));
+        if (negative_constant(e->args[i]))   /* (reads are unchecked: x[-1] would read before x) */
+            return fail(c, e->args[i]->loc, "index %lld of '%s' is negative: indices do not wrap as in Python "
+                        "(the last element is the dim's size - 1)", negative_constant(e->args[i]), e->name);
     }
     e->ref = idx;
     e->vtype = elem_vtype(tk_variant_dtype(c->op, c->variant, idx));

@@ -432,7 +432,7 @@ static tk_stmt *parse_assign(parser *p) {
     if (accept(p, TK_T_LBRACKET)) {
         s->kind = TK_S_STORE;
         snprintf(what, sizeof what, "in the index of '%.40s'", s->name);
-        s->index = parse_expr_list(p, TK_T_RBRACKET, 0, what, &s->nindex);
+        s->index = parse_expr_list(p, TK_T_RBRACKET, 1, what, &s->nindex);
     }
     op = assign_op(p->tok.kind);
     if (op < 0) {

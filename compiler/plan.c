@@ -166,9 +166,10 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
         /* after them: beside vector bodies the narrow one runs as x86-64-v3
          * or baseline code only (lane_plan's rows read P->wide) */
         plan_cpu_body(P, TK_BODY_NARROW, &scratch);
-        /* row loops vectorise only without run-time checks (checked stores
-         * are conditional, and record the first failure atomically) */
-        if (!P->checked && !P->data_checked && !bounds_any_check(P)) plan_rows(P);
+        /* row loops: their inner loops without run-time checks vectorise
+         * (checked accesses are conditional, and record the first failure
+         * atomically: plan_rows.c) */
+        plan_rows(P);
         /* one CPU: the bodies it compiles (tk_kernel.h: TK_VXW with
          * AVX-512, TK_VXH with AVX2 and FMA but not AVX-512) */
         P->kept[TK_BODY_NARROW] = 1;
@@ -240,8 +241,12 @@ static void body_text(tk_buf *b, const tk_plan *P, const tk_body_plan *B, int gp
  * they depend on a tensor's values (docs/spec.md, Bounds). */
 static void data_checked_text(tk_buf *b, const tk_plan *P) {
     if (P->data_checked)
-        tk_buf_puts(b, "  gathers: read indices that depend on a tensor's values are compared to their dim's size "
-                       "(an index out of range is an error); the plain form\n");
+        tk_buf_puts(b, P->row_loop
+                           ? "  gathers: read indices that depend on a tensor's values are compared to their dim's "
+                             "size (an index out of range is an error); the loops that make such reads run as "
+                             "written, the others as planned below\n"
+                           : "  gathers: read indices that depend on a tensor's values are compared to their dim's "
+                             "size (an index out of range is an error); the plain form\n");
 }
 
 /* A row loop's stores: per store, the indices on owned dims proven in range

@@ -140,11 +140,37 @@ static int vec_loop(const tk_op *op, const tk_stmt *loop, tk_row_vec *v) {
     return stores_independent(op, loop, assigned);
 }
 
+/* Whether e reads at an index the kernel checks at run time (a gather's
+ * data-dependent index in a kernel that checks them). */
+static int expr_checked(const tk_plan *P, const tk_expr *e) {
+    if (!e) return 0;
+    if (e->kind == TK_E_INDEX && P->data_checked && e->data_index) return 1;
+    for (int i = 0; i < e->nargs; i++)
+        if (expr_checked(P, e->args[i])) return 1;
+    return 0;
+}
+
+/* Whether statement s (with what it nests) makes an access the kernel
+ * checks at run time: a checked store (conditional, recording the first
+ * failure) or a checked read. Such a loop runs as written. */
+static int stmt_checked(const tk_plan *P, const tk_stmt *s) {
+    if (s->kind == TK_S_STORE && store_checks(P, s)) return 1;
+    if (expr_checked(P, s->value) || expr_checked(P, s->lo) || expr_checked(P, s->hi)) return 1;
+    for (int k = 0; k < s->nindex; k++)
+        if (expr_checked(P, s->index[k])) return 1;
+    for (int i = 0; i < s->nbody; i++)
+        if (stmt_checked(P, s->body[i])) return 1;
+    for (int i = 0; i < s->norelse; i++)
+        if (stmt_checked(P, s->orelse[i])) return 1;
+    return 0;
+}
+
 /* Plans every inner loop of body at any depth into P->rows. */
 static void plan_block(tk_plan *P, tk_stmt **body, int n) {
     for (int i = 0; i < n; i++) {
         const tk_stmt *s = body[i];
-        if (s->kind == TK_S_FOR && P->rows.nvec < TK_MAX_ROW_VEC && vec_loop(P->op, s, &P->rows.vec[P->rows.nvec])) {
+        if (s->kind == TK_S_FOR && P->rows.nvec < TK_MAX_ROW_VEC && !stmt_checked(P, s) &&
+            vec_loop(P->op, s, &P->rows.vec[P->rows.nvec])) {
             P->rows.nvec++;
             continue;
         }
@@ -374,8 +400,12 @@ void gpu_parts_plan(tk_plan *P) {
 
 void plan_rows(tk_plan *P) {
     memset(&P->rows, 0, sizeof P->rows);
-    if (!P->row_loop || P->plain || P->target != TK_TARGET_C) return;
+    if (!P->row_loop || P->plain || P->checked || P->target != TK_TARGET_C) return;
+    /* loops without run-time checks vectorise beside those with (a gather
+     * read outside them, a checked store); lanes across iterations and
+     * parts only where nothing is checked */
     plan_block(P, P->op->decl->body, P->op->decl->nbody);
+    if (P->data_checked || bounds_any_check(P)) return;
     plan_lanes_across(P);
     plan_parts(P);
 }

@@ -28,6 +28,9 @@ static const bad_spec k_bad[] = {
     {HDR "        if i:\n            y[i] = x[i]\n",
      "bad.tk:3:12: error: an 'if' condition must be a bool, got int (compare explicitly)"},
     {HDR "        y[i] = x[i * 1.5]\n", "bad.tk:3:20: error: an index must be an int, not float32"},
+    {HDR "        y[i] = x[-1]\n",
+     "bad.tk:3:18: error: index -1 of 'x' is negative: indices do not wrap as in Python (the last element is the "
+     "dim's size - 1)"},
     {HDR "        y[i] = foo(x[i])\n", "bad.tk:3:16: error: unknown function 'foo'"},
     {HDR "        y[i] = min(x[i])\n", "bad.tk:3:16: error: min() takes 2 arguments, got 1"},
     {HDR "        if True:\n            t = 1\n        y[i] = t\n", "bad.tk:5:16: error: unknown name 't'"},

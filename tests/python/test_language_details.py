@@ -354,6 +354,29 @@ def test_tensors_without_dims_read_as_x_brackets(dtype):
         torch.testing.assert_close(got, x - torch.maximum(x.amax(-1, keepdim=True), t))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_output_without_dims_stored_as_out_brackets(dtype):
+    """An output with no explicit dims (lse: x.dtype[...]) is stored as lse[]:
+    one value per batch element, a row's logsumexp beside the row's log
+    softmax, for 0 to 2 batch dims, strided and empty inputs; compiled too.
+    Two iterations storing one such element are refused (the race rule)."""
+    torch_tk.load(ZERO_DIMS)
+    g = torch.Generator().manual_seed(51)
+    for shape in [(7,), (3, 7), (2, 3, 7), (0, 7), (4, 1)]:
+        x = torch.randn(*shape, generator=g, dtype=dtype) * 3
+        for xs in (x, x.transpose(0, -1).contiguous().transpose(0, -1)):
+            lse, y = torch.ops.tk.zero_dim_lse(xs)
+            assert lse.shape == xs.shape[:-1] and lse.dtype == dtype
+            torch.testing.assert_close(lse, torch.logsumexp(xs, -1))
+            torch.testing.assert_close(y, torch.log_softmax(xs, -1))
+    f = torch.compile(lambda x: torch.ops.tk.zero_dim_lse(x)[0], fullgraph=True)
+    x = torch.randn(5, 9, generator=g, dtype=dtype)
+    torch.testing.assert_close(f(x), torch.logsumexp(x, -1))
+    with pytest.raises(torch_tk.SpecError, match=r"store to out\[\] does not index any dim with the loop variable r"):
+        torch_tk.kernel("op ld_race(x: float[..., R, N]) -> (out: x.dtype[...], y: x.dtype[..., R, N]):\n"
+                        "    for r, _ in y:\n        y[r, 0] = 1.0\n        out[] = x[r, 0]\n", file="race.tk")
+
+
 def test_unindexed_tensor_says_how_to_index_it():
     with pytest.raises(torch_tk.SpecError, match=r"tensor 's' must be indexed: s\[\] \(it has no dims after"):
         torch_tk.kernel("op ld_noidx(x: float[N], s: x.dtype[]) -> y: x.dtype[N]:\n    for i in y:\n"

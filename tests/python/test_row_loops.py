@@ -659,3 +659,40 @@ def test_row_loop_outputs_that_are_empty(T):
     total, cs = tk.rl_sum_prefix(x[:, :, 0])
     torch.testing.assert_close(total[:, 0], x[:, :, 0].sum(1))
     torch.testing.assert_close(cs, x[:, :, 0].cumsum(1))
+
+
+def test_a_gather_keeps_the_row_vectorised(tkc):
+    """tests/specs/row_loops.tk's row_xent (cross-entropy): the read at the
+    row's target index is data-dependent and checked at run time, and the
+    loops over the row still vectorise (they were all plain before); it
+    matches F.cross_entropy, and a target out of range is an error naming
+    the read, not a value read from outside the row."""
+    path = os.path.join(ROOT, "tests", "specs", "row_loops.tk")
+    torch_tk.load(path)
+    plan = subprocess.run([tkc, "plan", "--target", "cpu", path], capture_output=True, text=True, check=True).stdout
+    xent = plan[plan.index("plan row_xent, variant f32_i64"):]
+    xent = xent[:xent.index("\nplan ")] if "\nplan " in xent else xent
+    assert "the loops that make such reads run as written" in xent
+    assert xent.count("vectorised along the row (omp simd)") == 2
+    g = gen(31)
+    for N, V in [(1, 1), (7, 5), (300, 1000)]:
+        for dtype in (torch.float32, torch.float64):
+            logits = torch.randn(N, V, generator=g, dtype=dtype) * 4
+            target = torch.randint(0, V, (N,), generator=g)
+            for x in views(logits):
+                got = torch.ops.tk.row_xent(x, target)[:, 0]
+                want = F.cross_entropy(x.double(), target, reduction="none")
+                torch.testing.assert_close(got.double(), want, **TOL[dtype])
+    # the same spec reading logits[n, target[n]] as written (no % V): a target out of range is an error
+    with open(path) as f:
+        text = f.read()
+    text = text[text.index("op row_xent"):].replace("row_xent", "row_xent_unwrapped")
+    text = text.replace("(logits[n, target[n] % V] if V > 0 else 0.0)", "logits[n, target[n]]")
+    torch_tk.kernel(text, file="row_xent_unwrapped.tk")
+    logits = torch.randn(4, 5, generator=g)
+    good = torch.tensor([0, 1, 2, 4])
+    torch.testing.assert_close(torch.ops.tk.row_xent_unwrapped(logits, good)[:, 0],
+                               F.cross_entropy(logits, good, reduction="none"))
+    for t in (5, -1):
+        with pytest.raises(RuntimeError, match=r"read logits\[:, %d\] out of range: dim 1 \(V\) has size 5" % t):
+            torch.ops.tk.row_xent_unwrapped(logits, torch.tensor([0, 1, t, 4]))
