@@ -168,7 +168,8 @@ int tk_op_output_sum(const tk_op *op, int i);
  * the caller rounds it to this dtype after. -1 for a bad i or v. */
 int tk_op_output_dtype(const tk_op *op, int variant, int i);
 int tk_op_has_sum(const tk_op *op);   /* 1 if some output is a sum (tk_cuda_launch refuses such an op
-                                        * whose loop has more than one iteration: its threads would race) */
+                                        * whose loop has more than one iteration, its threads would race,
+                                        * unless its kernel runs in parts: tk_cuda_parts) */
 /* 1 when the op's loop body has no `for`: a few operations per element, so
  * its speed is that of its memory traffic (brick_pad), and index i of the
  * index space writes element i of each output. 0 for a row loop (its

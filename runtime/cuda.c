@@ -590,9 +590,18 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
                         : k->per_thread < 0 ? kargs.numel * -k->per_thread
                                             : kargs.numel / k->per_thread + (kargs.numel % k->per_thread != 0);
         unsigned block = tk_cuda_block_size_occ(items, d->nsm, k->resident);
+        /* (grid-stride kernels take a grid capped at 32 blocks an SM; a thread of a kernel in parts runs its
+         * part alone, so its grid covers every part) */
+        int64_t grid = k->parts ? (items + block - 1) / block : (int64_t)tk_cuda_grid_size(items, block, d->nsm);
+        if (grid > 0x7fffffff) {
+            tk_put(msg, msglen, "tk.%s: %lld parts is too many for one launch", tk_op_name(call->op),
+                   (long long)kargs.nparts);
+            if (drec) cu->cu.mem_free(drec);
+            leave(cu, pushed);
+            return TK_ERR_INVALID;
+        }
         if (r == 0)
-            r = cu->cu.launch(k->fn, tk_cuda_grid_size(items, block, d->nsm), 1, 1, block, 1, 1, 0,
-                              (CUstream)stream, params, NULL);
+            r = cu->cu.launch(k->fn, (unsigned)grid, 1, 1, block, 1, 1, 0, (CUstream)stream, params, NULL);
         if (r == 0 && drec) r = cu->cu.copy_to_host_async(&rec, drec, sizeof rec, (CUstream)stream);
         if (r == 0 && drec) r = cu->cu.stream_sync((CUstream)stream);   /* checked launches wait for the kernel */
         if (drec) cu->cu.mem_free(drec);

@@ -648,10 +648,14 @@ static void test_fake_parts(tk_cuda *cu, tk_ctx *ctx, fake_stats *st) {
             continue;
         }
         CHECK(rc == TK_OK && st->last_grid == 1 && st->launches == launches + 1);   /* nparts unset: one thread */
-        call.kargs.nparts = 100;
-        CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
-        CHECK((long)st->last_grid * st->last_block >= 100 && (long)(st->last_grid - 1) * st->last_block < 100);
-        CHECK(st->last_kargs.nparts == 100);
+        /* every part gets its thread: the grid is not capped at 32 blocks an SM as a grid-stride
+         * kernel's is (a part's thread runs it alone) */
+        for (long np = 100; np <= 3000000; np += 2999900) {
+            call.kargs.nparts = np;
+            CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_OK);
+            CHECK((long)st->last_grid * st->last_block >= np && (long)(st->last_grid - 1) * st->last_block < np);
+            CHECK(st->last_kargs.nparts == np);
+        }
     }
 }
 
