@@ -495,6 +495,14 @@ void input_size(c10::ArrayRef<c10::IValue> args, int64_t* elems, int64_t* bytes)
     }
 }
 
+// n copies of output o, [n, *o's shape], each holding the additive
+// identity: -0.0 for floats (adding it keeps a -0.0), 0 for ints, false.
+at::Tensor identity_copies(const at::Tensor& o, int64_t n) {
+  std::vector<int64_t> shape{n};
+  shape.insert(shape.end(), o.sizes().begin(), o.sizes().end());
+  return at::isFloatingType(o.scalar_type()) ? at::full(shape, -0.0, o.options()) : at::zeros(shape, o.options());
+}
+
 int64_t parts_for(const Call& c, c10::ArrayRef<c10::IValue> args) {
   const int64_t numel = c.call.kargs.numel;
   const bool parted = numel == 1 && tk_op_cpu_parts(c.op, c.call.variant);
@@ -522,11 +530,7 @@ void run_parts(Call& c, int64_t n) {
   const bool parted = numel == 1;
   std::vector<at::Tensor> rest(c.outputs.size());  // per copied output: [n - 1, *its shape]
   for (size_t i = 0; i < c.outputs.size(); ++i) {
-    if (!copied(c, i)) continue;
-    const at::Tensor& o = c.outputs[i];
-    std::vector<int64_t> shape{n - 1};
-    shape.insert(shape.end(), o.sizes().begin(), o.sizes().end());
-    rest[i] = at::isFloatingType(o.scalar_type()) ? at::full(shape, -0.0, o.options()) : at::zeros(shape, o.options());
+    if (copied(c, i)) rest[i] = identity_copies(c.outputs[i], n - 1);
   }
   std::atomic<bool> refused{false};
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
@@ -571,6 +575,10 @@ void run_on_cuda(Call& c, c10::ArrayRef<c10::IValue> args) {
   bool parted = false;
   const int64_t numel = c.call.kargs.numel;   // (only ops with sums or one iteration can run in parts)
   const int cap = numel > 0 && (numel == 1 || tk_op_has_sum(c.op)) ? cuda_parts(c.call, &copied, &parted) : 0;
+  if (cap <= 1) {   // not in parts: as planned
+    run_cuda(c.call);
+    return;
+  }
   int64_t elems = 0, bytes = 0, out_bytes = 0;
   input_size(args, &elems, &bytes);
   for (size_t i = 0; i < c.outputs.size(); ++i)
@@ -578,7 +586,7 @@ void run_on_cuda(Call& c, c10::ArrayRef<c10::IValue> args) {
   int64_t n = std::min<int64_t>(cap, elems / kGpuPartElems);
   if (!parted) n = std::min(n, numel);
   if (out_bytes > 0) n = std::min(n, 1 + bytes / 2 / out_bytes);
-  if (n <= 1) {   // not in parts, or one thread: straight into the outputs
+  if (n <= 1) {   // one thread: straight into the outputs
     run_cuda(c.call);
     return;
   }
@@ -588,9 +596,7 @@ void run_on_cuda(Call& c, c10::ArrayRef<c10::IValue> args) {
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     if (!(copied >> i & 1u)) continue;
     const at::Tensor& o = c.outputs[i];
-    std::vector<int64_t> shape{n};
-    shape.insert(shape.end(), o.sizes().begin(), o.sizes().end());
-    copies[i] = at::isFloatingType(o.scalar_type()) ? at::full(shape, -0.0, o.options()) : at::zeros(shape, o.options());
+    copies[i] = identity_copies(o, n);
     const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
     TORCH_CHECK(tk_set_output(&call, static_cast<int>(i), to_view(copies[i][0], true, w)) == TK_OK, call.msg);
     call.kargs.pstride[i] = o.numel();
