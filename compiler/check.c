@@ -1,6 +1,7 @@
 /* check.c - the checker: resolves names, binds slots, checks shapes and
  * types of an op declaration, and annotates its body for one variant at a
  * time (tk_check_body) so the emitters can read value types off the AST. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,13 @@
 static const char *const k_functions[] = {
     "min", "max", "abs", "floor", "ceil", "exp", "log", "sqrt", "tanh",
     "sigmoid", "int", "float", "float32", "float64", "bool", "range", NULL};
+
+/* More of C99's <math.h> (and CUDA's), printed as sinf/sin by float type.
+ * Unlike the names above they are not reserved: specs written before them
+ * name tables `cos` and `sin` (a call is always NAME '(', so no clash). */
+static const char *const k_maths[] = {
+    "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
+    "erf", "erfc", "log1p", "expm1", "log2", "log10", NULL};
 
 typedef struct checker {
     tk_op *op;
@@ -67,10 +75,21 @@ static int is_namespace_attr(const char *name) {
            (n > 4 && strncmp(name, "__", 2) == 0 && strcmp(name + n - 2, "__") == 0);
 }
 
-static int is_function(const char *name) {
-    for (int i = 0; k_functions[i]; i++)
-        if (strcmp(k_functions[i], name) == 0) return 1;
+static int in_list(const char *const *list, const char *name) {
+    for (int i = 0; list[i]; i++)
+        if (strcmp(list[i], name) == 0) return 1;
     return 0;
+}
+
+/* Whether name is reserved for a built-in function. */
+static int is_function(const char *name) { return in_list(k_functions, name); }
+
+/* What a reserved name is ("a built-in function", "the built-in constant
+ * infinity"), or NULL when name is free to name a parameter, dim or local. */
+static const char *reserved(const char *name) {
+    if (is_function(name)) return "a built-in function";
+    if (strcmp(name, "inf") == 0) return "the built-in constant infinity";
+    return NULL;
 }
 
 static int is_owned(const char *name) { return tk_owned_dim(name); }
@@ -149,8 +168,8 @@ static tk_status bind_tensor_dims(checker *c, int i) {
         if (k == TK_SYM_NONE) {
             if (op->ndims + op->nints >= TK_MAX_INTS)
                 return fail(c, e->loc, "too many scalar parameters and dims (limit %d)", TK_MAX_INTS);
-            if (is_function(e->name))
-                return fail(c, e->loc, "'%s' is a built-in function and cannot name a dim", e->name);
+            if (reserved(e->name))
+                return fail(c, e->loc, "'%s' is %s and cannot name a dim", e->name, reserved(e->name));
             tk_dimsym *ds = &op->dims[op->ndims++];
             ds->name = e->name;
             ds->param = i;
@@ -177,8 +196,8 @@ static tk_status check_unique(checker *c) {
     int n = d->nparams + d->noutputs;
     for (int i = 0; i < n; i++) {
         const tk_param *a = i < d->nparams ? &d->params[i] : &d->outputs[i - d->nparams];
-        if (is_function(a->name))
-            return fail(c, a->loc, "'%s' is a built-in function and cannot name a parameter", a->name);
+        if (reserved(a->name))
+            return fail(c, a->loc, "'%s' is %s and cannot name a parameter", a->name, reserved(a->name));
         if (i < d->nparams && is_schema_keyword(a->name))
             return fail(c, a->loc, "'%s' cannot name a parameter: torch's operator schemas reserve it", a->name);
         for (int j = 0; j < i; j++) {
@@ -329,6 +348,9 @@ static tk_status check_defaults(checker *c) {
             if (!is_number_literal(e))
                 return fail(c, e->loc, "the default of float '%s' must be a number such as 1e-5 or -0.5, "
                                        "not an expression", p->name);
+            if (isinf(tk_float_default(p)))
+                return fail(c, e->loc, "the default of float '%s' cannot be infinite: torch's operator schemas "
+                                       "have no infinity (give a finite number such as 1e30)", p->name);
             continue;
         }
         int neg = e->kind == TK_E_UNARY && e->op == TK_OPC_NEG;
@@ -419,7 +441,7 @@ static tk_status check_loop(checker *c) {
             op->row_loop = 1;
             continue;
         }
-        if (tk_resolve_header(op, d->loop_vars[i], &idx) != TK_SYM_NONE || is_function(d->loop_vars[i]))
+        if (tk_resolve_header(op, d->loop_vars[i], &idx) != TK_SYM_NONE || reserved(d->loop_vars[i]))
             return fail(c, d->loop_locs[i], "loop variable '%s' hides a parameter, dim or function",
                         d->loop_vars[i]);
         for (int j = 0; j < i; j++)
@@ -812,8 +834,8 @@ static tk_status check_cond(checker *c, tk_expr *e) {
 
 static tk_status check_call(checker *c, tk_expr *e) {
     const char *f = e->name;
-    int two = strcmp(f, "min") == 0 || strcmp(f, "max") == 0;
-    if (!is_function(f) || strcmp(f, "range") == 0)
+    int two = strcmp(f, "min") == 0 || strcmp(f, "max") == 0 || strcmp(f, "atan2") == 0;
+    if (!(is_function(f) || in_list(k_maths, f)) || strcmp(f, "range") == 0)
         return fail(c, e->loc, strcmp(f, "range") == 0 ? "range() is only allowed in a 'for' loop"
                                                        : "unknown function '%s'", f);
     if (e->nargs != (two ? 2 : 1))
@@ -828,10 +850,10 @@ static tk_status check_call(checker *c, tk_expr *e) {
     for (int i = 0; i < e->nargs; i++)
         if (!is_num(e->args[i]->vtype))
             return fail(c, e->args[i]->loc, "%s() needs numbers, got %s", f, vtype_name(e->args[i]->vtype));
-    if (two) e->vtype = promote(a, e->args[1]->vtype);
-    else if (strcmp(f, "abs") == 0) e->vtype = a;
+    if (two) a = promote(a, e->args[1]->vtype);
+    if (strcmp(f, "min") == 0 || strcmp(f, "max") == 0 || strcmp(f, "abs") == 0) e->vtype = a;
     else if (strcmp(f, "floor") == 0 || strcmp(f, "ceil") == 0) e->vtype = TK_V_INT;
-    else e->vtype = is_float(a) ? a : c->ftype;     /* exp log sqrt tanh sigmoid */
+    else e->vtype = is_float(a) ? a : c->ftype;     /* exp log sqrt tanh sigmoid sin atan2 ... */
     return TK_OK;
 }
 
@@ -869,8 +891,8 @@ static tk_status declare_local(checker *c, tk_stmt *s, tk_vtype t) {
     int idx;
     if (tk_resolve_header(c->op, s->name, &idx) != TK_SYM_NONE || find_loop_var(c->op->decl, s->name) >= 0)
         return fail(c, s->loc, "cannot assign to '%s': it is a parameter, dim, tensor or loop variable", s->name);
-    if (is_function(s->name))
-        return fail(c, s->loc, "'%s' is a built-in function and cannot name a variable", s->name);
+    if (reserved(s->name))
+        return fail(c, s->loc, "'%s' is %s and cannot name a variable", s->name, reserved(s->name));
     if (c->op->row_loop && is_owned(s->name))
         return fail(c, s->loc, "'_' marks a dim the iteration owns in the loop header; give the variable a name");
     tk_local *l = &c->op->locals[c->op->nlocals];

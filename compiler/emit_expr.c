@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <limits.h>
 #include <string.h>
 
@@ -59,6 +60,10 @@ static void close_conv(emitter *E, tk_vtype from, tk_vtype to) {
 
 static void float_lit(emitter *E, double v, tk_vtype t) {
     char s[64];
+    if (isinf(v)) {   /* the spec's inf (a literal cannot overflow: lex.c) */
+        tk_buf_puts(E->b, v > 0 ? (t == TK_V_F32 ? "TK_INFF" : "TK_INF") : (t == TK_V_F32 ? "(-TK_INFF)" : "(-TK_INF)"));
+        return;
+    }
     snprintf(s, sizeof s, t == TK_V_F32 ? "%.9g" : "%.17g", v);
     if (!strpbrk(s, ".eEni")) strcat(s, ".0");
     tk_buf_puts(E->b, s);

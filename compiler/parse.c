@@ -8,6 +8,7 @@
 #include "lex.h"
 #include "core.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -234,6 +235,9 @@ static tk_expr *parse_primary(parser *p) {
             snprintf(ctx, sizeof ctx, "in the index of '%.40s'", e->name);
             e->args = parse_expr_list(p, TK_T_RBRACKET, 1, ctx, &e->nargs);
             set_height(p, e);
+        } else if (strcmp(e->name, "inf") == 0) {   /* the float literal infinity (-inf: its negation) */
+            e->kind = TK_E_FLOAT;
+            e->fval = HUGE_VAL;
         }
         return e;
     case TK_T_LPAREN:

@@ -190,6 +190,14 @@ static inline int tk_env_narrow(void) {
 #else
 #define TK_FN static inline
 #endif
+/* The spec's literal inf, in float and double (no <math.h> under NVRTC). */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define TK_INFF __int_as_float(0x7f800000)
+#define TK_INF __longlong_as_double(0x7ff0000000000000LL)
+#else
+#define TK_INFF __builtin_inff()
+#define TK_INF __builtin_inf()
+#endif
 
 /* A bounds check: whether 0 <= i < n; if not, records the access in *err
  * when it is the launch's first failure (see tk_kerr). */

@@ -460,9 +460,14 @@ static tk_status bind_outputs(binder *b) {
     for (int o = 0; o < d->noutputs && !op->row_loop; o++) {
         int same = call->out_ndim[o] == call->out_ndim[lo];
         for (int j = 0; same && j < call->out_ndim[o]; j++) same = call->out_sizes[o][j] == call->out_sizes[lo][j];
-        if (!same)
-            return call_fail(call, "output '%s' has a different shape from the loop output '%s'",
-                             d->outputs[o].name, d->outputs[lo].name);
+        if (!same) {
+            char got[128], want[128];
+            sizes_text(call->out_sizes[o], call->out_ndim[o], got, sizeof got);
+            sizes_text(call->out_sizes[lo], call->out_ndim[lo], want, sizeof want);
+            return call_fail(call, "output '%s' has shape %s, the loop output '%s' %s: in the element-wise form "
+                             "every output has the loop output's shape (a row loop, `for _ in ...`, lifts this)",
+                             d->outputs[o].name, got, d->outputs[lo].name, want);
+        }
     }
     call->kargs.numel = numel;
     call->kargs.nbatch = nb;

@@ -233,6 +233,36 @@ static tk_binary test_compile_all(tk_nvrtc *nv, tk_ctx *ctx) {
     return keep;
 }
 
+/* The spec maths that CUDA spells differently from C (<math.h> functions by
+ * float type, the literal inf) compile under NVRTC, float and double. */
+static void test_compile_maths(tk_nvrtc *nv) {
+    static const char spec[] =
+        "op maths(x: float32|float64[N], k: int[N]) -> y: x.dtype[N]:\n"
+        "    for i in y:\n"
+        "        a = sin(x[i]) + cos(x[i]) + tan(x[i]) + asin(x[i]) + acos(x[i]) + atan(x[i]) + atan2(x[i], k[i])\n"
+        "        b = sinh(x[i]) + cosh(x[i]) + erf(x[i]) + erfc(x[i]) + log1p(x[i]) + expm1(x[i])\n"
+        "        y[i] = max(a + b + log2(x[i]) + log10(x[i]), -inf) if x[i] < inf else inf\n";
+    tk_ctx *ctx = tk_ctx_new();
+    int loaded = ctx && tk_load_spec(ctx, "maths.tk", spec, sizeof spec - 1) == TK_OK;
+    if (ctx && !loaded) fprintf(stderr, "maths.tk: %s\n", tk_ctx_error(ctx));
+    CHECK(loaded);
+    const tk_op *op = loaded ? tk_op_find(ctx, "maths") : NULL;
+    char *src = NULL;
+    CHECK(op && tk_emit(ctx, op, TK_TARGET_CUDA, &src) == TK_OK && src);
+    CHECK(contains(src, "sinf(") && contains(src, "atan2(") && contains(src, "TK_INFF") && contains(src, "(-TK_INF)"));
+    arch_job job;
+    memset(&job, 0, sizeof job);
+    job.nv = nv;
+    job.op = op;
+    job.src = src;
+    job.sm = 80;
+    if (src) compile_arch(&job);
+    CHECK(job.ok && job.kernels == tk_op_nvariants(op) && job.kernels >= 2);
+    tk_binary_free(&job.bin);
+    tk_free(src);
+    tk_ctx_free(ctx);
+}
+
 /* A compile error quotes NVRTC's log and the generated line it points at. */
 static void test_compile_error(tk_nvrtc *nv) {
     const char *src = "#include \"tk_kernel.h\"\n"
@@ -885,6 +915,7 @@ int main(int argc, char **argv) {
     if (nv) {
         tk_binary cubin = test_compile_all(nv, ctx);
         test_compile_error(nv);
+        test_compile_maths(nv);
         test_arch_choice(nv);
         if (cubin.data) test_cache_files(&cubin, tk_nvrtc_version(nv));
         tk_binary_free(&cubin);

@@ -17,6 +17,7 @@ pointer is NULL: a kernel that read one would crash the test.
 """
 
 import math
+import re
 import os
 
 import pytest
@@ -303,8 +304,8 @@ VARIANT_ERRORS = [
      "bad.tk:3:23: error: unknown name 'z'"),
     ("op ve_b(x: float[N], k: int[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[0] = x[i]\n",
      "bad.tk:3:9: error: an output can only be written at the loop index: y[i]"),
-    ("op ve_c(x: any[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = cos(x[i])\n",
-     "bad.tk:3:16: error: unknown function 'cos'"),
+    ("op ve_c(x: any[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = gamma(x[i])\n",
+     "bad.tk:3:16: error: unknown function 'gamma'"),
     # only some dtypes fail: the first failing variant is named
     ("op ve_d(x: int32|float32[N]) -> y: float32[N]:\n    for i in y:\n        n = x[i]\n"
      "        n = 0.5\n        y[i] = n\n",
@@ -381,3 +382,20 @@ def test_unindexed_tensor_says_how_to_index_it():
     with pytest.raises(torch_tk.SpecError, match=r"tensor 's' must be indexed: s\[\] \(it has no dims after"):
         torch_tk.kernel("op ld_noidx(x: float[N], s: x.dtype[]) -> y: x.dtype[N]:\n    for i in y:\n"
                         "        y[i] = x[i] * s\n", file="bad.tk")
+
+
+def test_outputs_of_different_shapes_in_the_element_wise_form():
+    """Checked at the call (the shapes are only known then): the message
+    gives both shapes and the way out."""
+    op = torch_tk.kernel("""
+op ld_halves(x: float[N]) -> (y: x.dtype[N], z: x.dtype[N // 2]):
+    for i in y:
+        y[i] = x[i]
+        z[i] = x[i]
+""")
+    with pytest.raises(RuntimeError, match=re.escape(
+            "tk.ld_halves: output 'z' has shape [4], the loop output 'y' [8]: in the element-wise form every "
+            "output has the loop output's shape")):
+        op(torch.zeros(8))
+    with pytest.raises(RuntimeError, match=re.escape("output 'z' has shape [0], the loop output 'y' [1]")):
+        op(torch.zeros(1))

@@ -444,9 +444,9 @@ MALFORMED = [
      "bad.tk:3:9: error: input 'x' is read-only\n"
      "        x[i] = 1.0\n"
      "        ^"),
-    (ID.format(n="bad_k") + "        y[i] = cos(x[i])\n",
-     "bad.tk:3:16: error: unknown function 'cos'\n"
-     "        y[i] = cos(x[i])\n"
+    (ID.format(n="bad_k") + "        y[i] = gamma(x[i])\n",
+     "bad.tk:3:16: error: unknown function 'gamma'\n"
+     "        y[i] = gamma(x[i])\n"
      "               ^"),
     ("op bad_l(x: float[N], x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:1:23: error: 'x' is declared twice (first at line 1)\n"
