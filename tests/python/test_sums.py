@@ -281,7 +281,7 @@ def test_cuda_plan_of_sums(tmp_path, tkc):
     assert "kernel: in parts (parts=128, untimed)" in plan(cols, "parts=128")
     wb = os.path.join(ROOT, "examples", "specs", "layernorm.tk")
     out = plan(open(wb).read(), "parts=256")
-    assert "the loop over r at line 54 cut into nparts shares" in out
+    assert "the loop over r at line 53 cut into nparts shares" in out
     assert "parts (parts=256) not used: no output is a sum" in out   # (layernorm, rmsnorm: row-wise)
     src = subprocess.run([tkc, "emit-cuda", SUMS], capture_output=True, text=True, check=True).stdout
     kernels = src.count("__global__")
