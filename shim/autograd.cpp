@@ -416,7 +416,10 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
   const char* needs_grad = first_requiring_grad(handle, args);
   for (const c10::IValue& v : args)
     TORCH_CHECK(!v.isTensor() || !torch::autograd::isFwGradDefined(v.toTensor()), "tk.", plan.name,
-                ": forward-mode AD is not supported (its backward ops give reverse mode only)");
+                plan.backward.empty() ? ": forward-mode AD is not supported (and tk." : "",
+                plan.backward.empty() ? plan.name.c_str() : "",
+                plan.backward.empty() ? " has no backward ops, so no reverse mode either)"
+                                      : ": forward-mode AD is not supported (its backward ops give reverse mode only)");
   if (needs_grad == nullptr) return redispatch(handle, keys, stack);
   if (plan.backward.empty() && backward_of != nullptr) return once_differentiable(plan, handle, keys, stack);
   TORCH_CHECK(!plan.backward.empty(), "tk.", plan.name, ": argument '", needs_grad, "' requires grad but tk.",

@@ -462,8 +462,15 @@ def test_forward_mode_ad_is_a_clear_error():
     w, k = rwkv_inputs(2, 3, 6, seed=21)
     with fwAD.dual_level():
         dual = fwAD.make_dual(w, torch.ones_like(w))
-        with pytest.raises(RuntimeError, match="forward-mode AD is not supported"):
+        with pytest.raises(RuntimeError, match=r"forward-mode AD is not supported \(its backward ops give "):
             tk.rwkv_forward(dual, k, 0.1)
+    plain = torch_tk.kernel("op ag_no_bw(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n")
+    x = torch.randn(5, dtype=torch.float64)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        with pytest.raises(RuntimeError, match=r"tk.ag_no_bw: forward-mode AD is not supported \(and tk.ag_no_bw "
+                                               r"has no backward ops, so no reverse mode either\)"):
+            plain(dual)
 
 
 def test_backward_twice_needs_retain_graph():
