@@ -174,6 +174,25 @@ std::vector<std::string> names_of(const tk_ctx* ctx, int n) {
   return names;
 }
 
+// The spec text without what cannot change its ops: comments, trailing
+// spaces and blank lines (indentation stays: it is syntax). A notebook cell
+// re-run after an edit to a comment registers nothing new.
+std::string meaning_of(const std::string& text) {
+  std::string out, line;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    line.assign(text, pos, end - pos);
+    size_t hash = line.find('#');   // (the language has no strings: '#' always starts a comment)
+    if (hash != std::string::npos) line.resize(hash);
+    size_t last = line.find_last_not_of(" \t\r\f\v");
+    if (last != std::string::npos) out.append(line, 0, last + 1).push_back('\n');
+    pos = end + 1;
+  }
+  return out;
+}
+
 // Whether every op name is already registered by this very text (true), or
 // none is (false). Throws for a built-in name or another spec's name.
 bool already_registered(const Runtime& rt, const std::vector<std::string>& names, const std::string& text,
@@ -186,7 +205,7 @@ bool already_registered(const Runtime& rt, const std::vector<std::string>& names
     if (spec.builtin)
       throw Failure{TK_ERR_INVALID, "tk." + name + " is a built-in op (" + spec.file +
                                         ") and cannot be replaced: give your op another name"};
-    if (spec.text != text)
+    if (spec.text != text && meaning_of(spec.text) != meaning_of(text))
       throw Failure{TK_ERR_INVALID, "tk." + name + " is already registered from a different spec (" + spec.file +
                                         "); an op cannot be redefined in a running process: give it a new name, "
                                         "or restart the process"};

@@ -314,6 +314,15 @@ def test_different_spec_same_name_is_an_error():
     torch.testing.assert_close(torch.ops.tk.rt_square(x), x * x)   # the first one stays
 
 
+def test_edited_comments_and_blank_lines_are_the_same_spec():
+    first = torch_tk.kernel(SQUARE_SPEC)
+    edited = "# squares, edited in a notebook\n\n" + SQUARE_SPEC.replace("\n", "   # a note\n", 2) + "\n\n"
+    assert edited != SQUARE_SPEC and torch_tk.kernel(edited) is first
+    indented = SQUARE_SPEC.replace("    for", "     for")   # indentation is syntax: another spec
+    with pytest.raises((RuntimeError, torch_tk.SpecError)):
+        torch_tk.kernel(indented)
+
+
 @pytest.mark.parametrize("name", ["brick_pad", "rwkv_backward_k"])
 def test_builtin_op_cannot_be_replaced(name):
     text = f"op {name}(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n"
