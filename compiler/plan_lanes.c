@@ -154,6 +154,8 @@ static int lane_dir_stmts(tk_stmt **body, int nb, const char *v) {
 typedef struct lane_info {
     tk_stmt *loops[32];     /* loops whose bounds differ between lanes */
     int nloops;
+    tk_stmt *fixed[32];     /* top-level loops with the same bounds in every lane */
+    int nfixed;             /* (counted past 32: then not planned as a tile) */
     const char *outer[32][8];   /* the shared loops around each */
     int nouter[32];
 } lane_info;
@@ -167,6 +169,7 @@ static int lane_walk(emitter *E, tk_stmt **body, int n, lane_info *li) {
         if (s->kind != TK_S_FOR) continue;
         if (lane_invariant(E, s->lo) && lane_invariant(E, s->hi)) {
             if (E->nshared == 8) return 0;
+            if (E->nshared == 0 && li->nfixed++ < 32) li->fixed[li->nfixed - 1] = s;
             E->shared[E->nshared++] = s->name;
             int ok = lane_walk(E, s->body, s->nbody, li);
             E->nshared--;
@@ -179,6 +182,93 @@ static int lane_walk(emitter *E, tk_stmt **body, int n, lane_info *li) {
         }
     }
     return 1;
+}
+
+/* Counts e's tensor reads that use lane variable v: in their last index
+ * alone, with coefficient +-1 (a vector load: *unit), or otherwise (a
+ * gather across the lanes: *other). */
+static void lane_loads(const tk_expr *e, const char *v, int *unit, int *other) {
+    if (!e) return;
+    if (e->kind == TK_E_INDEX && expr_uses(e, v)) {
+        int64_t c;
+        int last = e->nargs - 1, ok = last >= 0 && lane_coef(e->args[last], v, &c) && (c == 1 || c == -1);
+        for (int i = 0; i < last; i++) ok = ok && !expr_uses(e->args[i], v);
+        *(ok ? unit : other) += 1;
+    }
+    for (int i = 0; i < e->nargs; i++) lane_loads(e->args[i], v, unit, other);
+}
+
+static void lane_loads_stmts(tk_stmt **body, int n, const char *v, int *unit, int *other) {
+    for (int i = 0; i < n; i++) {
+        lane_loads(body[i]->value, v, unit, other);
+        lane_loads(body[i]->lo, v, unit, other);
+        lane_loads(body[i]->hi, v, unit, other);
+        lane_loads_stmts(body[i]->body, body[i]->nbody, v, unit, other);
+        lane_loads_stmts(body[i]->orelse, body[i]->norelse, v, unit, other);
+    }
+}
+
+/* CPU: whether the top-level loops with fixed bounds (the k loop of
+ * y[b, n] = sum_k x[b, k] * w[k, n]) are better run across the lanes than
+ * unrolled and jammed: every read in them that moves with the innermost
+ * variable is a unit-stride load along its last dim, and one does. Then a
+ * lane tile turns the loop into vector FMAs, a group row's broadcast of
+ * x[b, k] feeding one vector; jammed copies would read w[k, n..n+3] a
+ * scalar at a time (a user's matmul: 108 ms against 7.5 ms for w[n, k]). */
+static int lane_fixed_loops(const emitter *E, const lane_info *li) {
+    const tk_opdecl *d = E->op->decl;
+    int unit = 0, other = 0;
+    if (E->tg->gpu || li->nfixed == 0 || li->nfixed > 32) return 0;
+    for (int k = 0; k < li->nfixed; k++)
+        lane_loads_stmts(li->fixed[k]->body, li->fixed[k]->nbody, d->loop_vars[d->nloop - 1], &unit, &other);
+    return unit > 0 && other == 0;
+}
+
+/* Whether one run of loop-free statements (one lane block of tile_block)
+ * in body, or in a loop's body within it, holds all `total` occurrences of
+ * local name: then it can live in a lane block's scalar, else a per-lane
+ * array carries it between blocks. */
+static int in_one_run(tk_stmt **body, int n, const char *name, int total) {
+    int i = 0;
+    while (i < n) {
+        if (body[i]->kind == TK_S_FOR) {
+            if (in_one_run(body[i]->body, body[i]->nbody, name, total)) return 1;
+            i++;
+            continue;
+        }
+        int k = i;
+        while (k < n && body[k]->kind != TK_S_FOR) k++;
+        if (stmt_count(body + i, k - i, name) == total) return 1;
+        i = k;
+    }
+    return 0;
+}
+
+/* Whether statements read a vector that group rows share and the loops
+ * move: a tensor read using lane variable v, not group variable g, and the
+ * variable of a loop among them or around (the wt[k, n] of a matmul;
+ * loops[0..nl) are the enclosing loop variables). */
+static int shared_moving_load(const tk_expr *e, const char *v, const char *g, const char **loops, int nl) {
+    if (!e) return 0;
+    if (e->kind == TK_E_INDEX && expr_uses(e, v) && !expr_uses(e, g))
+        for (int i = 0; i < nl; i++)
+            if (expr_uses(e, loops[i])) return 1;
+    for (int i = 0; i < e->nargs; i++)
+        if (shared_moving_load(e->args[i], v, g, loops, nl)) return 1;
+    return 0;
+}
+
+static int shared_moving_stmts(tk_stmt **body, int n, const char *v, const char *g, const char **loops, int nl) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        int inner = s->kind == TK_S_FOR && nl < 8;
+        if (inner) loops[nl] = s->name;
+        if (shared_moving_load(s->value, v, g, loops, nl) ||
+            shared_moving_stmts(s->body, s->nbody, v, g, loops, nl + inner) ||
+            shared_moving_stmts(s->orelse, s->norelse, v, g, loops, nl))
+            return 1;
+    }
+    return 0;
 }
 
 /* R for a tile of G group rows: with explicit vectors, about 24
@@ -204,20 +294,28 @@ int lane_plan(emitter *E) {
     memset(&li, 0, sizeof li);
     if (E->plain || d->nloop == 0 || !has_top_level_for(d)) return 0;
     E->ngroup = 1;
-    if (!lane_walk(E, d->body, d->nbody, &li) || li.nloops == 0) return 0;
+    if (!lane_walk(E, d->body, d->nbody, &li)) return 0;
+    int fixed = li.nloops == 0;   /* no loop's bounds vary: the fixed loops, if they gain */
+    if (fixed && !lane_fixed_loops(E, &li)) return 0;
+    if (fixed) {
+        li.nloops = li.nfixed;
+        for (int k = 0; k < li.nfixed; k++) li.loops[k] = li.fixed[k];
+    }
     /* locals: per lane, except temporaries that live inside one lane loop */
     memset(E->arr, 0, sizeof E->arr);
     for (int r = 0; r < E->op->nlocals; r++) E->arr[r] = !E->op->locals[r].is_loop;
     unsigned char acc[TK_MAX_LOCALS] = {0};
+    int carried = 0;   /* a local a loop carries between its lane blocks, not a sum out of it */
     for (int k = 0; k < li.nloops; k++) {
         unsigned char in[TK_MAX_LOCALS] = {0};
         assigned_locals(li.loops[k]->body, li.loops[k]->nbody, in);
         for (int r = 0; r < E->op->nlocals; r++) {
             if (!in[r] || E->op->locals[r].is_loop) continue;
             const char *nm = E->op->locals[r].name;
-            if (stmt_count(d->body, d->nbody, nm) == stmt_count(li.loops[k]->body, li.loops[k]->nbody, nm))
-                E->arr[r] = 0;
-            else acc[r] = 1;
+            int total = stmt_count(d->body, d->nbody, nm);
+            if (total != stmt_count(li.loops[k]->body, li.loops[k]->nbody, nm)) acc[r] = 1;
+            else if (!fixed || in_one_run(li.loops[k]->body, li.loops[k]->nbody, nm, total)) E->arr[r] = 0;
+            else carried = 1;
         }
     }
     int nacc = 0;
@@ -263,11 +361,31 @@ int lane_plan(emitter *E) {
     if (E->gdim != d->nloop - 1) {
         E->ngroup = nacc >= gmax ? 1 : gmax / nacc;
         /* group copies vary the group variable: the bounds must still fit */
-        li.nloops = 0;
+        li.nloops = li.nfixed = 0;
         if (E->ngroup == 1 || !lane_walk(E, d->body, d->nbody, &li)) {
             E->ngroup = 1;
             E->gdim = d->nloop - 1;
         }
+        if (fixed) {
+            li.nloops = li.nfixed;
+            for (int k = 0; k < li.nfixed; k++) li.loops[k] = li.fixed[k];
+        }
+    }
+    /* fixed loops gain when group rows share a vector load the loops move
+     * and only sums are carried in lane arrays (matmul 256x512x512: 54 ->
+     * 1.8 ms); else the
+     * jammed copies keep their state in registers and lane arrays lose
+     * (wkv_backward_wu 11.9 -> 21.3 ms, rotary_backward_tables 2.5 -> 3.2,
+     * wkv_quadratic 5.3 -> 6.0; bench/fixed_loop_lanes.py) */
+    const char *around[8];
+    int shares = 0;
+    for (int k = 0; fixed && E->ngroup > 1 && k < li.nloops; k++)
+        shares = shares || shared_moving_stmts(&li.loops[k], 1, d->loop_vars[d->nloop - 1],
+                                               d->loop_vars[E->gdim], around, 0);
+    if (fixed && (!shares || carried)) {
+        E->gdim = d->nloop - 1;
+        memset(E->arr, 0, sizeof E->arr);
+        return 0;
     }
     /* one vector of lanes (the accumulators stay in registers); lanes run
      * backwards when the reads in lane loops mostly do, so that they load
@@ -284,9 +402,9 @@ int lane_plan(emitter *E) {
      * accumulator vectors of the 32 AVX-512 registers, each broadcast of a
      * group row feeding R of them */
     E->nblocks = 1;
-    int vx = E->wide, any = 0;
+    int vx = E->wide && !fixed, any = 0;   /* (explicit vectors: for loops whose bounds vary) */
     E->nvx_loop = 0;
-    for (int k = 0; E->wide && k < li.nloops; k++) {
+    for (int k = 0; vx && k < li.nloops; k++) {
         for (int i = 0; i < li.nouter[k]; i++) E->shared[i] = li.outer[k][i];
         E->nshared = li.nouter[k];
         int ok = vx_loop_ok(E, li.loops[k]);

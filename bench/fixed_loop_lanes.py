@@ -1,0 +1,110 @@
+"""Lane tiles for loops with fixed bounds (compiler/plan_lanes.c,
+lane_fixed_loops), side by side.
+
+The ops whose plan the change would touch (the innermost variable moves
+only unit loads along their last dim inside loops whose bounds are the same
+in every lane): a matmul written with its weight stored (K, N) as a user
+wrote it, rotary's table gradients, the WKV weight gradients and the
+quadratic WKV of examples/specs, float32 (backward ops called directly).
+The dot-product matmul (weight (N, K): its plan is unchanged) and torch's
+own op are the yardsticks. The libtk of each --lib (the one before the
+change and the one after) runs in its own child process; the children
+alternate (--rounds of each) and the table gives the median of every
+child's median (ms). One thread (torch.set_num_threads(1)) unless --threads.
+
+    PYTHONPATH=python python3 bench/fixed_loop_lanes.py --lib OLD/libtk.so --lib build/libtk.so [--rounds 3]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+from timing import median_ms   # bench/timing.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MATMUL = """
+op bench_mm_kn(x: float[B, K], wt: x.dtype[K, N]) -> y: x.dtype[B, N]:
+    for b, n in y:
+        s = 0.0
+        for k in range(K):
+            s += x[b, k] * wt[k, n]
+        y[b, n] = s
+
+op bench_mm_nk(x: float[B, K], w: x.dtype[N, K]) -> y: x.dtype[B, N]:
+    for b, n in y:
+        s = 0.0
+        for k in range(K):
+            s += x[b, k] * w[n, k]
+        y[b, n] = s
+"""
+
+
+def child(repeat: int, threads: int) -> dict:
+    import torch
+    import torch_tk
+    torch.set_num_threads(threads)
+    torch_tk.kernel(MATMUL, file="bench_mm.tk")
+    for name in ("rotary", "wkv", "wkv_quadratic"):
+        torch_tk.load(os.path.join(ROOT, "examples", "specs", f"{name}.tk"))
+    tk = torch.ops.tk
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    x, w = torch.randn(256, 512, generator=g), torch.randn(512, 512, generator=g)
+    wt = w.t().contiguous()
+    torch.testing.assert_close(tk.bench_mm_kn(x, wt), x @ wt, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(tk.bench_mm_nk(x, w), x @ w.t(), rtol=1e-4, atol=1e-3)
+    out["matmul 256x512x512, weight (K, N) tk"] = median_ms(lambda: tk.bench_mm_kn(x, wt), repeat)
+    out["matmul 256x512x512, weight (N, K) tk"] = median_ms(lambda: tk.bench_mm_nk(x, w), repeat)
+    out["matmul 256x512x512 torch (x @ w)"] = median_ms(lambda: x @ wt, repeat)
+    q, go = torch.randn(8, 12, 256, 64, generator=g), torch.randn(8, 12, 256, 64, generator=g)
+    gc, gs = tk.rotary_backward_tables(q, go)
+    torch.testing.assert_close(gc, (go * q).sum((0, 1)), rtol=1e-4, atol=1e-3)
+    out["rotary_backward_tables (8, 12, 256, 64) tk"] = median_ms(lambda: tk.rotary_backward_tables(q, go), repeat)
+    out["rotary_backward_tables torch ((go * q).sum)"] = median_ms(lambda: (go * q).sum((0, 1)), repeat)
+    B, T, C = 8, 256, 512
+    wd = -torch.exp(torch.randn(C, generator=g))
+    u, k, v, gy = (torch.randn(*s, generator=g) for s in ((C,), (B, T, C), (B, T, C), (B, T, C)))
+    out["wkv_backward_wu (8, 256, 512) tk"] = median_ms(lambda: tk.wkv_backward_wu(wd, u, k, v, gy), repeat)
+    Bq, Tq, Cq = 2, 64, 256
+    kq, vq, gq = (torch.randn(Bq, Tq, Cq, generator=g) for _ in range(3))
+    yq = tk.wkv_quadratic(wd[:Cq], u[:Cq], kq, vq)
+    out["wkv_quadratic (2, 64, 256) tk"] = median_ms(lambda: tk.wkv_quadratic(wd[:Cq], u[:Cq], kq, vq), repeat)
+    out["wkv_quadratic_backward_kv (2, 64, 256) tk"] = median_ms(
+        lambda: tk.wkv_quadratic_backward_kv(wd[:Cq], u[:Cq], kq, vq, yq, gq), repeat)
+    out["wkv_quadratic_backward_wu (2, 64, 256) tk"] = median_ms(
+        lambda: tk.wkv_quadratic_backward_wu(wd[:Cq], u[:Cq], kq, vq, yq, gq), repeat)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lib", action="append", required=True, help="a libtk.so (give two or more)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.repeat, args.threads)))
+        return
+    runs = {lib: [] for lib in args.lib}
+    for _ in range(args.rounds):
+        for lib in args.lib:
+            env = dict(os.environ, TK_LIBRARY=lib)
+            r = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat), "--threads",
+                                str(args.threads), "--lib", lib], env=env, capture_output=True, text=True, check=True)
+            runs[lib].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    print(f"# {' '.join(sys.argv)}\n# {platform.node()} {os.cpu_count()} CPUs, {args.threads} thread(s), "
+          f"{args.rounds} rounds x {args.repeat} calls, medians of child medians (ms)")
+    keys = list(runs[args.lib[0]][0])
+    print("| case | " + " | ".join(args.lib) + " |")
+    print("|---|" + "---|" * len(args.lib))
+    for k in keys:
+        print(f"| {k} | " + " | ".join(f"{statistics.median(r[k] for r in runs[lib]):.2f}" for lib in args.lib) + " |")
+
+
+if __name__ == "__main__":
+    main()
