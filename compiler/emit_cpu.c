@@ -159,7 +159,8 @@ int has_for(tk_stmt **body, int n) {
  * constant (its numerator grows by one per element and the divisor is
  * positive), so the segment loop has no division and vectorises. Quotients
  * and remainders are divided once per run and stepped per segment. The
- * plain loop after it finishes the run when a divisor is not positive. */
+ * plain loop after it finishes the run when a divisor is not positive or a
+ * numerator would overflow within the run (two's complement wraps there). */
 static void segments(emitter *E) {
     const char *v = E->op->decl->loop_vars[E->op->decl->nloop - 1];
     for (int i = 0; i < E->nmemo; i++) {
@@ -178,7 +179,9 @@ static void segments(emitter *E) {
     }
     begin_line(E);
     tk_buf_puts(E->b, "if (");
-    for (int i = 0; i < E->nmemo; i++) tk_buf_printf(E->b, "%stk_d%d > 0", i ? " && " : "", i);
+    /* (a numerator that would pass INT64_MAX in the run wraps: the plain loop) */
+    for (int i = 0; i < E->nmemo; i++)
+        tk_buf_printf(E->b, "%stk_d%d > 0 && tk_n%d <= 0x7fffffffffffffffLL - (stop - lin)", i ? " && " : "", i, i);
     tk_buf_puts(E->b, ") {\n");
     E->indent++;
     line(E, "while (lin < stop) {");

@@ -339,17 +339,9 @@ static void binary(emitter *E, const tk_expr *e) {
         tk_buf_printf(E->b, ", %sidiv[%d])", E->tg->args, ks);
         return;
     }
-    if (e->op == TK_OPC_FLOORDIV) fn = t == TK_V_INT ? "tk_floordiv" : NULL;
+    if (e->op == TK_OPC_FLOORDIV) fn = t == TK_V_INT ? "tk_floordiv" : t == TK_V_F32 ? "tk_floordivf_py" : "tk_floordiv_py";
     if (e->op == TK_OPC_MOD) fn = t == TK_V_INT ? "tk_mod" : t == TK_V_F32 ? "tk_fmodf_py" : "tk_fmod_py";
     if (e->op == TK_OPC_POW) fn = t == TK_V_F32 ? "powf" : "pow";
-    if (e->op == TK_OPC_FLOORDIV && !fn) {
-        tk_buf_puts(E->b, t == TK_V_F32 ? "floorf(" : "floor(");
-        expr(E, e->args[0], t);
-        tk_buf_puts(E->b, " / ");
-        expr(E, e->args[1], t);
-        tk_buf_puts(E->b, ")");
-        return;
-    }
     if (fn) {
         tk_buf_printf(E->b, "%s(", fn);
         expr(E, e->args[0], t);

@@ -293,6 +293,26 @@ TK_FN double tk_fmod_py(double a, double b) {
     if (r != 0.0 && ((r < 0.0) != (b < 0.0))) r += b;
     return r;
 }
+/* Float a // b as Python computes it (CPython's float_divmod): the
+ * quotient that goes with tk_fmod_py's remainder, so q * b + r == a holds
+ * where floor(a / b) rounds away from it (-1e-300 // 1e300 is -1, 7 // -inf
+ * is -1). b == 0 gives floor(a / b), +-inf or NaN, as torch.floor_divide. */
+TK_FN float tk_floordivf_py(float a, float b) {
+    if (b == 0.0f) return floorf(a / b);
+    float m = fmodf(a, b), q = (a - m) / b;
+    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) q -= 1.0f;
+    if (q == 0.0f) return copysignf(0.0f, a / b);
+    float f = floorf(q);
+    return q - f > 0.5f ? f + 1.0f : f;
+}
+TK_FN double tk_floordiv_py(double a, double b) {
+    if (b == 0.0) return floor(a / b);
+    double m = fmod(a, b), q = (a - m) / b;
+    if (m != 0.0 && ((b < 0.0) != (m < 0.0))) q -= 1.0;
+    if (q == 0.0) return copysign(0.0, a / b);
+    double f = floor(q);
+    return q - f > 0.5 ? f + 1.0 : f;
+}
 /* Incremental floor division for a loop-invariant divisor: when the
  * numerator is the previous one plus 1 and d > 0, the quotient and remainder
  * are updated instead of divided; anything else divides. CPU only. */

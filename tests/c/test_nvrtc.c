@@ -234,14 +234,15 @@ static tk_binary test_compile_all(tk_nvrtc *nv, tk_ctx *ctx) {
 }
 
 /* The spec maths that CUDA spells differently from C (<math.h> functions by
- * float type, the literal inf) compile under NVRTC, float and double. */
+ * float type, the literal inf, Python's float //) compile under NVRTC,
+ * float and double. */
 static void test_compile_maths(tk_nvrtc *nv) {
     static const char spec[] =
         "op maths(x: float32|float64[N], k: int[N]) -> y: x.dtype[N]:\n"
         "    for i in y:\n"
         "        a = sin(x[i]) + cos(x[i]) + tan(x[i]) + asin(x[i]) + acos(x[i]) + atan(x[i]) + atan2(x[i], k[i])\n"
         "        b = sinh(x[i]) + cosh(x[i]) + erf(x[i]) + erfc(x[i]) + log1p(x[i]) + expm1(x[i])\n"
-        "        y[i] = max(a + b + log2(x[i]) + log10(x[i]), -inf) if x[i] < inf else inf\n";
+        "        y[i] = max(a + b + log2(x[i]) + log10(x[i]) + x[i] // 0.5, -inf) if x[i] < inf else inf\n";
     tk_ctx *ctx = tk_ctx_new();
     int loaded = ctx && tk_load_spec(ctx, "maths.tk", spec, sizeof spec - 1) == TK_OK;
     if (ctx && !loaded) fprintf(stderr, "maths.tk: %s\n", tk_ctx_error(ctx));

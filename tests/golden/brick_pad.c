@@ -37,7 +37,7 @@ TK_BODY void tk_brick_pad__b8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -108,7 +108,7 @@ TK_BODY void tk_brick_pad__u8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -179,7 +179,7 @@ TK_BODY void tk_brick_pad__i8_body(const tk_kargs *a, tk_i64 begin, tk_i64 end, 
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -250,7 +250,7 @@ TK_BODY void tk_brick_pad__i16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -321,7 +321,7 @@ TK_BODY void tk_brick_pad__i32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -392,7 +392,7 @@ TK_BODY void tk_brick_pad__i64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -463,7 +463,7 @@ TK_BODY void tk_brick_pad__f16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -534,7 +534,7 @@ TK_BODY void tk_brick_pad__bf16_body(const tk_kargs *a, tk_i64 begin, tk_i64 end
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -605,7 +605,7 @@ TK_BODY void tk_brick_pad__f32_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);
@@ -676,7 +676,7 @@ TK_BODY void tk_brick_pad__f64_body(const tk_kargs *a, tk_i64 begin, tk_i64 end,
         const tk_i64 tk_d0 = d_TW;
         const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
         tk_i64 tk_q0 = tk_floordiv(tk_n0, tk_d0), tk_r0 = tk_mod(tk_n0, tk_d0);
-        if (tk_d0 > 0) {
+        if (tk_d0 > 0 && tk_n0 <= 0x7fffffffffffffffLL - (stop - lin)) {
             while (lin < stop) {
                 tk_i64 seg = stop - lin;
                 seg = tk_mini(seg, tk_d0 - tk_r0);

@@ -399,3 +399,23 @@ op ld_halves(x: float[N]) -> (y: x.dtype[N], z: x.dtype[N // 2]):
         op(torch.zeros(8))
     with pytest.raises(RuntimeError, match=re.escape("output 'z' has shape [0], the loop output 'y' [1]")):
         op(torch.zeros(1))
+
+
+@pytest.mark.parametrize("N", [3, 5, 7, 100, 1000])
+def test_modulo_of_a_wrapping_index_is_pythons_of_the_wrapped_value(N):
+    """`(i + k) % N` with i + k past INT64_MAX: two's complement wraps (spec.md)
+    and % is then Python's of the wrapped value. The segments that step a
+    remainder along the run must not cross the wrap (a user's k = 2**63 - 1
+    gave [1, 2, 0] at N = 3, against [1, 1, 2])."""
+    op = torch_tk.kernel("""
+op ld_wrapmod(x: float32[N], k: int) -> (y: x.dtype[N], z: x.dtype[N]):
+    for i in y:
+        y[i] = x[(i + k) % N]
+        z[i] = x[(i - k) % N]
+""")
+    x = torch.arange(float(N))
+    wrap = lambda v: ((v + 2**63) % 2**64) - 2**63   # noqa: E731
+    for k in (2**63 - 1, 2**63 - 2, 2**63 - N // 2, -2**63, -2**63 + 1, 5):
+        y, z = op(x, k)
+        assert y.tolist() == [float(wrap(i + k) % N) for i in range(N)], k
+        assert z.tolist() == [float(wrap(i - k) % N) for i in range(N)], k

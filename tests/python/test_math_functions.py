@@ -13,6 +13,8 @@ Outputs are poisoned first (the poisoned_outputs fixture: NaN / the largest
 value in memory torch hands out), so an unwritten element shows.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -176,3 +178,36 @@ op mf_tables(x: float[N], cos: x.dtype[N], sin: x.dtype[N], erf: float) -> y: x.
 """)
     x, c, s = (torch.randn(19, generator=gen(k), dtype=torch.float64) for k in (11, 12, 13))
     torch.testing.assert_close(op(x, c, s, 0.5), x * c + s + 0.5 + torch.cos(x), rtol=1e-14, atol=1e-14)
+
+
+# ---- float // and % as Python ------------------------------------------------------
+
+FLOORDIV = torch_tk.kernel("""
+op mf_floordiv(a: float[N], b: a.dtype[N]) -> (q: a.dtype[N], r: a.dtype[N]):
+    for i in q:
+        q[i] = a[i] // b[i]
+        r[i] = a[i] % b[i]
+""")
+
+EDGES = [(-1e-300, 1e300), (7.0, -math.inf), (-7.0, math.inf), (7.0, math.inf), (-7.5, 2.0), (7.5, -2.0),
+         (1.0, 0.1), (-1.0, 0.1), (0.0, -3.0), (-0.0, 3.0), (5.0, 5.0), (-5.0, 5.0), (1e308, 1e-308), (3.0, 0.5)]
+
+
+def test_float_floordiv_is_pythons():
+    a = torch.tensor([x for x, _ in EDGES], dtype=torch.float64)
+    b = torch.tensor([y for _, y in EDGES], dtype=torch.float64)
+    q, r = FLOORDIV(a, b)
+    for i, (x, y) in enumerate(EDGES):   # Python's float // and %, sign of zero included
+        assert math.copysign(1, q[i].item()) == math.copysign(1, x // y) and (q[i].item() == x // y), (x, y, q[i])
+        assert r[i].item() == x % y or (math.isnan(r[i].item()) and math.isnan(x % y)), (x, y, r[i])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_floordiv_matches_torch(dtype):
+    g = gen(21)
+    a = torch.randn(4000, generator=g, dtype=torch.float64).mul(100).to(dtype)
+    b = torch.randn(4000, generator=g, dtype=torch.float64).mul(3).to(dtype)
+    b[::97] = 0.0    # (torch: +-inf or NaN, as tk)
+    q, r = FLOORDIV(a, b)
+    torch.testing.assert_close(q, torch.floor_divide(a, b), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(r[b != 0], torch.remainder(a, b)[b != 0], rtol=0, atol=0)
