@@ -72,6 +72,7 @@ struct Plan {
   std::vector<bool> shape_only;        // per forward parameter: no backward op reads its elements
   std::vector<bool> save_output;       // per forward output
   std::vector<bool> takes_grad;        // per forward output: some backward op takes grad_<output>
+  std::vector<bool> has_grad;          // per forward parameter: some backward op computes grad_<param>
 };
 
 Plan make_plan(const tk_op* op) {
@@ -83,6 +84,7 @@ Plan make_plan(const tk_op* op) {
   p.shape_only.assign(static_cast<size_t>(tk_op_nparams(op)), true);
   p.save_output.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
   p.takes_grad.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
+  p.has_grad.assign(static_cast<size_t>(tk_op_nparams(op)), false);
   for (int i = 0; i < tk_op_nparams(op); ++i)
     if (tk_op_param_kind(op, i) == 0 /* TK_P_TENSOR */) p.tensor_params.push_back(i);
   for (int b = 0; b < tk_op_nbackward(op); ++b) {
@@ -104,7 +106,10 @@ Plan make_plan(const tk_op* op) {
       if (src == TK_GRAD_FROM_GRAD) p.takes_grad[static_cast<size_t>(index)] = true;
       call.args.emplace_back(src, index);
     }
-    for (int j = 0; j < tk_op_noutputs(bw); ++j) call.targets.push_back(tk_op_backward_target(ctx, op, b, j));
+    for (int j = 0; j < tk_op_noutputs(bw); ++j) {
+      call.targets.push_back(tk_op_backward_target(ctx, op, b, j));
+      if (call.targets.back() >= 0) p.has_grad[static_cast<size_t>(call.targets.back())] = true;
+    }
     p.backward.push_back(std::move(call));
   }
   return p;
@@ -424,6 +429,14 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
   if (plan.backward.empty() && backward_of != nullptr) return once_differentiable(plan, handle, keys, stack);
   TORCH_CHECK(!plan.backward.empty(), "tk.", plan.name, ": argument '", needs_grad, "' requires grad but tk.",
               plan.name, " has no backward");
+  // a float parameter no backward op computes the gradient of (a constant
+  // table) is not differentiable: an input there that requires grad is an
+  // error, not a gradient silently missing
+  for (size_t i = 0; i < args.size(); ++i)
+    TORCH_CHECK(!args[i].isTensor() || !args[i].toTensor().requires_grad() || plan.has_grad[i], "tk.", plan.name,
+                ": argument '", handle.schema().arguments()[i].name(), "' requires grad but no backward op of tk.",
+                plan.name, " computes grad_", handle.schema().arguments()[i].name(),
+                " (pass it detached, or add a backward op that computes it)");
   std::vector<c10::IValue> inputs(args.begin(), args.end());
   redispatch(handle, keys, stack);
   record(plan, std::move(inputs), stack);

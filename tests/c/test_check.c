@@ -204,9 +204,6 @@ static const bad_spec k_bad_link[] = {
      BW("grad_y: float[N]", "grad_x: grad_y.dtype[N]")
      "op f_bw2(grad_y: float[N]) -> grad_x: grad_y.dtype[N]:\n    for i in grad_x:\n        grad_x[i] = 1.0\n",
      "bad.tk:2:20: error: backward op 'f_bw2' of 'f': 'grad_x' is also computed by backward op 'f_bw'"},
-    {"op f(x: float[N], z: float[N]) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n        y[i] = x[i]\n"
-     BW("grad_y: float[N]", "grad_x: grad_y.dtype[N]"),
-     "bad.tk:2:14: error: no backward op of 'f' computes grad_z, the gradient of its parameter 'z'"},
     {"op f(x: float[N]) -> (y: x.dtype[N], m: int32[N]):\n    backward f_bw\n    for i in y:\n"
      "        y[i] = x[i]\n        m[i] = i\n"
      BW("grad_m: int32[N]", "grad_x: float32[N]"),

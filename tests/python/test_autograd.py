@@ -563,3 +563,32 @@ def test_a_tensor_the_backward_takes_for_its_shape_is_not_kept():
     del tile
     gc.collect()
     assert ref() is None, "the node kept the tile"
+
+
+def test_a_parameter_without_a_gradient_is_not_differentiable():
+    """A float parameter no backward op computes the gradient of (a constant
+    table) needs no backward: the op is differentiable in the others, and an
+    input there that requires grad is an error at the call, not a gradient
+    silently missing."""
+    op = torch_tk.kernel("""
+op ag_scaled(x: float[N], table: x.dtype[N]) -> y: x.dtype[N]:
+    backward ag_scaled_backward
+    for i in y:
+        y[i] = x[i] * table[i]
+op ag_scaled_backward(table: float[N], grad_y: table.dtype[N]) -> grad_x: table.dtype[N]:
+    for i in grad_x:
+        grad_x[i] = grad_y[i] * table[i]
+""")
+    x = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(7, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda a: op(a, table), (x,))
+    (gx,) = torch.autograd.grad(op(x, table).sum(), x)
+    torch.testing.assert_close(gx, table)
+    with pytest.raises(RuntimeError, match=r"tk.ag_scaled: argument 'table' requires grad but no backward op of "
+                                           r"tk.ag_scaled computes grad_table \(pass it detached"):
+        op(x, table.clone().requires_grad_())
+    with torch.no_grad():
+        op(x, table.clone().requires_grad_())   # (no graph: nothing to refuse)
+    compiled = torch.compile(lambda a: op(a, table).sum(), fullgraph=True, backend="aot_eager")
+    (gc,) = torch.autograd.grad(compiled(x), x)
+    torch.testing.assert_close(gc, table)
