@@ -61,6 +61,8 @@ void tk_lex_init(tk_lex_state *ls, const char *src, size_t len) {
     ls->at_line_start = 1;
     ls->indent[0] = 0;
     ls->nindent = 1;
+    if (len >= 3 && memcmp(src, "\xef\xbb\xbf", 3) == 0)   /* a UTF-8 byte order mark, as Python skips it */
+        ls->pos = ls->line_start = 3;
 }
 
 /* 1 if c may start a name. */
@@ -272,10 +274,16 @@ static void punct2(tk_lex_state *ls, tk_token *tok, int c2,
 
 /* Error naming the unexpected byte at pos. */
 static void bad_char(tk_lex_state *ls, tk_token *tok) {
-    char m[64];
+    char m[128];
     int c = at(ls, ls->pos);
+    int n = c >= 0xf0 && c < 0xf8 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 1;   /* a UTF-8 sequence's length */
+    for (int i = 1; i < n && n > 1; i++)
+        if ((at(ls, ls->pos + (size_t)i) & 0xc0) != 0x80) n = 1;
     if (c >= 0x20 && c < 0x7f)
         snprintf(m, sizeof m, "invalid character '%c'", c);
+    else if (n > 1)   /* quoted as the character itself: the message is UTF-8 */
+        snprintf(m, sizeof m, "non-ASCII character '%.*s': names, numbers and operators are ASCII", n,
+                 ls->src + ls->pos);
     else
         snprintf(m, sizeof m, "invalid character '\\x%02x'", (unsigned)c);
     lex_error(ls, tok, ls->pos, m);

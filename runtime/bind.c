@@ -239,7 +239,8 @@ static tk_status bind_shape(binder *b, int i) {
             char mine[160], theirs[160];
             sizes_text(v->sizes, nb, mine, sizeof mine);
             sizes_text(ref->sizes, rnb, theirs, sizeof theirs);
-            return call_fail(b->call, "argument '%s': its batch dims (...) are %s but those of '%s' are %s",
+            return call_fail(b->call, "argument '%s': its batch dims (...) are %s but those of '%s' are %s "
+                             "(batch dims are not broadcast: expand one to the other, a view read in place)",
                              p->name, mine, op->decl->params[b->batch_param].name, theirs);
         }
     }

@@ -94,7 +94,7 @@ def _register_spec(text: str, file: str, checked: bool | None = None) -> list[st
     result = out.value.decode("utf-8", "replace")
     names = result.split()
     if not names:
-        raise SpecError(f"{file}: error: the spec defines no op", file, 0, 0, "the spec defines no op")
+        raise SpecError(f"{file}:1:1: error: the spec defines no op", file, 1, 1, "the spec defines no op")
     from . import batching, specinfo
     batching.register(specinfo.text_ops(file, text).values())   # vmap rules (torch_tk.batching)
     with _lock:

@@ -205,10 +205,10 @@ def test_plan_says_which_loops_run_in_parts(tkc, tmp_path):
     parted = {blk.split(",")[0] for blk in out.split("plan ")[1:] if "in parts:" in blk}
     assert parted == {"layernorm_backward_wb", "rmsnorm_backward_w"}
     assert "in parts: the loop over r at line" in plan(tkc, tmp_path, COLSUM, "f32_i64")
-    # the CUDA plan has no parts (untimed on a GPU)
+    # the CUDA plan has no parts by default (untimed on a GPU: `schedule parts=N` opts in)
     cuda = subprocess.run([tkc, "plan", "--target", "cuda", "--dtype", "f32", LAYERNORM],
                           capture_output=True, text=True, check=True).stdout
-    assert "in parts" not in cuda
+    assert "kernel: in parts" not in cuda and "schedule parts=N runs them in parts, untimed" in cuda
 
 
 HEAD = "op f(x: float[R, N]) -> y: x.dtype[N]:\n    for _ in y:\n        for i in range(N):\n            y[i] = 0.0\n"

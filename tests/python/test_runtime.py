@@ -466,10 +466,14 @@ MALFORMED = [
      "    for i, j in y:\n"
      "                ^"),
     (ID.format(n="bad_n") + "        y[i] = x[i]  # café\n        z = é\n",
-     "bad.tk:4:13: error: invalid character '\\xc3'\n"
+     "bad.tk:4:13: error: non-ASCII character 'é': names, numbers and operators are ASCII\n"
      "        z = é\n"
      "            ^"),
-    ("# a comment and nothing else\n", "bad.tk: error: the spec defines no op"),
+    ("# a comment and nothing else\n", "bad.tk:1:1: error: the spec defines no op"),
+    ("\ufeff" + ID.format(n="bad_p") + "        y[i] = x[i] + σ\n",   # (a byte order mark is skipped)
+     "bad.tk:3:23: error: non-ASCII character 'σ': names, numbers and operators are ASCII\n"
+     "        y[i] = x[i] + σ\n"
+     "                      ^"),
     # the core reads C strings: without the check it compiled "y[i] = x[i]"
     (ID.format(n="bad_o") + "        y[i] = x[i]\x00 * 100.0\n",
      "bad.tk:3:20: error: invalid character '\\x00'\n"
@@ -649,10 +653,12 @@ def test_batch_dims_mismatch_shows_both_shapes():
     x, y = torch.randn(2, 3, 4), torch.randn(3, 4)
     torch.testing.assert_close(add(x, x), 2 * x)
     with pytest.raises(RuntimeError, match=r"^tk\.rt_batch_add: argument 'y': its batch dims \(\.\.\.\) are \[3\] "
-                                           r"but those of 'x' are \[2, 3\]$"):
+                                           r"but those of 'x' are \[2, 3\] \(batch dims are not broadcast: "
+                                           r"expand one to the other, a view read in place\)$"):
         add(x, y)
+    torch.testing.assert_close(add(x, y.expand(2, 3, 4)), x + y)   # (as the message says)
     with pytest.raises(RuntimeError, match=r"argument 'y': its batch dims \(\.\.\.\) are \[\] but those of 'x' are "
-                                           r"\[2, 3\]$"):
+                                           r"\[2, 3\] \(batch dims are not broadcast"):
         add(x, torch.randn(4))
 
 
