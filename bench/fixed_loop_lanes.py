@@ -17,12 +17,8 @@ child's median (ms). One thread (torch.set_num_threads(1)) unless --threads.
 import argparse
 import json
 import os
-import platform
-import statistics
-import subprocess
-import sys
 
-from timing import median_ms   # bench/timing.py
+from timing import alternate_libs, median_ms, print_lib_table   # bench/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATMUL = """
@@ -90,20 +86,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.repeat, args.threads)))
         return
-    runs = {lib: [] for lib in args.lib}
-    for _ in range(args.rounds):
-        for lib in args.lib:
-            env = dict(os.environ, TK_LIBRARY=lib)
-            r = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat), "--threads",
-                                str(args.threads), "--lib", lib], env=env, capture_output=True, text=True, check=True)
-            runs[lib].append(json.loads(r.stdout.strip().splitlines()[-1]))
-    print(f"# {' '.join(sys.argv)}\n# {platform.node()} {os.cpu_count()} CPUs, {args.threads} thread(s), "
-          f"{args.rounds} rounds x {args.repeat} calls, medians of child medians (ms)")
-    keys = list(runs[args.lib[0]][0])
-    print("| case | " + " | ".join(args.lib) + " |")
-    print("|---|" + "---|" * len(args.lib))
-    for k in keys:
-        print(f"| {k} | " + " | ".join(f"{statistics.median(r[k] for r in runs[lib]):.2f}" for lib in args.lib) + " |")
+    runs = alternate_libs(__file__, args.lib, args.rounds, ["--repeat", str(args.repeat), "--threads", str(args.threads)])
+    print_lib_table(runs, args.lib, f"{args.threads} thread(s), {args.rounds} rounds x {args.repeat} calls")
 
 
 if __name__ == "__main__":

@@ -11,13 +11,8 @@ median of every child's median (ms).
 """
 import argparse
 import json
-import os
-import platform
-import statistics
-import subprocess
-import sys
 
-from timing import median_ms   # bench/timing.py
+from timing import alternate_libs, median_ms, print_lib_table   # bench/timing.py
 
 SHAPES = [(4096, 1000), (512, 32000), (65536, 32)]
 XENT = """
@@ -60,20 +55,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.repeat)))
         return
-    runs = {lib: [] for lib in args.lib}
-    for _ in range(args.rounds):
-        for lib in args.lib:
-            env = dict(os.environ, TK_LIBRARY=lib)
-            r = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat), "--lib", lib],
-                               env=env, capture_output=True, text=True, check=True)
-            runs[lib].append(json.loads(r.stdout.strip().splitlines()[-1]))
-    print(f"# {' '.join(sys.argv)}\n# {platform.node()} {os.cpu_count()} CPUs, {args.rounds} rounds x "
-          f"{args.repeat} calls, medians of child medians (ms)")
-    keys = list(runs[args.lib[0]][0])
-    print("| case | " + " | ".join(args.lib) + " |")
-    print("|---|" + "---|" * len(args.lib))
-    for k in keys:
-        print(f"| {k} | " + " | ".join(f"{statistics.median(r[k] for r in runs[lib]):.2f}" for lib in args.lib) + " |")
+    runs = alternate_libs(__file__, args.lib, args.rounds, ["--repeat", str(args.repeat)])
+    print_lib_table(runs, args.lib, f"{args.rounds} rounds x {args.repeat} calls")
 
 
 if __name__ == "__main__":
