@@ -75,6 +75,7 @@ static int is_namespace_attr(const char *name) {
            (n > 4 && strncmp(name, "__", 2) == 0 && strcmp(name + n - 2, "__") == 0);
 }
 
+/* Whether name is in the NULL-terminated list. */
 static int in_list(const char *const *list, const char *name) {
     for (int i = 0; list[i]; i++)
         if (strcmp(list[i], name) == 0) return 1;

@@ -629,11 +629,6 @@ void gpu_chunk_loop(emitter *E) {
         expr(E, E->memo[i]->args[1], TK_V_INT);
         tk_buf_puts(E->b, ";\n");
     }
-    begin_line(E);
-    tk_buf_printf(E->b, "if (v_%s + %d <= n_%s", v, K, v);
-    for (int i = 0; i < E->nmemo; i++) tk_buf_printf(E->b, " && tk_d%d > 0 && tk_d%d <= 0x7fffffff", i, i);
-    tk_buf_puts(E->b, ") {\n");
-    E->indent++;
     for (int i = 0; i < E->nmemo; i++) {
         E->inline_locals = 1;
         begin_line(E);
@@ -641,6 +636,15 @@ void gpu_chunk_loop(emitter *E) {
         expr(E, E->memo[i]->args[0], TK_V_INT);
         tk_buf_puts(E->b, ";\n");
         E->inline_locals = 0;
+    }
+    /* (a numerator that would pass INT64_MAX in the chunk wraps: element by element) */
+    begin_line(E);
+    tk_buf_printf(E->b, "if (v_%s + %d <= n_%s", v, K, v);
+    for (int i = 0; i < E->nmemo; i++)
+        tk_buf_printf(E->b, " && tk_d%d > 0 && tk_d%d <= 0x7fffffff && tk_n%d <= 0x7fffffffffffffffLL - %d", i, i, i, K);
+    tk_buf_puts(E->b, ") {\n");
+    E->indent++;
+    for (int i = 0; i < E->nmemo; i++) {
         /* the remainder steps in 32 bits (the divisor fits) */
         int ks = kdiv_slot(E, E->memo[i]->args[1]);
         if (ks >= 0) line(E, "tk_i64 tk_q%d = tk_floordiv_k(tk_n%d, tk_d%d, %sidiv[%d]);", i, i, i, E->tg->args, ks);

@@ -276,7 +276,7 @@ static void punct2(tk_lex_state *ls, tk_token *tok, int c2,
 static void bad_char(tk_lex_state *ls, tk_token *tok) {
     char m[128];
     int c = at(ls, ls->pos);
-    int n = c >= 0xf0 && c < 0xf8 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 1;   /* a UTF-8 sequence's length */
+    int n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 1;   /* UTF-8 */
     for (int i = 1; i < n && n > 1; i++)
         if ((at(ls, ls->pos + (size_t)i) & 0xc0) != 0x80) n = 1;
     if (c >= 0x20 && c < 0x7f)

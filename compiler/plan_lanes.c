@@ -198,6 +198,7 @@ static void lane_loads(const tk_expr *e, const char *v, int *unit, int *other) {
     for (int i = 0; i < e->nargs; i++) lane_loads(e->args[i], v, unit, other);
 }
 
+/* lane_loads over statements body[0..n), their bounds and nested blocks. */
 static void lane_loads_stmts(tk_stmt **body, int n, const char *v, int *unit, int *other) {
     for (int i = 0; i < n; i++) {
         lane_loads(body[i]->value, v, unit, other);
@@ -258,6 +259,8 @@ static int shared_moving_load(const tk_expr *e, const char *v, const char *g, co
     return 0;
 }
 
+/* shared_moving_load over statements body[0..n) and their nested blocks,
+ * each loop's variable joining loops[] (room for 8) inside it. */
 static int shared_moving_stmts(tk_stmt **body, int n, const char *v, const char *g, const char **loops, int nl) {
     for (int i = 0; i < n; i++) {
         const tk_stmt *s = body[i];
@@ -305,7 +308,7 @@ int lane_plan(emitter *E) {
     memset(E->arr, 0, sizeof E->arr);
     for (int r = 0; r < E->op->nlocals; r++) E->arr[r] = !E->op->locals[r].is_loop;
     unsigned char acc[TK_MAX_LOCALS] = {0};
-    int carried = 0;   /* a local a loop carries between its lane blocks, not a sum out of it */
+    int carried = 0;   /* a local only a fixed loop uses, carried between its lane blocks */
     for (int k = 0; k < li.nloops; k++) {
         unsigned char in[TK_MAX_LOCALS] = {0};
         assigned_locals(li.loops[k]->body, li.loops[k]->nbody, in);
@@ -372,8 +375,8 @@ int lane_plan(emitter *E) {
         }
     }
     /* fixed loops gain when group rows share a vector load the loops move
-     * and only sums are carried in lane arrays (matmul 256x512x512: 54 ->
-     * 1.8 ms); else the
+     * and no local of theirs is carried from one of their lane blocks to
+     * another (matmul 256x512x512: 54 -> 1.8 ms); else the
      * jammed copies keep their state in registers and lane arrays lose
      * (wkv_backward_wu 11.9 -> 21.3 ms, rotary_backward_tables 2.5 -> 3.2,
      * wkv_quadratic 5.3 -> 6.0; bench/fixed_loop_lanes.py) */
@@ -383,6 +386,7 @@ int lane_plan(emitter *E) {
         shares = shares || shared_moving_stmts(&li.loops[k], 1, d->loop_vars[d->nloop - 1],
                                                d->loop_vars[E->gdim], around, 0);
     if (fixed && (!shares || carried)) {
+        E->ngroup = 1;
         E->gdim = d->nloop - 1;
         memset(E->arr, 0, sizeof E->arr);
         return 0;

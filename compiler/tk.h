@@ -200,8 +200,9 @@ int tk_op_param_dim(const tk_op *op, int i, int j, const char **name, int64_t *v
  * matched by name: a backward op's parameter is one of the forward op's
  * parameters (same name, same kind), 'grad_<output>' (the incoming gradient
  * of a forward output) or a forward output by name; its outputs are named
- * 'grad_<param>', one per differentiable forward tensor parameter, each made
- * by exactly one backward op. tk_ctx_link checks every op of ctx against
+ * 'grad_<param>' for float forward tensor parameters, each made by at most
+ * one backward op (a parameter none makes is not differentiable: the shim
+ * refuses an input there that requires grad). tk_ctx_link checks every op of ctx against
  * this (call it once all spec files are loaded: a backward may live in
  * another file); the accessors below read the links it checked. */
 tk_status tk_ctx_link(tk_ctx *ctx);

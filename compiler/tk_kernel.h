@@ -283,15 +283,17 @@ TK_FN tk_i64 tk_mod_k(tk_i64 a, tk_i64 b, tk_kdiv dv) {
     if (dv.m != 0 && a >= -0x7fffffffLL && a <= 0x7fffffffLL) return a - tk_floordiv_k(a, b, dv) * b;
     return tk_mod(a, b);
 }
+/* Float a % b as Python: the remainder takes the divisor's sign, a zero
+ * one too (-5.0 % 5.0 is 0.0, 5.0 % -5.0 is -0.0). */
 TK_FN float tk_fmodf_py(float a, float b) {
     float r = fmodf(a, b);
     if (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) r += b;
-    return r;
+    return r == 0.0f ? copysignf(0.0f, b) : r;
 }
 TK_FN double tk_fmod_py(double a, double b) {
     double r = fmod(a, b);
     if (r != 0.0 && ((r < 0.0) != (b < 0.0))) r += b;
-    return r;
+    return r == 0.0 ? copysign(0.0, b) : r;
 }
 /* Float a // b as Python computes it (CPython's float_divmod): the
  * quotient that goes with tk_fmod_py's remainder, so q * b + r == a holds

@@ -421,10 +421,9 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
   const char* needs_grad = first_requiring_grad(handle, args);
   for (const c10::IValue& v : args)
     TORCH_CHECK(!v.isTensor() || !torch::autograd::isFwGradDefined(v.toTensor()), "tk.", plan.name,
-                plan.backward.empty() ? ": forward-mode AD is not supported (and tk." : "",
-                plan.backward.empty() ? plan.name.c_str() : "",
-                plan.backward.empty() ? " has no backward ops, so no reverse mode either)"
-                                      : ": forward-mode AD is not supported (its backward ops give reverse mode only)");
+                ": forward-mode AD is not supported ",
+                plan.backward.empty() ? "(and tk." + plan.name + " has no backward ops, so no reverse mode either)"
+                                      : std::string("(its backward ops give reverse mode only)"));
   if (needs_grad == nullptr) return redispatch(handle, keys, stack);
   if (plan.backward.empty() && backward_of != nullptr) return once_differentiable(plan, handle, keys, stack);
   TORCH_CHECK(!plan.backward.empty(), "tk.", plan.name, ": argument '", needs_grad, "' requires grad but tk.",
@@ -432,6 +431,7 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
   // a float parameter no backward op computes the gradient of (a constant
   // table) is not differentiable: an input there that requires grad is an
   // error, not a gradient silently missing
+  TORCH_INTERNAL_ASSERT(args.size() == plan.has_grad.size());   // (schema arguments are the spec's parameters)
   for (size_t i = 0; i < args.size(); ++i)
     TORCH_CHECK(!args[i].isTensor() || !args[i].toTensor().requires_grad() || plan.has_grad[i], "tk.", plan.name,
                 ": argument '", handle.schema().arguments()[i].name(), "' requires grad but no backward op of tk.",

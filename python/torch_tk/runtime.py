@@ -61,6 +61,8 @@ def _spec_error(file: str, line: int, col: int, message: str, text: str, source:
     if not 1 <= line <= len(lines):
         return SpecError(text, file, line, col, message)
     raw = lines[line - 1].rstrip(b"\r")
+    if line == 1:
+        raw = raw.removeprefix(b"\xef\xbb\xbf")   # a byte order mark: the core's columns start after it
     shown = raw.decode("utf-8", "replace")
     before = raw[: max(col - 1, 0)].decode("utf-8", "replace")  # columns count bytes
     caret = "".join(c if c == "\t" else " " for c in before) + "^"

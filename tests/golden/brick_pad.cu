@@ -58,8 +58,8 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -136,8 +136,8 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -213,8 +213,8 @@ extern "C" __global__ void tk_brick_pad__b8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -309,8 +309,8 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -387,8 +387,8 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -464,8 +464,8 @@ extern "C" __global__ void tk_brick_pad__u8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -560,8 +560,8 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -638,8 +638,8 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -715,8 +715,8 @@ extern "C" __global__ void tk_brick_pad__i8(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -811,8 +811,8 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -890,8 +890,8 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -968,8 +968,8 @@ extern "C" __global__ void tk_brick_pad__i16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1064,8 +1064,8 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 8) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1143,8 +1143,8 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 8) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1221,8 +1221,8 @@ extern "C" __global__ void tk_brick_pad__i32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 8) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1317,8 +1317,8 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 4) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1396,8 +1396,8 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 4) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1474,8 +1474,8 @@ extern "C" __global__ void tk_brick_pad__i64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 4) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1570,8 +1570,8 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1649,8 +1649,8 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1727,8 +1727,8 @@ extern "C" __global__ void tk_brick_pad__f16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1823,8 +1823,8 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1902,8 +1902,8 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -1980,8 +1980,8 @@ extern "C" __global__ void tk_brick_pad__bf16(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 16 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 16) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -2076,8 +2076,8 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 8) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -2155,8 +2155,8 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 8) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -2233,8 +2233,8 @@ extern "C" __global__ void tk_brick_pad__f32(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 8 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 8) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -2329,8 +2329,8 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 4) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -2408,8 +2408,8 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 4) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;
@@ -2486,8 +2486,8 @@ extern "C" __global__ void tk_brick_pad__f64(const tk_kargs a) {
             tk_i64 v_v = tk_floordiv_k(v_y1, d_TH, a.idiv[5]);
             tk_i64 v_y2 = (v_y1 - (v_v * d_TH));
             const tk_i64 tk_d0 = d_TW;
-            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff) {
-                const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            const tk_i64 tk_n0 = (((v_col - p_pw)) - (v_v * p_stagger));
+            if (v_col + 4 <= n_col && tk_d0 > 0 && tk_d0 <= 0x7fffffff && tk_n0 <= 0x7fffffffffffffffLL - 4) {
                 tk_i64 tk_q0 = tk_floordiv_k(tk_n0, tk_d0, a.idiv[6]);
                 tk_u32 tk_r0 = (tk_u32)(tk_n0 - tk_q0 * tk_d0);
                 const tk_u32 tk_e0 = (tk_u32)tk_d0;

@@ -589,6 +589,8 @@ op ag_scaled_backward(table: float[N], grad_y: table.dtype[N]) -> grad_x: table.
         op(x, table.clone().requires_grad_())
     with torch.no_grad():
         op(x, table.clone().requires_grad_())   # (no graph: nothing to refuse)
-    compiled = torch.compile(lambda a: op(a, table).sum(), fullgraph=True, backend="aot_eager")
-    (gc,) = torch.autograd.grad(compiled(x), x)
+    compiled = torch.compile(lambda a, t: op(a, t).sum(), fullgraph=True, backend="aot_eager")
+    (gc,) = torch.autograd.grad(compiled(x, table), x)
     torch.testing.assert_close(gc, table)
+    with pytest.raises(Exception, match=r"argument 'table' requires grad but no backward op of tk.ag_scaled"):
+        compiled(x, table.clone().requires_grad_())

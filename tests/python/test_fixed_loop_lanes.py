@@ -34,13 +34,27 @@ def plan(tkc, dtype):
 def test_plan_runs_the_fixed_loops_across_the_lanes(tkc):
     for dtype, lanes in (("f32", 16), ("f64", 8)):
         text = plan(tkc, dtype)
-        mm, c2 = text.split("plan contract2")
-        assert f"lane tile: {lanes} lanes along n (omp simd loops) x 8 rows along b" in mm
-        assert "locals held per lane: s" in mm
-        assert f"lane tile: {lanes} lanes along n (omp simd loops) x 8 rows along b" in c2
+        mm, rest = text.split("plan contract2")
+        c2, pos = rest.split("plan mm_pos_kn")
+        for block in (mm, c2, pos):
+            assert f"lane tile: {lanes} lanes along n (omp simd loops) x 8 rows along b" in block
+            assert "locals held per lane: s\n" in block   # (mm_pos_kn's t: a scalar in its lane block)
     # wkv_quadratic carries its state between lane blocks: it stays jammed (slower in lanes)
     r = subprocess.run([tkc, "plan", "--dtype", "f32", os.path.join(ROOT, "examples", "specs", "wkv_quadratic.tk")],
                        capture_output=True, text=True, timeout=120)
+    assert "lane tile:" not in r.stdout and "unroll and jam" in r.stdout
+
+
+def test_a_local_carried_between_lane_blocks_keeps_the_copies(tkc, tmp_path):
+    """t is set in the k loop's body and read in a loop nested in it: two
+    lane blocks. Such bodies ran slower as tiles (wkv_backward_wu), so the
+    plan keeps unroll-and-jam."""
+    spec = tmp_path / "carried.tk"
+    spec.write_text("op carried(x: float[B, K], wt: x.dtype[K, N]) -> y: x.dtype[B, N]:\n    for b, n in y:\n"
+                    "        s = 0.0\n        for k in range(K):\n            t = wt[k, n]\n"
+                    "            for j in range(2):\n                s += x[b, k] * t\n        y[b, n] = s\n")
+    r = subprocess.run([tkc, "plan", "--dtype", "f32", str(spec)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
     assert "lane tile:" not in r.stdout and "unroll and jam" in r.stdout
 
 
@@ -77,3 +91,11 @@ def test_empty_and_zero_k():
     x, wt, bias = torch.randn(4, 0), torch.randn(0, 9), torch.randn(9)
     torch.testing.assert_close(torch.ops.tk.mm_kn(x, wt, bias), bias.expand(4, 9))
     assert torch.ops.tk.mm_kn(torch.randn(0, 3), torch.randn(3, 9), bias).shape == (0, 9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_temporary_and_if_match_torch(dtype):
+    g = gen(7)
+    x, wt = torch.randn(19, 37, generator=g, dtype=dtype), torch.randn(37, 45, generator=g, dtype=dtype)
+    want = (x[:, :, None] * wt[None]).clamp(min=0).sum(1)
+    torch.testing.assert_close(torch.ops.tk.mm_pos_kn(x, wt), want, **TOL[dtype])
