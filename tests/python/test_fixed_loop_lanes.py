@@ -58,11 +58,13 @@ def test_a_local_carried_between_lane_blocks_keeps_the_copies(tkc, tmp_path):
     assert "lane tile:" not in r.stdout and "unroll and jam" in r.stdout
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("B, K, N", [(1, 1, 1), (3, 7, 5), (9, 33, 47), (17, 64, 100), (8, 16, 16), (13, 5, 257)])
-def test_matmul_weight_kn_matches_torch(dtype, B, K, N):
+def test_matmul_weight_kn_matches_torch(dtype, B, K, N, device):
     g = gen(B * 1000 + K * 10 + N)
-    x, wt, bias = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((B, K), (K, N), (N,)))
+    x, wt, bias = (torch.randn(*s, generator=g, dtype=torch.float64).to(device) for s in ((B, K), (K, N), (N,)))
     want = x @ wt + bias
     got = torch.ops.tk.mm_kn(x.to(dtype), wt.to(dtype), bias.to(dtype))
     torch.testing.assert_close(got.double(), (x.to(dtype).double() @ wt.to(dtype).double()

@@ -401,8 +401,10 @@ op ld_halves(x: float[N]) -> (y: x.dtype[N], z: x.dtype[N // 2]):
         op(torch.zeros(1))
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))])
 @pytest.mark.parametrize("N", [3, 5, 7, 100, 1000])
-def test_modulo_of_a_wrapping_index_is_pythons_of_the_wrapped_value(N):
+def test_modulo_of_a_wrapping_index_is_pythons_of_the_wrapped_value(N, device):
     """`(i + k) % N` with i + k past INT64_MAX: two's complement wraps (spec.md)
     and % is then Python's of the wrapped value. The segments that step a
     remainder along the run must not cross the wrap (a user's k = 2**63 - 1
@@ -413,7 +415,7 @@ op ld_wrapmod(x: float32[N], k: int) -> (y: x.dtype[N], z: x.dtype[N]):
         y[i] = x[(i + k) % N]
         z[i] = x[(i - k) % N]
 """)
-    x = torch.arange(float(N))
+    x = torch.arange(float(N), device=device)   # (CUDA: the chunks step remainders too)
     wrap = lambda v: ((v + 2**63) % 2**64) - 2**63   # noqa: E731
     for k in (2**63 - 1, 2**63 - 2, 2**63 - N // 2, -2**63, -2**63 + 1, 5):
         y, z = op(x, k)

@@ -21,6 +21,7 @@ import torch
 import torch_tk
 
 pytestmark = pytest.mark.usefixtures("poisoned_outputs")
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))]
 
 UNARY = {   # spec name: (torch function, input range)
     "sin": (torch.sin, (-6.0, 6.0)), "cos": (torch.cos, (-6.0, 6.0)), "tan": (torch.tan, (-1.4, 1.4)),
@@ -59,12 +60,13 @@ def draw(lo, hi, shape, dtype, seed):
     return x.to(dtype)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", ["elementwise", "row"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("name", sorted(UNARY))
-def test_function_matches_torch(name, dtype, form):
+def test_function_matches_torch(name, dtype, form, device):
     fn, (lo, hi) = UNARY[name]
-    x = draw(lo, hi, (3, 67), dtype, seed=hash(name) % 1000)
+    x = draw(lo, hi, (3, 67), dtype, seed=sum(map(ord, name))).to(device)
     op = getattr(torch.ops.tk, f"mf_{name}" if form == "elementwise" else f"mf_row_{name}")
     want = fn(x.double()).to(dtype)   # bfloat16 computes in float32 and rounds once: as the float64 value rounded
     torch.testing.assert_close(op(x), want, **TOL[dtype])
@@ -116,11 +118,13 @@ op mf_clamp_inf(x: float[N]) -> (y: x.dtype[N], big: bool[N]):
 """)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
-def test_max_from_minus_inf(dtype):
+def test_max_from_minus_inf(dtype, device):
     x = torch.randn(5, 33, generator=gen(7)).to(dtype)
     x[2] = -torch.inf      # a row of -inf: the max stays -inf (a -1e38 start would give -1e38)
     x[3, 4] = torch.inf
+    x = x.to(device)
     got = ROWMAX(x)
     assert torch.equal(got, x.amax(dim=-1, keepdim=True))
     assert got[2, 0].item() == -torch.inf and got[3, 0].item() == torch.inf
@@ -203,12 +207,14 @@ def test_float_floordiv_is_pythons():
         assert math.copysign(1, r[i].item()) == math.copysign(1, x % y) and r[i].item() == x % y, (x, y, r[i])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_float_floordiv_matches_torch(dtype):
+def test_float_floordiv_matches_torch(dtype, device):
     g = gen(21)
     a = torch.randn(4000, generator=g, dtype=torch.float64).mul(100).to(dtype)
     b = torch.randn(4000, generator=g, dtype=torch.float64).mul(3).to(dtype)
     b[::97] = 0.0    # (torch: +-inf or NaN, as tk)
+    a, b = a.to(device), b.to(device)
     q, r = FLOORDIV(a, b)
     torch.testing.assert_close(q, torch.floor_divide(a, b), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(r[b != 0], torch.remainder(a, b)[b != 0], rtol=0, atol=0)
