@@ -169,8 +169,8 @@ static tk_status bind_tensor_dims(checker *c, int i) {
         if (k == TK_SYM_NONE) {
             if (op->ndims + op->nints >= TK_MAX_INTS)
                 return fail(c, e->loc, "too many scalar parameters and dims (limit %d)", TK_MAX_INTS);
-            if (reserved(e->name))
-                return fail(c, e->loc, "'%s' is %s and cannot name a dim", e->name, reserved(e->name));
+            const char *r = reserved(e->name);
+            if (r) return fail(c, e->loc, "'%s' is %s and cannot name a dim", e->name, r);
             tk_dimsym *ds = &op->dims[op->ndims++];
             ds->name = e->name;
             ds->param = i;
@@ -197,8 +197,8 @@ static tk_status check_unique(checker *c) {
     int n = d->nparams + d->noutputs;
     for (int i = 0; i < n; i++) {
         const tk_param *a = i < d->nparams ? &d->params[i] : &d->outputs[i - d->nparams];
-        if (reserved(a->name))
-            return fail(c, a->loc, "'%s' is %s and cannot name a parameter", a->name, reserved(a->name));
+        const char *r = reserved(a->name);
+        if (r) return fail(c, a->loc, "'%s' is %s and cannot name a parameter", a->name, r);
         if (i < d->nparams && is_schema_keyword(a->name))
             return fail(c, a->loc, "'%s' cannot name a parameter: torch's operator schemas reserve it", a->name);
         for (int j = 0; j < i; j++) {
@@ -473,61 +473,6 @@ static tk_status check_loop(checker *c) {
 }
 
 /* ---- variants ----------------------------------------------------------- */
-
-static int mask_nth(unsigned mask, int n) {
-    for (int t = 0; t < TK_DTYPE_COUNT; t++)
-        if (mask & (1u << t)) {
-            if (n == 0) return t;
-            n--;
-        }
-    return -1;
-}
-
-static int mask_pos(unsigned mask, int dtype) {
-    int n = 0;
-    for (int t = 0; t < dtype; t++)
-        if (mask & (1u << t)) n++;
-    return n;
-}
-
-tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param) {
-    int root = op->dtype_root[param];
-    int rest = variant;
-    for (int v = op->ndvars - 1; v >= 0; v--) {
-        unsigned m = op->decl->params[op->dvars[v]].dtype_mask;
-        int radix = count_bits(m);
-        if (op->dvars[v] == root) return (tk_dtype)mask_nth(m, rest % radix);
-        rest /= radix;
-    }
-    return TK_F32;
-}
-
-tk_dtype tk_variant_out_decl_dtype(const tk_op *op, int variant, int out) {
-    if (op->out_dtype_root[out] < 0) return op->out_dtype_fixed[out];
-    return tk_variant_dtype(op, variant, op->out_dtype_root[out]);
-}
-
-tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out) {
-    tk_dtype d = tk_variant_out_decl_dtype(op, variant, out);
-    return op->out_sum[out] && (d == TK_F16 || d == TK_BF16) ? tk_variant_float_type(op, variant) : d;
-}
-
-tk_dtype tk_variant_float_type(const tk_op *op, int variant) {
-    for (int i = 0; i < op->decl->nparams; i++)
-        if (op->decl->params[i].kind == TK_P_TENSOR && tk_variant_dtype(op, variant, i) == TK_F64)
-            return TK_F64;
-    return TK_F32;
-}
-
-int tk_variant_index(const tk_op *op, const tk_dtype *dv) {
-    int idx = 0;
-    for (int v = 0; v < op->ndvars; v++) {
-        unsigned m = op->decl->params[op->dvars[v]].dtype_mask;
-        if (!(m & (1u << dv[v]))) return -1;
-        idx = idx * count_bits(m) + mask_pos(m, (int)dv[v]);
-    }
-    return idx;
-}
 
 /* Allocates per-variant names: tk_<op>__<code>_<code>... */
 static tk_status make_variants(checker *c, tk_arena *a) {
@@ -892,8 +837,8 @@ static tk_status declare_local(checker *c, tk_stmt *s, tk_vtype t) {
     int idx;
     if (tk_resolve_header(c->op, s->name, &idx) != TK_SYM_NONE || find_loop_var(c->op->decl, s->name) >= 0)
         return fail(c, s->loc, "cannot assign to '%s': it is a parameter, dim, tensor or loop variable", s->name);
-    if (reserved(s->name))
-        return fail(c, s->loc, "'%s' is %s and cannot name a variable", s->name, reserved(s->name));
+    const char *r = reserved(s->name);
+    if (r) return fail(c, s->loc, "'%s' is %s and cannot name a variable", s->name, r);
     if (c->op->row_loop && is_owned(s->name))
         return fail(c, s->loc, "'_' marks a dim the iteration owns in the loop header; give the variable a name");
     tk_local *l = &c->op->locals[c->op->nlocals];
