@@ -22,6 +22,11 @@ static const char *const k_maths[] = {
     "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
     "erf", "erfc", "log1p", "expm1", "log2", "log10", NULL};
 
+/* Counter-based random numbers, rand(seed, n) and randn(seed, n): pure
+ * functions of two ints and the batch element (tk_kernel.h, Philox). Not
+ * reserved either. */
+static const char *const k_random[] = {"rand", "randn", NULL};
+
 typedef struct checker {
     tk_op *op;
     tk_error *err;
@@ -780,8 +785,9 @@ static tk_status check_cond(checker *c, tk_expr *e) {
 
 static tk_status check_call(checker *c, tk_expr *e) {
     const char *f = e->name;
-    int two = strcmp(f, "min") == 0 || strcmp(f, "max") == 0 || strcmp(f, "atan2") == 0;
-    if (!(is_function(f) || in_list(k_maths, f)) || strcmp(f, "range") == 0)
+    int random = in_list(k_random, f);
+    int two = strcmp(f, "min") == 0 || strcmp(f, "max") == 0 || strcmp(f, "atan2") == 0 || random;
+    if (!(is_function(f) || in_list(k_maths, f) || random) || strcmp(f, "range") == 0)
         return fail(c, e->loc, strcmp(f, "range") == 0 ? "range() is only allowed in a 'for' loop"
                                                        : "unknown function '%s'", f);
     if (e->nargs != (two ? 2 : 1))
@@ -793,6 +799,15 @@ static tk_status check_call(checker *c, tk_expr *e) {
     if (strcmp(f, "float") == 0) { e->vtype = c->ftype; return TK_OK; }
     if (strcmp(f, "float32") == 0) { e->vtype = TK_V_F32; return TK_OK; }
     if (strcmp(f, "float64") == 0) { e->vtype = TK_V_F64; return TK_OK; }
+    if (random) {
+        for (int i = 0; i < 2; i++)
+            if (e->args[i]->vtype != TK_V_INT)
+                return fail(c, e->args[i]->loc, "%s()'s %s must be an int, got %s", f, i ? "counter" : "seed",
+                            vtype_name(e->args[i]->vtype));
+        c->op->random = 1;
+        e->vtype = c->ftype;
+        return TK_OK;
+    }
     for (int i = 0; i < e->nargs; i++)
         if (!is_num(e->args[i]->vtype))
             return fail(c, e->args[i]->loc, "%s() needs numbers, got %s", f, vtype_name(e->args[i]->vtype));

@@ -53,6 +53,8 @@ struct tk_op {
     tk_dimsym dims[TK_MAX_INTS];
     int ndims;
     int has_ellipsis;                    /* some input uses '...' */
+    int random;                          /* the body calls rand or randn (their counter takes the batch
+                                          * index, tk_bi, when has_ellipsis: decompose) */
     int loop_out;                        /* index of the output the loop runs over */
     /* a row loop (`for b, _, c in y`: some loop names are '_'): the
      * iteration owns the '_' dims of the loop output; row_pos[o][i] is the

@@ -155,6 +155,7 @@ void decompose(emitter *E, int skip_last) {
         else line(E, "const tk_i64 v_%s = r %% n_%s;", v, v);
         line(E, "r /= n_%s;", v);
     }
+    if (op->random && op->has_ellipsis) line(E, "const tk_i64 tk_bi = r;   /* rand's batch index */");
     if (!op->has_ellipsis) {
         line(E, "(void)r;");
         return;

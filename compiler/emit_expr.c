@@ -278,6 +278,14 @@ static void call(emitter *E, const tk_expr *e) {
         tk_buf_puts(E->b, ")");
         return;
     }
+    if (!strcmp(f, "rand") || !strcmp(f, "randn")) {   /* the batch index: decompose */
+        tk_buf_printf(E->b, "tk_%s%s(", f, t == TK_V_F32 ? "f" : "");
+        expr(E, e->args[0], TK_V_INT);
+        tk_buf_puts(E->b, ", ");
+        expr(E, e->args[1], TK_V_INT);
+        tk_buf_printf(E->b, ", %s)", E->op->has_ellipsis ? "tk_bi" : "0");
+        return;
+    }
     if (!strcmp(f, "sigmoid")) {
         call_f(E, "tk_sigmoidf", "tk_sigmoid", e, t);
         return;

@@ -744,6 +744,7 @@ static void vx_args(emitter *E, const tk_stmt *s, const unsigned char *used_loca
             if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
                 tk_buf_printf(E->b, arg ? ", o_%s" : ", tk_i64 o_%s", param(E, i)->name);
         for (int i = 0; i < d->noutputs; i++) tk_buf_printf(E->b, arg ? ", o_%s" : ", tk_i64 o_%s", output(E, i)->name);
+        if (op->random) tk_buf_puts(E->b, arg ? ", tk_bi" : ", tk_i64 tk_bi");
     }
 }
 

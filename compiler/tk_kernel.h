@@ -315,6 +315,60 @@ TK_FN double tk_floordiv_py(double a, double b) {
     double f = floor(q);
     return q - f > 0.5 ? f + 1.0 : f;
 }
+/* Counter-based random numbers (the spec's rand and randn): Philox4x32-10
+ * (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2,
+ * 3", SC 2011), the generator of cuRAND and of PyTorch's CUDA ops. Its key
+ * is the 64-bit seed, its counter the 64-bit n and the 64-bit batch index
+ * b; the four 32-bit words it returns are a pure function of the three, so
+ * every thread, lane and code generator computes the same numbers, and a
+ * backward op recomputes the forward's from the same seed. */
+typedef struct tk_philox {
+    tk_u32 w[4];
+} tk_philox;
+TK_FN tk_philox tk_philox4x32(tk_i64 seed, tk_i64 n, tk_i64 b) {
+    tk_u32 k0 = (tk_u32)(tk_u64)seed, k1 = (tk_u32)((tk_u64)seed >> 32);
+    tk_u32 c0 = (tk_u32)(tk_u64)n, c1 = (tk_u32)((tk_u64)n >> 32);
+    tk_u32 c2 = (tk_u32)(tk_u64)b, c3 = (tk_u32)((tk_u64)b >> 32);
+    for (int round = 0; round < 10; round++) {
+        tk_u64 p0 = (tk_u64)0xD2511F53u * c0, p1 = (tk_u64)0xCD9E8D57u * c2;
+        tk_u32 n0 = (tk_u32)(p1 >> 32) ^ c1 ^ k0, n2 = (tk_u32)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (tk_u32)p1;
+        c3 = (tk_u32)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    tk_philox r;
+    r.w[0] = c0;
+    r.w[1] = c1;
+    r.w[2] = c2;
+    r.w[3] = c3;
+    return r;
+}
+/* rand: uniform in [0, 1), the top 24 (float32) or 53 (float64) bits of
+ * the first words, exact multiples of 2^-24 or 2^-53. */
+TK_FN float tk_randf(tk_i64 seed, tk_i64 n, tk_i64 b) {
+    return (float)(tk_philox4x32(seed, n, b).w[0] >> 8) * 5.9604644775390625e-08f;
+}
+TK_FN double tk_rand(tk_i64 seed, tk_i64 n, tk_i64 b) {
+    tk_philox r = tk_philox4x32(seed, n, b);
+    return (double)((((tk_u64)r.w[0] << 32) | r.w[1]) >> 11) * 1.1102230246251565e-16;
+}
+/* randn: standard normal by Box and Muller, sqrt(-2 log u) cos(2 pi v), u
+ * in (0, 1] from the first words and v in [0, 1) from the next. */
+TK_FN float tk_randnf(tk_i64 seed, tk_i64 n, tk_i64 b) {
+    tk_philox r = tk_philox4x32(seed, n, b);
+    float u = (float)((r.w[0] >> 8) + 1) * 5.9604644775390625e-08f;
+    float v = (float)(r.w[1] >> 8) * 5.9604644775390625e-08f;
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853071795865f * v);
+}
+TK_FN double tk_randn(tk_i64 seed, tk_i64 n, tk_i64 b) {
+    tk_philox r = tk_philox4x32(seed, n, b);
+    double u = (double)(((((tk_u64)r.w[0] << 32) | r.w[1]) >> 11) + 1) * 1.1102230246251565e-16;
+    double v = (double)((((tk_u64)r.w[2] << 32) | r.w[3]) >> 11) * 1.1102230246251565e-16;
+    return sqrt(-2.0 * log(u)) * cos(6.2831853071795865 * v);
+}
 /* Incremental floor division for a loop-invariant divisor: when the
  * numerator is the previous one plus 1 and d > 0, the quotient and remainder
  * are updated instead of divided; anything else divides. CPU only. */

@@ -234,7 +234,7 @@ static tk_binary test_compile_all(tk_nvrtc *nv, tk_ctx *ctx) {
 }
 
 /* The spec maths that CUDA spells differently from C (<math.h> functions by
- * float type, the literal inf, Python's float //) compile under NVRTC,
+ * float type, the literal inf, Python's float //, rand's Philox) compile under NVRTC,
  * float and double. */
 static void test_compile_maths(tk_nvrtc *nv) {
     static const char spec[] =
@@ -242,7 +242,8 @@ static void test_compile_maths(tk_nvrtc *nv) {
         "    for i in y:\n"
         "        a = sin(x[i]) + cos(x[i]) + tan(x[i]) + asin(x[i]) + acos(x[i]) + atan(x[i]) + atan2(x[i], k[i])\n"
         "        b = sinh(x[i]) + cosh(x[i]) + erf(x[i]) + erfc(x[i]) + log1p(x[i]) + expm1(x[i])\n"
-        "        y[i] = max(a + b + log2(x[i]) + log10(x[i]) + x[i] // 0.5, -inf) if x[i] < inf else inf\n";
+        "        c = rand(k[i], i) + randn(k[i], i + 1)\n"
+        "        y[i] = max(a + b + c + log2(x[i]) + log10(x[i]) + x[i] // 0.5, -inf) if x[i] < inf else inf\n";
     tk_ctx *ctx = tk_ctx_new();
     int loaded = ctx && tk_load_spec(ctx, "maths.tk", spec, sizeof spec - 1) == TK_OK;
     if (ctx && !loaded) fprintf(stderr, "maths.tk: %s\n", tk_ctx_error(ctx));
@@ -250,7 +251,8 @@ static void test_compile_maths(tk_nvrtc *nv) {
     const tk_op *op = loaded ? tk_op_find(ctx, "maths") : NULL;
     char *src = NULL;
     CHECK(op && tk_emit(ctx, op, TK_TARGET_CUDA, &src) == TK_OK && src);
-    CHECK(contains(src, "sinf(") && contains(src, "atan2(") && contains(src, "TK_INFF") && contains(src, "(-TK_INF)"));
+    CHECK(contains(src, "sinf(") && contains(src, "atan2(") && contains(src, "TK_INFF") && contains(src, "(-TK_INF)") &&
+          contains(src, "tk_randf(") && contains(src, "tk_randn("));
     arch_job job;
     memset(&job, 0, sizeof job);
     job.nv = nv;
