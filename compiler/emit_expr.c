@@ -242,6 +242,12 @@ static void call_f(emitter *E, const char *f32name, const char *f64name, const t
     tk_buf_puts(E->b, ")");
 }
 
+/* Whether float32 exp, tanh, erf and sigmoid print as tk_kernel.h's
+ * branch-free forms (tk_vexpf ...), which loops vectorise, where glibc's
+ * expf, tanhf and erff are calls they cannot: every CPU kernel but the plain
+ * reference (tests/c/test_variants.c compares the two). */
+static int cpu_vmaths(const emitter *E) { return !E->tg->gpu && !E->plain; }
+
 static void call(emitter *E, const tk_expr *e) {
     const char *f = e->name;
     tk_vtype a = e->args[0]->vtype, t = e->vtype;
@@ -287,12 +293,13 @@ static void call(emitter *E, const tk_expr *e) {
         return;
     }
     if (!strcmp(f, "sigmoid")) {
-        call_f(E, "tk_sigmoidf", "tk_sigmoid", e, t);
+        call_f(E, cpu_vmaths(E) ? "tk_vsigmoidf" : "tk_sigmoidf", "tk_sigmoid", e, t);
         return;
     }
     char f32[16];
     snprintf(f32, sizeof f32, "%sf", f);
-    if (E->vexp && !strcmp(f, "exp")) snprintf(f32, sizeof f32, "tk_vexpf");   /* vectorises (tk_kernel.h) */
+    if ((E->vexp || cpu_vmaths(E)) && !strcmp(f, "exp")) snprintf(f32, sizeof f32, "tk_vexpf");
+    if (cpu_vmaths(E) && (!strcmp(f, "tanh") || !strcmp(f, "erf"))) snprintf(f32, sizeof f32, "tk_v%sf", f);
     call_f(E, f32, f, e, t);
 }
 

@@ -491,6 +491,66 @@ TK_FN float tk_vexpf(float x) {
     return p * tk_bits2f((h + 127u) << 23) * tk_bits2f((ni - h + 127u) << 23);
 }
 
+/* tanh in float32 without branches or calls, so that a loop calling it
+ * vectorises (glibc's tanhf does not): the CPU's float32 tanh() outside the
+ * plain reference kernels (emit_expr.c).
+ *   Method, for a = |x|: below 0.9, a + a^3 P(a^2) with P of degree 6 fitted
+ * to tanh's relative error on [0, 0.9] (reweighted least squares toward
+ * minimax, float32 coefficients); from 0.9, 1 - 2 / (e^(2a) + 1) with
+ * tk_vexpf, which rounds to 1 from a = 9.01 and reaches it exactly when
+ * e^(2a) overflows. Both are computed and one is selected bitwise; the sign
+ * is x's. Accuracy (tests/c/test_vexp.c, against float64 tanh at every
+ * float32 below 10 and beyond): within 2 ulp; +-0 and +-inf exact, NaN NaN. */
+TK_FN float tk_vtanhf(float x) {
+    float a = fabsf(x), s = a * a;
+    float p = -4.85243567e-4f;
+    p = p * s + 2.66504590e-3f;
+    p = p * s - 8.35351739e-3f;
+    p = p * s + 2.17107944e-2f;
+    p = p * s - 5.39420061e-2f;
+    p = p * s + 1.33331358e-1f;
+    p = p * s - 3.33333284e-1f;
+    float small = a + (a * s) * p;
+    float big = 1.0f - 2.0f / (tk_vexpf(2.0f * a) + 1.0f);
+    return copysignf(tk_self(a < 0.9f, small, big), x);
+}
+
+/* erf in float32 without branches or calls (glibc's erff does not
+ * vectorise either): the CPU's float32 erf() outside the plain reference
+ * kernels. For a = |x|: below 0.875, a + a Q(a^2) with Q of degree 6 fitted
+ * to erf's relative error; from there 1 - e^(-a^2) R(t), t = 1 / (1 + a / 2),
+ * R of degree 8 fitted to erfc's absolute error on [0.875, 4], a clamped
+ * to 4 (erf rounds to 1 from 3.92). Fitted as tk_vtanhf's; the sign is x's.
+ * Accuracy (tests/c/test_vexp.c): within 2 ulp; +-0, +-inf exact, NaN NaN. */
+TK_FN float tk_verff(float x) {
+    float a = fabsf(x), s = a * a;
+    float q = 8.89248622e-05f;
+    q = q * s - 8.25958734e-04f;
+    q = q * s + 5.21080941e-03f;
+    q = q * s - 2.68631559e-02f;
+    q = q * s + 1.12837605e-01f;
+    q = q * s - 3.76126379e-01f;
+    q = q * s + 1.28379166e-01f;
+    float small = a + a * q;
+    float b = tk_self(a > 4.0f, 4.0f, a);
+    float t = 1.0f / (1.0f + 0.5f * b);
+    float r = -3.59683484e-02f;
+    r = r * t + 2.79516548e-01f;
+    r = r * t - 7.81496704e-01f;
+    r = r * t + 9.04854774e-01f;
+    r = r * t - 3.37314039e-01f;
+    r = r * t + 4.49563473e-01f;
+    r = r * t + 2.32146725e-01f;
+    r = r * t + 2.89148808e-01f;
+    r = r * t - 4.37760551e-04f;
+    float big = 1.0f - tk_vexpf(-(b * b)) * r;
+    return copysignf(tk_self(a < 0.875f, small, big), x);
+}
+
+/* sigmoid in float32 on tk_vexpf: the CPU's float32 sigmoid() outside the
+ * plain reference kernels. -inf gives 0, +inf 1, NaN NaN. */
+TK_FN float tk_vsigmoidf(float x) { return 1.0f / (1.0f + tk_vexpf(-x)); }
+
 /* bfloat16: upper half of a float32; rounding to nearest even, NaN kept. */
 TK_FN float tk_bf16_to_f32(tk_u16 h) { return tk_bits2f((tk_u32)h << 16); }
 TK_FN tk_u16 tk_f32_to_bf16(float f) {

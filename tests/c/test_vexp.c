@@ -1,5 +1,7 @@
 /* test_vexp.c - tk_vexpf (compiler/tk_kernel.h), the vectorisable float32
- * exp of the row loops' vectorised inner loops, against float64 exp: every
+ * exp of the row loops' vectorised inner loops, against float64 exp (and
+ * tk_vtanhf and tk_verff, the CPU's float32 tanh and erf, against float64:
+ * test_vtanhf, test_verff): every
  * float32 in [-110, 95] at a stride of 64 bit patterns (about 32 million
  * values, both signs, the subnormal results and both thresholds included),
  * the values around the overflow and underflow thresholds one by one, and
@@ -39,6 +41,107 @@ static double ulp_error(float x, float got) {
     if (!isfinite(got)) return -1.0;
     double unit = want < FLT_MIN ? ldexp(1.0, -149) : ldexp(1.0, ilogb(want) - 23);
     return fabs((double)got - ref) / unit;
+}
+
+/* The error of tk_vtanhf(x) in units of the last place of the float32
+ * rounding of tanh(x) (2^-149 for subnormal results). */
+static double tanh_ulp_error(float x) {
+    double ref = tanh((double)x);
+    float want = (float)ref, got = tk_vtanhf(x);
+    if (!isfinite(got)) return 1e9;
+    double unit = fabsf(want) < FLT_MIN ? ldexp(1.0, -149) : ldexp(1.0, ilogb(want) - 23);
+    return fabs((double)got - ref) / unit;
+}
+
+/* The same for tk_verff against float64 erf. */
+static double erf_ulp_error(float x) {
+    double ref = erf((double)x);
+    float want = (float)ref, got = tk_verff(x);
+    if (!isfinite(got)) return 1e9;
+    double unit = fabsf(want) < FLT_MIN ? ldexp(1.0, -149) : ldexp(1.0, ilogb(want) - 23);
+    return fabs((double)got - ref) / unit;
+}
+
+/* tk_verff as tk_vtanhf below: [0, 6] at a stride of 16, both signs; the
+ * values near the switch at 0.875, the clamp at 4 and where erf reaches 1. */
+static void test_verff(void) {
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    long n = 0, bad = 0;
+    for (uint32_t u = 0; u <= 0x40c00000u; u += 16) {   /* 0x40c00000 = 6.0f */
+        float x = bits2f(u), neg = tk_verff(-x), pos = tk_verff(x);
+        double e = erf_ulp_error(x);
+        n++;
+        if (e > 2.0 || memcmp(&(float){-pos}, &neg, 4) != 0) {
+            if (bad++ < 5) fprintf(stderr, "erf x = %.9g: got %.9g, erf %.17g\n", x, pos, erf((double)x));
+        } else if (e > worst) {
+            worst = e, worst_x = x;
+        }
+    }
+    const float edges[] = {0.875f, 4.0f, 3.92f};
+    for (int k = 0; k < 3; k++) {
+        float x = edges[k];
+        for (int i = 0; i < 4096; i++) x = nextafterf(x, -INFINITY);
+        for (int i = 0; i < 8192; i++, x = nextafterf(x, INFINITY)) {
+            double e = erf_ulp_error(x);
+            n++;
+            if (e > 2.0 && bad++ < 10) fprintf(stderr, "erf x = %.9g: got %.9g\n", x, tk_verff(x));
+            if (e > worst && e <= 2.0) worst = e, worst_x = x;
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(tk_verff(INFINITY) == 1.0f && tk_verff(-INFINITY) == -1.0f && tk_verff(1e30f) == 1.0f);
+    CHECK(tk_verff(0.0f) == 0.0f && !signbit(tk_verff(0.0f)) && signbit(tk_verff(-0.0f)));
+    CHECK(isnan(tk_verff(NAN)));
+    CHECK(fabs((double)tk_verff(FLT_MIN / 8) - erf((double)(FLT_MIN / 8))) <= ldexp(1.0, -149));
+    printf("tk_verff: %ld values, worst %.3f ulp (x = %.9g)\n", n, worst, worst_x);
+}
+
+/* tk_vtanhf: every float32 in [0, 10] at a stride of 16 bit patterns (and
+ * its negation, which must be the exact negative), every value near the
+ * switch at 0.9 and where the result reaches 1, within 2 ulp; the specials;
+ * a vectorised loop as single calls. */
+static void test_vtanhf(void) {
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    long n = 0, bad = 0;
+    for (uint32_t u = 0; u <= 0x41200000u; u += 16) {   /* 0x41200000 = 10.0f */
+        float x = bits2f(u), neg = tk_vtanhf(-x), pos = tk_vtanhf(x);
+        double e = tanh_ulp_error(x);
+        n++;
+        if (e > 2.0 || memcmp(&(float){-pos}, &neg, 4) != 0) {
+            if (bad++ < 5) fprintf(stderr, "tanh x = %.9g: got %.9g, tanh %.17g\n", x, pos, tanh((double)x));
+        } else if (e > worst) {
+            worst = e, worst_x = x;
+        }
+    }
+    const float edges[] = {0.9f, 9.01f, 1e-4f};
+    for (int k = 0; k < 3; k++) {
+        float x = edges[k];
+        for (int i = 0; i < 4096; i++) x = nextafterf(x, -INFINITY);
+        for (int i = 0; i < 8192; i++, x = nextafterf(x, INFINITY)) {
+            double e = tanh_ulp_error(x);
+            n++;
+            if (e > 2.0 && bad++ < 10) fprintf(stderr, "tanh x = %.9g: got %.9g\n", x, tk_vtanhf(x));
+            if (e > worst && e <= 2.0) worst = e, worst_x = x;
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(tk_vtanhf(INFINITY) == 1.0f && tk_vtanhf(-INFINITY) == -1.0f && tk_vtanhf(50.0f) == 1.0f);
+    CHECK(tk_vtanhf(0.0f) == 0.0f && !signbit(tk_vtanhf(0.0f)) && signbit(tk_vtanhf(-0.0f)));
+    CHECK(isnan(tk_vtanhf(NAN)) && tk_vtanhf(FLT_MIN / 8) == FLT_MIN / 8);
+    enum { N = 4099 };
+    static float xs[N], ys[N];
+    for (int i = 0; i < N; i++) xs[i] = -12.0f + 24.0f * (float)i / (float)(N - 1);
+    xs[7] = NAN, xs[8] = INFINITY, xs[9] = -INFINITY;
+    for (int i = 0; i < N; i++) ys[i] = tk_vtanhf(xs[i]);
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        float one = tk_vtanhf(xs[i]);
+        same &= (isnan(one) && isnan(ys[i])) || one == ys[i];
+    }
+    CHECK(same);
+    printf("tk_vtanhf: %ld values, worst %.3f ulp (x = %.9g)\n", n, worst, worst_x);
 }
 
 int main(void) {
@@ -108,5 +211,7 @@ int main(void) {
     printf("tk_vexpf: %ld values, worst %.3f ulp (x = %.9g) on normal results, %.3f units of 2^-149 on subnormal ones\n",
            n, worst, worst_x, worst_sub);
     CHECK(worst <= 1.5 && worst_sub <= 1.0);
+    test_vtanhf();
+    test_verff();
     return tk_test_report("test_vexp");
 }

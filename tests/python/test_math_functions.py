@@ -1,5 +1,7 @@
 """The maths a spec may call beyond exp/log/sqrt/tanh/sigmoid (sin, cos, tan,
-asin, acos, atan, atan2, sinh, cosh, erf, erfc, log1p, expm1, log2, log10),
+asin, acos, atan, atan2, sinh, cosh, erf, erfc, log1p, expm1, log2, log10;
+and exp, tanh and sigmoid, which the CPU computes in float32 with branch-free
+forms of its own, as it does erf),
 and the literal `inf` (docs/spec.md, *Types and arithmetic*), each against
 torch's own function on fresh random inputs, in the op's float type:
 
@@ -29,6 +31,9 @@ UNARY = {   # spec name: (torch function, input range)
     "sinh": (torch.sinh, (-4.0, 4.0)), "cosh": (torch.cosh, (-4.0, 4.0)), "erf": (torch.erf, (-3.0, 3.0)),
     "erfc": (torch.erfc, (-3.0, 3.0)), "log1p": (torch.log1p, (-0.9, 9.0)), "expm1": (torch.expm1, (-4.0, 4.0)),
     "log2": (torch.log2, (0.01, 9.0)), "log10": (torch.log10, (0.01, 9.0)),
+    # built in before these; on the CPU float32 exp, tanh, erf and sigmoid are
+    # tk_kernel.h's branch-free forms (a vectorised loop), so cover them too
+    "exp": (torch.exp, (-87.0, 88.0)), "tanh": (torch.tanh, (-10.0, 10.0)), "sigmoid": (torch.sigmoid, (-90.0, 30.0)),
 }
 
 ELEMENTWISE = torch_tk.kernel("\n".join(
