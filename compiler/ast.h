@@ -149,6 +149,10 @@ typedef struct tk_opdecl {
     int nbackward;
     int schedule[TK_SCHED_KEYS]; /* 'schedule lanes=16, ...': the CUDA tile shape, 0: not given */
     tk_loc schedule_loc;        /* the 'schedule' line; line 0: none */
+    tk_expr **asserts;          /* 'assert EXPR' lines: int expressions of dims and int/bool
+                                 * parameters that must be true (nonzero) at every call */
+    tk_loc *assert_locs;        /* where each condition starts */
+    int nasserts;
     const char **loop_vars;     /* top-level parallel loop */
     tk_loc *loop_locs;
     int nloop;

@@ -402,6 +402,14 @@ static tk_status check_outputs(checker *c) {
     return TK_OK;
 }
 
+/* The 'assert' lines: int expressions of dims and int and bool parameters
+ * (as an output dim's; a nonzero value holds), evaluated at every call. */
+static tk_status check_asserts(checker *c) {
+    for (int i = 0; i < c->op->decl->nasserts; i++)
+        TRY(check_int_expr(c, c->op->decl->asserts[i], -1, "an assert"));
+    return TK_OK;
+}
+
 /* Counts the stores to output `name` in body (any depth): sum stores
  * (`+=`) in *sums, the others in *sets. */
 static void count_stores(tk_stmt **body, int n, const char *name, int *sums, int *sets) {
@@ -1149,6 +1157,7 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     TRY(check_params(&c));
     TRY(check_defaults(&c));
     TRY(check_outputs(&c));
+    TRY(check_asserts(&c));
     TRY(check_loop(&c));
     TRY(check_loop_vars_readonly(&c, decl->body, decl->nbody, NULL, 0));
     tk_status st = make_variants(&c, &ctx->arena);

@@ -533,7 +533,8 @@ static void unsupported_statement(parser *p) {
         {"continue", "guard the rest of the loop body with 'if'"},
         {"return", "an op stores its outputs ('y[i] = ...') and has no return value"},
         {"def", "a spec file holds ops ('op NAME(...) -> ...:'); write a helper's expression inline"},
-        {"assert", "a check on data is a store whose index is out of range when it fails"},
+        {"assert", "an assert on dims and int parameters goes before the loop ('assert D % 2 == 0'); a check "
+                   "on data is a store whose index is out of range when it fails"},
     };
     const char *lead = "is not part of the spec language (docs/spec.md, Grammar)";
     static const char *const python_only[] = {"import", "from", "with", "try", "raise", "del", "global",
@@ -807,13 +808,30 @@ static void parse_schedule(parser *p, tk_opdecl *op) {
     expect(p, TK_T_NEWLINE, "',' or NEWLINE after a schedule item");
 }
 
-/* INDENT {'backward' NAME {',' NAME} NEWLINE | schedule} parfor DEDENT */
+/* 'assert' expr NEWLINE: a condition on the call's dims and int and bool
+ * parameters (checked by check.c, evaluated by tk_bind and the shim's Meta
+ * kernel). Like 'schedule', a word only here. */
+static void parse_assert(parser *p, tk_opdecl *op, int *cap, int *lcap) {
+    next(p);
+    op->asserts = (tk_expr **)grow(p, op->asserts, op->nasserts, cap, sizeof *op->asserts);
+    op->assert_locs = (tk_loc *)grow(p, op->assert_locs, op->nasserts, lcap, sizeof *op->assert_locs);
+    op->assert_locs[op->nasserts] = p->tok.loc;
+    op->asserts[op->nasserts++] = parse_expr(p);
+    if (check(p, TK_T_COMMA))
+        error_at(p, p->tok.loc, "an assert takes no message: tk's error names the condition, its line and the "
+                 "values in it");
+    expect(p, TK_T_NEWLINE, "NEWLINE after the assert's condition");
+}
+
+/* INDENT {'backward' NAME {',' NAME} NEWLINE | schedule | assert} parfor DEDENT */
 static void parse_op_body(parser *p, tk_opdecl *op) {
+    int acap = 0, alcap = 0;
     if (!check(p, TK_T_INDENT)) expected(p, "an indented op body");
     next(p);
-    while (check(p, TK_T_BACKWARD) || is_word(p, "schedule")) {
+    while (check(p, TK_T_BACKWARD) || is_word(p, "schedule") || is_word(p, "assert")) {
         if (check(p, TK_T_BACKWARD)) parse_backward(p, op);
-        else parse_schedule(p, op);
+        else if (is_word(p, "schedule")) parse_schedule(p, op);
+        else parse_assert(p, op, &acap, &alcap);
     }
     if (!check(p, TK_T_FOR)) expected(p, PARFOR_EXPECTED);
     parse_parfor(p, op);

@@ -2,6 +2,8 @@
  * dims, output dims, defaults of 'int?' parameters) compiled to the postfix
  * code of tk.h (tk_shape_instr), for callers that evaluate shapes over their
  * own integer type (the torch shim, over c10::SymInt). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
@@ -131,6 +133,11 @@ static void compile_input_dim(writer *w, int i, int j) {
 
 int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j, tk_shape_instr *code, int cap) {
     writer w = {op, code, code ? cap : 0, 0};
+    if (what == TK_SHAPE_ASSERT) {
+        if (!op || i < 0 || i >= op->decl->nasserts) return -1;
+        compile(&w, op->decl->asserts[i]);
+        return w.n;
+    }
     if (what == TK_SHAPE_DEFAULT) {
         if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_INT) return -1;
         if (op->decl->params[i].optional && op->decl->params[i].default_value)
@@ -143,4 +150,18 @@ int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j, tk_shape_i
     if (what == TK_SHAPE_INPUT) compile_input_dim(&w, i, j);
     else compile(&w, p->dims[j]);
     return w.n;
+}
+
+int tk_op_nasserts(const tk_op *op) { return op ? op->decl->nasserts : 0; }
+
+int tk_op_assert_text(const tk_op *op, int i, char *buf, size_t n) {
+    if (!op || i < 0 || i >= op->decl->nasserts) return -1;
+    tk_buf b = {0};
+    tk_loc at = op->decl->assert_locs[i];
+    tk_expr_text(&b, op->decl->asserts[i], 1);
+    tk_buf_printf(&b, " (%s:%d:%d)", op->decl->file, at.line, at.col);
+    int len = b.oom || !b.p ? 0 : (int)b.len;
+    if (n > 0) snprintf(buf, n, "%s", len ? b.p : "");
+    free(b.p);
+    return len;
 }

@@ -245,7 +245,8 @@ typedef struct tk_shape_instr {
 typedef enum tk_shape_of {
     TK_SHAPE_INPUT,     /* (i, j): tensor parameter i's dim j: what its size must equal */
     TK_SHAPE_OUTPUT,    /* (i, j): output i's dim j */
-    TK_SHAPE_DEFAULT    /* (i, -): the default of 'int?' parameter i */
+    TK_SHAPE_DEFAULT,   /* (i, -): the default of 'int?' parameter i */
+    TK_SHAPE_ASSERT     /* (i, -): the condition of assert line i (nonzero: it holds) */
 } tk_shape_of;
 
 /* Entries of a declared shape ('...' counts as one); whether it starts with '...'. */
@@ -259,6 +260,11 @@ int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j,
                      tk_shape_instr *code, int cap);
 /* The first tensor parameter with '...' dims, -1 if none. */
 int tk_op_batch_param(const tk_op *op);
+/* The op's 'assert' lines (docs/spec.md, Asserts): how many; the text of
+ * assert i for an error, "D % 2 == 0 (rotary.tk:9:12)", into buf (cut to
+ * n - 1 characters); its length, -1 for a bad i. */
+int tk_op_nasserts(const tk_op *op);
+int tk_op_assert_text(const tk_op *op, int i, char *buf, size_t n);
 
 /* Kernels: one per combination of the op's dtype variables (variant). */
 int tk_op_nvariants(const tk_op *op);

@@ -321,6 +321,61 @@ static tk_status bind_defaults(binder *b) {
     return TK_OK;
 }
 
+/* The values an assert's condition reads, for its error: "D = 63, H = 2". */
+typedef struct values_list {
+    char text[192];
+    size_t len;
+    const char *named[16];
+    int nnamed;
+} values_list;
+
+/* Appends "NAME = value" to v for each dim and int parameter e names that
+ * v does not hold yet. */
+static void values_text(const binder *b, const tk_expr *e, values_list *v) {
+    int idx, slot;
+    if (e->kind != TK_E_NAME) {
+        for (int i = 0; i < e->nargs; i++) values_text(b, e->args[i], v);
+        return;
+    }
+    tk_sym_kind k = tk_resolve_header(b->op, e->name, &idx);
+    if (k == TK_SYM_DIM) slot = b->op->dims[idx].slot;
+    else if (k == TK_SYM_INT) slot = b->op->slot[idx];
+    else return;
+    for (int i = 0; i < v->nnamed; i++)
+        if (strcmp(v->named[i], e->name) == 0) return;
+    if (v->nnamed == 16) return;
+    v->named[v->nnamed++] = e->name;
+    size_t room = sizeof v->text - v->len;
+    int w = snprintf(v->text + v->len, room, "%s%s = %lld", v->len ? ", " : "", e->name,
+                     (long long)b->call->kargs.i[slot]);
+    if (w > 0 && (size_t)w < room) v->len += (size_t)w;
+    else v->text[v->len] = 0;
+}
+
+/* The 'assert' lines, once the dims, scalars and defaults are bound: each
+ * must give a nonzero value; the error names the condition, its place, the
+ * values in it and the arguments they come from. */
+static tk_status check_asserts(binder *b) {
+    const tk_opdecl *d = b->op->decl;
+    for (int i = 0; i < d->nasserts; i++) {
+        char err[128], text[160], from[256];
+        int64_t r;
+        values_list v = {.len = 0};
+        int seen[TK_MAX_TENSORS * 4] = {0};
+        tk_status st = tk_eval_int(b->op, d->asserts[i], b->call->kargs.i, b->ibound, &r, err, sizeof err);
+        if (st == TK_OK && r != 0) continue;
+        tk_op_assert_text(b->op, i, text, sizeof text);
+        values_text(b, d->asserts[i], &v);
+        mark_sources(b, d->asserts[i], seen, 0);
+        sources_text(b, seen, from, sizeof from);
+        if (st != TK_OK)
+            return call_fail(b->call, "assert %s cannot be evaluated: %s%s%s%s", text, err, v.len ? " with " : "",
+                             v.text, from);
+        return call_fail(b->call, "assert %s failed%s%s%s", text, v.len ? " with " : "", v.text, from);
+    }
+    return TK_OK;
+}
+
 /* Marks in seen[] the arguments whose values expression e reads: the tensor
  * that binds each dim, each int parameter (through its default when it was
  * passed as None). */
@@ -551,7 +606,8 @@ tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call)
     binder b;
     memset(&b, 0, sizeof b);
     tk_status st = bind_args(op, args, nargs, call, &b);
-    if (st == TK_OK && !((st = bind_defaults(&b)) || (st = bind_outputs(&b)) || (st = check_empty_inputs(&b)))) {
+    if (st == TK_OK && !((st = bind_defaults(&b)) || (st = check_asserts(&b)) || (st = bind_outputs(&b)) ||
+                         (st = check_empty_inputs(&b)))) {
         tk_kargs_divisors(&call->kargs);
         call->bound = 1;
         return TK_OK;

@@ -157,6 +157,17 @@ void check_dims(const tk_op* op, c10::ArrayRef<c10::IValue> args, int i) {
                     "': its batch dims (...) differ from those of '", tk_op_param_name(op, bp), "'");
 }
 
+// The spec's 'assert' lines, over SymInt: each must hold (a guard, as
+// TORCH_SYM_CHECK makes; tk_bind checks the same on known sizes).
+void check_asserts(const tk_op* op, c10::ArrayRef<c10::IValue> args) {
+  for (int i = 0; i < tk_op_nasserts(op); ++i) {
+    c10::SymInt v = eval(op, shape_code(op, TK_SHAPE_ASSERT, i, 0), args, 0);
+    std::array<char, 160> text{};
+    tk_op_assert_text(op, i, text.data(), text.size());
+    TORCH_SYM_CHECK(v.sym_ne(0), "tk.", tk_op_name(op), ": assert ", text.data(), " failed");
+  }
+}
+
 // Output o's shape: the batch dims of tk_op_batch_param, then its expressions.
 std::vector<c10::SymInt> output_shape(const tk_op* op, c10::ArrayRef<c10::IValue> args, int o) {
   std::vector<c10::SymInt> sizes;
@@ -209,6 +220,7 @@ void boxed_meta_symbolic(const c10::OperatorHandle& handle, torch::jit::Stack* s
   TORCH_CHECK(tk_bind_types(op, targs.data(), static_cast<int>(n), &call) == TK_OK, call.msg);
   for (size_t i = 0; i < n; ++i)
     if (args[i].isTensor()) check_dims(op, args, static_cast<int>(i));
+  check_asserts(op, args);
   std::vector<at::Tensor> outs;
   for (int o = 0; o < call.noutputs; ++o) {
     const auto options =   // (the declared dtype: a float16 sum is added up in float32, returned as float16)

@@ -314,6 +314,35 @@ static void test_shape_code(void) {
     CHECK(tk_op_shape_code(op, TK_SHAPE_OUTPUT, 0, 2, code, 1) == 3);    /* asks for more room */
     CHECK(tk_op_shape_code(op, TK_SHAPE_OUTPUT, 0, 3, code, 16) == -1);
     tk_ctx_free(ctx);
+    /* assert lines: their code, their text for errors, and tk_bind's check */
+    const char *asrc = "op a(x: float[N], k: int = 2)\n        -> y: x.dtype[N]:\n    assert N % k == 0\n"
+                       "    assert k > 1\n    for i in y:\n        y[i] = x[i]\n";
+    ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "a.tk", asrc, strlen(asrc)) == TK_OK);
+    op = tk_op_at(ctx, 0);
+    char text[64];
+    CHECK(tk_op_nasserts(op) == 2);
+    /* N k % 0 ==: DIM PARAM MOD CONST EQ */
+    CHECK(tk_op_shape_code(op, TK_SHAPE_ASSERT, 0, 0, code, 16) == 5 && code[0].opc == TK_SH_DIM &&
+          code[1].opc == TK_SH_PARAM && code[2].opc == TK_SH_MOD && code[4].opc == TK_SH_EQ);
+    CHECK(tk_op_shape_code(op, TK_SHAPE_ASSERT, 2, 0, code, 16) == -1);
+    CHECK(tk_op_assert_text(op, 1, text, sizeof text) == 17 && strcmp(text, "k > 1 (a.tk:4:12)") == 0);
+    CHECK(tk_op_assert_text(op, 0, text, 6) > 6 && strcmp(text, "(N % ") == 0);   /* cut, NUL-terminated */
+    CHECK(tk_op_assert_text(op, 2, text, sizeof text) == -1);
+    float data[6] = {0};
+    for (int k = 1; k <= 4; k++) {
+        tk_tensor_view v = {0};
+        v.data = data, v.dtype = TK_F32, v.ndim = 1, v.sizes[0] = 6, v.strides[0] = 1, v.device = TK_CPU;
+        tk_arg args[2] = {tk_arg_tensor(v), tk_arg_int(k)};
+        tk_call call;
+        tk_status st = tk_bind(op, args, 2, &call);
+        CHECK((st == TK_OK) == (k == 2 || k == 3));
+        if (k == 1) CHECK(strcmp(call.msg, "tk.a: assert k > 1 (a.tk:4:12) failed with k = 1 (from argument 'k')") == 0);
+        if (k == 4)
+            CHECK(strcmp(call.msg, "tk.a: assert (N % k) == 0 (a.tk:3:12) failed with N = 6, k = 4 "
+                                   "(from arguments 'x', 'k')") == 0);
+    }
+    tk_ctx_free(ctx);
 }
 
 typedef struct good_spec {

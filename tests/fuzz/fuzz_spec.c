@@ -131,10 +131,13 @@ static void fuzz_bind(const tk_op *op, rng *r) {
 /* Compiles every shape program of op (what the Meta kernel evaluates). */
 static void fuzz_shapes(const tk_op *op) {
     tk_shape_instr code[64];
-    for (int w = TK_SHAPE_INPUT; w <= TK_SHAPE_DEFAULT; w++) {
-        int count = w == TK_SHAPE_OUTPUT ? tk_op_noutputs(op) : tk_op_nparams(op);
+    for (int w = TK_SHAPE_INPUT; w <= TK_SHAPE_ASSERT; w++) {
+        int count = w == TK_SHAPE_OUTPUT ? tk_op_noutputs(op) : w == TK_SHAPE_ASSERT ? tk_op_nasserts(op)
+                                                                                     : tk_op_nparams(op);
         for (int i = 0; i < count; i++) {
-            int nd = w == TK_SHAPE_DEFAULT ? 1 : tk_op_shape_ndims(op, (tk_shape_of)w, i);
+            char text[64];
+            if (w == TK_SHAPE_ASSERT && tk_op_assert_text(op, i, text, sizeof text) < 0) abort();
+            int nd = w >= TK_SHAPE_DEFAULT ? 1 : tk_op_shape_ndims(op, (tk_shape_of)w, i);
             for (int j = 0; j < nd; j++) {
                 int len = tk_op_shape_code(op, (tk_shape_of)w, i, j, code, 64);
                 if (len > 64) {
