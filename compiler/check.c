@@ -402,11 +402,45 @@ static tk_status check_outputs(checker *c) {
     return TK_OK;
 }
 
-/* The 'assert' lines: int expressions of dims and int and bool parameters
- * (as an output dim's; a nonzero value holds), evaluated at every call. */
+/* An assert's condition: check_int_expr's forms, which may also read float
+ * parameters and literals and divide with '/' (evaluated as Python would;
+ * runtime/bind.c). */
+static tk_status check_assert_expr(checker *c, const tk_expr *e) {
+    int idx;
+    switch (e->kind) {
+    case TK_E_INT:
+    case TK_E_BOOL:
+    case TK_E_FLOAT: return TK_OK;
+    case TK_E_NAME: {
+        tk_sym_kind k = tk_resolve_header(c->op, e->name, &idx);
+        if (k == TK_SYM_FLOAT) return TK_OK;
+        if (k == TK_SYM_TENSOR || k == TK_SYM_OUTPUT)
+            return fail(c, e->loc, "an assert reads dims and int, bool and float parameters; '%s' is a tensor (a "
+                        "check on its values is a store whose index is out of range when it fails)", e->name);
+        return check_int_expr(c, e, -1, "an assert");
+    }
+    case TK_E_UNARY: return check_assert_expr(c, e->args[0]);
+    case TK_E_BINARY:
+    case TK_E_COND:
+        if (e->kind == TK_E_BINARY && e->op == TK_OPC_POW) return fail(c, e->loc, "an assert cannot use '**'");
+        for (int i = 0; i < e->nargs; i++) TRY(check_assert_expr(c, e->args[i]));
+        return TK_OK;
+    case TK_E_CALL:
+        if (strcmp(e->name, "min") != 0 && strcmp(e->name, "max") != 0 && strcmp(e->name, "abs") != 0)
+            return fail(c, e->loc, "an assert may only call min, max and abs, not '%s'", e->name);
+        if (e->nargs != (e->name[0] == 'a' ? 1 : 2))
+            return fail(c, e->loc, "%s() takes %d argument%s", e->name, e->name[0] == 'a' ? 1 : 2,
+                        e->name[0] == 'a' ? "" : "s");
+        for (int i = 0; i < e->nargs; i++) TRY(check_assert_expr(c, e->args[i]));
+        return TK_OK;
+    default:
+        return fail(c, e->loc, "an assert reads dims and int, bool and float parameters only");
+    }
+}
+
+/* The 'assert' lines (a nonzero value holds), evaluated at every call. */
 static tk_status check_asserts(checker *c) {
-    for (int i = 0; i < c->op->decl->nasserts; i++)
-        TRY(check_int_expr(c, c->op->decl->asserts[i], -1, "an assert"));
+    for (int i = 0; i < c->op->decl->nasserts; i++) TRY(check_assert_expr(c, c->op->decl->asserts[i]));
     return TK_OK;
 }
 

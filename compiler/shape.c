@@ -52,6 +52,15 @@ static tk_shape_opc binary_opc(tk_opc op) {
     }
 }
 
+static void compile(writer *w, const tk_expr *e);
+
+/* e as 0 or 1 (e != 0). */
+static void compile_truth(writer *w, const tk_expr *e) {
+    compile(w, e);
+    emit(w, TK_SH_CONST, 0, 0);
+    emit(w, TK_SH_NE, 0, 0);
+}
+
 /* Compiles a checked int header expression (check_int_expr's forms). */
 static void compile(writer *w, const tk_expr *e) {
     int idx, jz, jmp;
@@ -70,6 +79,20 @@ static void compile(writer *w, const tk_expr *e) {
         else if (e->op == TK_OPC_NOT) emit(w, TK_SH_NOT, 0, 0);
         return;
     case TK_E_BINARY:
+        if (e->op == TK_OPC_AND || e->op == TK_OPC_OR) {
+            /* Python's short circuit, 0 or 1: a JZ(l) [and: b 0 NE | or: 1] JUMP(end) l: [and: 0 | or: b 0 NE] */
+            int and_ = e->op == TK_OPC_AND;
+            compile(w, e->args[0]);
+            jz = emit(w, TK_SH_JUMP_IF_ZERO, 0, 0);
+            if (and_) compile_truth(w, e->args[1]);
+            else emit(w, TK_SH_CONST, 1, 0);
+            jmp = emit(w, TK_SH_JUMP, 0, 0);
+            patch(w, jz, w->n);
+            if (and_) emit(w, TK_SH_CONST, 0, 0);
+            else compile_truth(w, e->args[1]);
+            patch(w, jmp, w->n);
+            return;
+        }
         compile(w, e->args[0]);
         compile(w, e->args[1]);
         emit(w, binary_opc(e->op), 0, 0);
@@ -90,6 +113,17 @@ static void compile(writer *w, const tk_expr *e) {
     default:
         return;
     }
+}
+
+/* Whether assert condition e reads a float (a float parameter or literal,
+ * or '/'): no int code; tk_bind checks it on the call's values. */
+static int reads_float(const tk_op *op, const tk_expr *e) {
+    int idx;
+    if (e->kind == TK_E_FLOAT || (e->kind == TK_E_BINARY && e->op == TK_OPC_DIV)) return 1;
+    if (e->kind == TK_E_NAME) return tk_resolve_header(op, e->name, &idx) == TK_SYM_FLOAT;
+    for (int i = 0; i < e->nargs; i++)
+        if (reads_float(op, e->args[i])) return 1;
+    return 0;
 }
 
 /* The declared shape (what, i), or NULL. */
@@ -135,7 +169,7 @@ int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j, tk_shape_i
     writer w = {op, code, code ? cap : 0, 0};
     if (what == TK_SHAPE_ASSERT) {
         if (!op || i < 0 || i >= op->decl->nasserts) return -1;
-        compile(&w, op->decl->asserts[i]);
+        if (!reads_float(op, op->decl->asserts[i])) compile(&w, op->decl->asserts[i]);
         return w.n;
     }
     if (what == TK_SHAPE_DEFAULT) {

@@ -246,7 +246,8 @@ typedef enum tk_shape_of {
     TK_SHAPE_INPUT,     /* (i, j): tensor parameter i's dim j: what its size must equal */
     TK_SHAPE_OUTPUT,    /* (i, j): output i's dim j */
     TK_SHAPE_DEFAULT,   /* (i, -): the default of 'int?' parameter i */
-    TK_SHAPE_ASSERT     /* (i, -): the condition of assert line i (nonzero: it holds) */
+    TK_SHAPE_ASSERT     /* (i, -): the condition of assert line i (nonzero: it holds); no code (0)
+                         * for one that reads a float, which only tk_bind checks */
 } tk_shape_of;
 
 /* Entries of a declared shape ('...' counts as one); whether it starts with '...'. */
@@ -261,7 +262,7 @@ int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j,
 /* The first tensor parameter with '...' dims, -1 if none. */
 int tk_op_batch_param(const tk_op *op);
 /* The op's 'assert' lines (docs/spec.md, Asserts): how many; the text of
- * assert i for an error, "D % 2 == 0 (rotary.tk:9:12)", into buf (cut to
+ * assert i for an error, "(D % 2) == 0 (rotary.tk:11:12)", into buf (cut to
  * n - 1 characters); its length, -1 for a bad i. */
 int tk_op_nasserts(const tk_op *op);
 int tk_op_assert_text(const tk_op *op, int i, char *buf, size_t n);

@@ -449,9 +449,9 @@ TK_FN double tk_seld(int c, double a, double b) {
 }
 
 /* e^x in float32 without branches or calls, so that a loop calling it
- * vectorises (glibc's expf does not, short of -ffast-math). Used only in the
- * row loops' vectorised inner loops (plan_rows.c); every other exp() of a
- * kernel stays expf, so built-in ops' kernels are unchanged.
+ * vectorises (glibc's expf does not, short of -ffast-math): the float32
+ * exp() of every CPU kernel but the plain reference (emit_expr.c,
+ * cpu_vmaths); no built-in op calls exp.
  *   Method: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2, ln2
  * split in a high part with 9 significant bits (n * ln2_hi is exact for
  * |n| < 2^15) and a low part, so r carries no cancellation error; e^r by

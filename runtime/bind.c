@@ -1,6 +1,7 @@
 /* bind.c - binding a call: validates arguments against an op, evaluates
  * defaults and output shapes with checked 64-bit arithmetic, fills the
  * kernel arguments, and runs a range of the index space on the CPU. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -93,6 +94,10 @@ tk_status tk_eval_int(const tk_op *op, const tk_expr *e, const int64_t *islots,
         return TK_OK;
     case TK_E_BINARY:
         if ((st = tk_eval_int(op, e->args[0], islots, ibound, &a, err, errlen))) return st;
+        if ((e->op == TK_OPC_AND && !a) || (e->op == TK_OPC_OR && a)) {   /* Python's short circuit */
+            *out = a != 0;
+            return TK_OK;
+        }
         if ((st = tk_eval_int(op, e->args[1], islots, ibound, &b, err, errlen))) return st;
         return eval_binary(e->op, a, b, out, err, errlen);
     case TK_E_COND:
@@ -339,17 +344,114 @@ static void values_text(const binder *b, const tk_expr *e, values_list *v) {
     }
     tk_sym_kind k = tk_resolve_header(b->op, e->name, &idx);
     if (k == TK_SYM_DIM) slot = b->op->dims[idx].slot;
-    else if (k == TK_SYM_INT) slot = b->op->slot[idx];
+    else if (k == TK_SYM_INT || k == TK_SYM_FLOAT) slot = b->op->slot[idx];
     else return;
     for (int i = 0; i < v->nnamed; i++)
         if (strcmp(v->named[i], e->name) == 0) return;
     if (v->nnamed == 16) return;
     v->named[v->nnamed++] = e->name;
     size_t room = sizeof v->text - v->len;
-    int w = snprintf(v->text + v->len, room, "%s%s = %lld", v->len ? ", " : "", e->name,
-                     (long long)b->call->kargs.i[slot]);
+    int w = k == TK_SYM_FLOAT ? snprintf(v->text + v->len, room, "%s%s = %.17g", v->len ? ", " : "", e->name,
+                                         b->call->kargs.f[slot])
+                              : snprintf(v->text + v->len, room, "%s%s = %lld", v->len ? ", " : "", e->name,
+                                         (long long)b->call->kargs.i[slot]);
     if (w > 0 && (size_t)w < room) v->len += (size_t)w;
     else v->text[v->len] = 0;
+}
+
+/* A value of an assert's condition: an int (dims, int and bool parameters)
+ * or a float (float parameters and literals, '/'). */
+typedef struct num {
+    int isf;
+    int64_t i;
+    double f;
+} num;
+
+static double num_f(num a) { return a.isf ? a.f : (double)a.i; }
+static int num_true(num a) { return a.isf ? a.f != 0.0 : a.i != 0; }
+static num num_int(int64_t i) { num r = {0, i, 0.0}; return r; }
+static num num_float(double f) { num r = {1, 0, f}; return r; }
+
+/* Binary op on a and b, one of them a float (or '/'), as Python computes
+ * it; division by zero is an error as in Python. */
+static tk_status eval_float_binary(tk_opc op, num a, num b, num *r, char *err, size_t errlen) {
+    double x = num_f(a), y = num_f(b);
+    switch (op) {
+    case TK_OPC_ADD: *r = num_float(x + y); return TK_OK;
+    case TK_OPC_SUB: *r = num_float(x - y); return TK_OK;
+    case TK_OPC_MUL: *r = num_float(x * y); return TK_OK;
+    case TK_OPC_DIV:
+    case TK_OPC_FLOORDIV:
+    case TK_OPC_MOD:
+        if (y == 0.0) return eval_fail(err, errlen, "division by zero");
+        *r = num_float(op == TK_OPC_DIV ? x / y : op == TK_OPC_MOD ? tk_fmod_py(x, y) : tk_floordiv_py(x, y));
+        return TK_OK;
+    case TK_OPC_EQ: *r = num_int(x == y); return TK_OK;
+    case TK_OPC_NE: *r = num_int(x != y); return TK_OK;
+    case TK_OPC_LT: *r = num_int(x < y); return TK_OK;
+    case TK_OPC_LE: *r = num_int(x <= y); return TK_OK;
+    case TK_OPC_GT: *r = num_int(x > y); return TK_OK;
+    case TK_OPC_GE: *r = num_int(x >= y); return TK_OK;
+    case TK_OPC_AND: *r = num_int(num_true(a) && num_true(b)); return TK_OK;
+    case TK_OPC_OR: *r = num_int(num_true(a) || num_true(b)); return TK_OK;
+    default: return eval_fail(err, errlen, "unsupported operator");
+    }
+}
+
+/* Evaluates assert condition e (check.c's check_assert_expr forms) on the
+ * bound call: ints exactly as tk_eval_int, floats as Python. */
+static tk_status eval_num(const binder *b, const tk_expr *e, num *out, char *err, size_t errlen) {
+    num x, y;
+    tk_status st;
+    int idx;
+    const int64_t *is = b->call->kargs.i;
+    switch (e->kind) {
+    case TK_E_FLOAT: *out = num_float(e->fval); return TK_OK;
+    case TK_E_NAME:
+        if (tk_resolve_header(b->op, e->name, &idx) == TK_SYM_FLOAT) {
+            *out = num_float(b->call->kargs.f[b->op->slot[idx]]);
+            return TK_OK;
+        }
+        break;
+    case TK_E_UNARY:
+        if ((st = eval_num(b, e->args[0], &x, err, errlen))) return st;
+        if (!x.isf) break;
+        *out = e->op == TK_OPC_NOT ? num_int(!num_true(x)) : num_float(e->op == TK_OPC_NEG ? -x.f : x.f);
+        return TK_OK;
+    case TK_E_BINARY:
+        if ((st = eval_num(b, e->args[0], &x, err, errlen))) return st;
+        if ((e->op == TK_OPC_AND && !num_true(x)) || (e->op == TK_OPC_OR && num_true(x))) {   /* short circuit */
+            *out = num_int(num_true(x));
+            return TK_OK;
+        }
+        if ((st = eval_num(b, e->args[1], &y, err, errlen))) return st;
+        if (!x.isf && !y.isf && e->op != TK_OPC_DIV) {
+            out->isf = 0;
+            return eval_binary(e->op, x.i, y.i, &out->i, err, errlen);
+        }
+        return eval_float_binary(e->op, x, y, out, err, errlen);
+    case TK_E_COND:
+        if ((st = eval_num(b, e->args[1], &x, err, errlen))) return st;
+        return eval_num(b, e->args[num_true(x) ? 0 : 2], out, err, errlen);
+    case TK_E_CALL:
+        if ((st = eval_num(b, e->args[0], &x, err, errlen))) return st;
+        if (e->nargs == 1) {   /* abs */
+            if (x.isf) *out = num_float(fabs(x.f));
+            else if (x.i == INT64_MIN) return eval_fail(err, errlen, "integer overflow");
+            else *out = num_int(x.i < 0 ? -x.i : x.i);
+            return TK_OK;
+        }
+        if ((st = eval_num(b, e->args[1], &y, err, errlen))) return st;
+        {   /* min/max like Python's: the second only when strictly less (more) */
+            int lt = x.isf || y.isf ? num_f(y) < num_f(x) : y.i < x.i, gt = x.isf || y.isf ? num_f(y) > num_f(x) : y.i > x.i;
+            *out = strcmp(e->name, "min") == 0 ? (lt ? y : x) : (gt ? y : x);
+        }
+        return TK_OK;
+    default:
+        break;
+    }
+    out->isf = 0;   /* an int expression: dims, int and bool parameters, int literals */
+    return tk_eval_int(b->op, e, is, b->ibound, &out->i, err, errlen);
 }
 
 /* The 'assert' lines, once the dims, scalars and defaults are bound: each
@@ -358,12 +460,12 @@ static void values_text(const binder *b, const tk_expr *e, values_list *v) {
 static tk_status check_asserts(binder *b) {
     const tk_opdecl *d = b->op->decl;
     for (int i = 0; i < d->nasserts; i++) {
-        char err[128], text[160], from[256];
-        int64_t r;
+        char err[128], text[256], from[256];
+        num r;
         values_list v = {.len = 0};
         int seen[TK_MAX_TENSORS * 4] = {0};
-        tk_status st = tk_eval_int(b->op, d->asserts[i], b->call->kargs.i, b->ibound, &r, err, sizeof err);
-        if (st == TK_OK && r != 0) continue;
+        tk_status st = eval_num(b, d->asserts[i], &r, err, sizeof err);
+        if (st == TK_OK && num_true(r)) continue;
         tk_op_assert_text(b->op, i, text, sizeof text);
         values_text(b, d->asserts[i], &v);
         mark_sources(b, d->asserts[i], seen, 0);
@@ -386,7 +488,7 @@ static void mark_sources(const binder *b, const tk_expr *e, int *seen, int depth
         tk_sym_kind k = tk_resolve_header(b->op, e->name, &idx);
         if (k == TK_SYM_DIM) seen[b->op->dims[idx].param] = 1;
         else if (k == TK_SYM_INT && b->args[idx].is_none) mark_sources(b, b->op->decl->params[idx].default_value, seen, depth + 1);
-        else if (k == TK_SYM_INT) seen[idx] = 1;
+        else if (k == TK_SYM_INT || k == TK_SYM_FLOAT) seen[idx] = 1;
         return;
     }
     for (int i = 0; i < e->nargs; i++) mark_sources(b, e->args[i], seen, depth + 1);

@@ -343,6 +343,27 @@ static void test_shape_code(void) {
                                    "(from arguments 'x', 'k')") == 0);
     }
     tk_ctx_free(ctx);
+    /* 'or' stops at a true left side (its code jumps over N % g); one that
+     * reads a float has no code (only tk_bind checks it) */
+    const char *osrc = "op o(x: float[N], g: int, p: float)\n        -> y: x.dtype[N]:\n"
+                       "    assert g == 0 or N % g == 0\n    assert p < 0.5\n    for i in y:\n        y[i] = x[i]\n";
+    ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "o.tk", osrc, strlen(osrc)) == TK_OK);
+    op = tk_op_at(ctx, 0);
+    /* g 0 EQ JZ(6) 1 JUMP(13) | N g MOD 0 EQ 0 NE */
+    int on = tk_op_shape_code(op, TK_SHAPE_ASSERT, 0, 0, code, 16);
+    CHECK(on == 13 && code[3].opc == TK_SH_JUMP_IF_ZERO && code[3].a == 6 && code[5].opc == TK_SH_JUMP &&
+          code[5].a == 13 && code[8].opc == TK_SH_MOD && code[12].opc == TK_SH_NE);
+    CHECK(tk_op_shape_code(op, TK_SHAPE_ASSERT, 1, 0, code, 16) == 0);
+    for (int g = 0; g <= 4; g++) {
+        tk_tensor_view v = {0};
+        v.data = data, v.dtype = TK_F32, v.ndim = 1, v.sizes[0] = 6, v.strides[0] = 1, v.device = TK_CPU;
+        tk_arg args[3] = {tk_arg_tensor(v), tk_arg_int(g), tk_arg_float(g == 1 ? 0.5 : 0.25)};
+        tk_call call;
+        CHECK((tk_bind(op, args, 3, &call) == TK_OK) == (g == 0 || g == 2 || g == 3));
+        if (g == 1) CHECK(strcmp(call.msg, "tk.o: assert p < 0.5 (o.tk:4:12) failed with p = 0.5 (from argument 'p')") == 0);
+    }
+    tk_ctx_free(ctx);
 }
 
 typedef struct good_spec {

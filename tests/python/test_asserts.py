@@ -1,5 +1,5 @@
-"""`assert` lines (docs/spec.md, Asserts): conditions on an op's dims and int
-and bool parameters, written before the loop and checked at every call.
+"""`assert` lines (docs/spec.md, Asserts): conditions on an op's dims and
+scalar parameters, written before the loop and checked at every call.
 
 * a failing one is a RuntimeError naming the op, the condition, its
   file:line:col, the values in it and the arguments they come from; nothing
@@ -10,8 +10,12 @@ and bool parameters, written before the loop and checked at every call.
   wrong rotation; an even one still matches the torch formulation;
 * under torch.compile(dynamic=True) the Meta kernel evaluates them over
   SymInt: good sizes run without recompiling, a bad one raises the message;
-* a malformed assert (a float parameter, a tensor read, a message, one
-  inside the loop, an unknown name) is a SpecError at its file:line:col.
+* `and` / `or` stop at their left side (no division by zero behind a
+  guard), eagerly and in the Meta kernel; float conditions (dropout's p)
+  are checked on the call's values;
+* a malformed assert (a tensor, a tensor read, `**`, a maths call, a
+  message, one inside the loop, an unknown name) is a SpecError at its
+  file:line:col.
 """
 import os
 
@@ -85,12 +89,66 @@ def test_asserts_under_compile_with_dynamic_shapes():
         f(torch.randn(2, 9))
 
 
+SHORT = torch_tk.kernel("""
+op as_groups(x: float[N], g: int, p: float = 0.5) -> y: x.dtype[N]:
+    assert g == 0 or N % g == 0
+    assert not (g != 0 and N // g < 2)
+    assert p >= 0.0 and p / 2 < 0.5
+    for i in y:
+        y[i] = x[i] * p
+""", file="groups.tk")
+
+
+def test_and_or_stop_at_their_left_side():
+    """Python's short circuit: `g == 0 or N % g == 0` never divides by zero,
+    eagerly and in the Meta kernel under compile."""
+    x = torch.randn(6)
+    torch.testing.assert_close(SHORT(x, 0), x * 0.5)
+    torch.testing.assert_close(SHORT(x, 3, 0.25), x * 0.25)
+    with pytest.raises(RuntimeError, match=r"assert \(g == 0\) or \(\(N % g\) == 0\) \(groups\.tk:3:12\) failed "
+                                           r"with g = 4, N = 6"):
+        SHORT(x, 4)
+    with pytest.raises(RuntimeError, match=r"groups\.tk:4:12\) failed with g = 6, N = 6"):
+        SHORT(x, 6)
+    torch._dynamo.reset()
+    f = torch.compile(lambda t, g: SHORT(t, g) + 1, dynamic=True, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(f(torch.ones(8), 0), torch.full((8,), 1.5))
+    torch.testing.assert_close(f(torch.ones(8), 2), torch.full((8,), 1.5))
+
+
+def test_asserts_on_floats_are_checked_at_the_call():
+    x = torch.randn(4)
+    for p, ok in ((0.0, True), (0.99, True), (-0.01, False), (1.0, False), (float("nan"), False)):
+        if ok:
+            torch.testing.assert_close(SHORT(x, 2, p), x * p)
+        else:
+            with pytest.raises(RuntimeError, match=r"tk\.as_groups: assert \(p >= 0\) and \(\(p / 2\) < 0\.5\) "
+                                                   r"\(groups\.tk:5:12\) failed with p = .* \(from argument 'p'\)"):
+                SHORT(x, 2, p)
+    # under compile the float assert is checked when the kernel runs
+    torch._dynamo.reset()
+    f = torch.compile(lambda t, p: SHORT(t, 2, p), backend="aot_eager")
+    torch.testing.assert_close(f(x, 0.5), x * 0.5)
+    with pytest.raises(Exception, match=r"failed with p = 1\.5"):
+        f(x, 1.5)
+
+
+def test_dropout_refuses_a_probability_outside_0_1():
+    torch_tk.load(os.path.join(ROOT, "examples", "specs", "dropout.tk"))
+    x = torch.randn(3, 8)
+    assert torch.equal(torch.ops.tk.dropout(x, 1.0, 7), torch.zeros_like(x))
+    for p in (-0.5, 1.5):
+        with pytest.raises(RuntimeError, match=rf"tk\.dropout: assert .* failed with p = {p}"):
+            torch.ops.tk.dropout(x, p, 7)
+
+
 @pytest.mark.parametrize("line, where, message", [
-    ("assert p > 0.0", "2:12", r"an assert must be an int expression of dims and int parameters; 'p' is not one"),
-    ("assert x[0] > 0", "2:12", r"an assert must be an int expression of dims and int parameters"),
+    ("assert x > 0", "2:12", r"an assert reads dims and int, bool and float parameters; 'x' is a tensor"),
+    ("assert x[0] > 0", "2:12", r"an assert reads dims and int, bool and float parameters only"),
+    ("assert N ** 2 > 0", "2:14", r"an assert cannot use '\*\*'"),
+    ("assert exp(p) > 0", "2:12", r"an assert may only call min, max and abs, not 'exp'"),
     ("assert N > 0, 'N'", "2:17", r"an assert takes no message"),
     ("assert M > 0", "2:12", r"unknown name 'M' in an assert"),
-    ("assert N / 2 > 0", "2:14", r"an assert must be an int expression: use '//' instead of '/'"),
 ])
 def test_malformed_asserts_are_spec_errors(line, where, message):
     text = f"op as_bad(x: float[N], p: float) -> y: x.dtype[N]:\n    {line}\n    for i in y:\n        y[i] = x[i]\n"
