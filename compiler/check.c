@@ -587,45 +587,6 @@ static int find_loop_var(const tk_opdecl *d, const char *name) {
     return -1;
 }
 
-static void expr_text(tk_buf *b, const tk_expr *e) { tk_expr_text(b, e, 0); }
-
-void tk_expr_text(tk_buf *b, const tk_expr *e, int top) {
-    switch (e->kind) {
-    case TK_E_INT: tk_buf_printf(b, "%lld", (long long)e->ival); return;
-    case TK_E_FLOAT: tk_buf_printf(b, "%g", e->fval); return;
-    case TK_E_BOOL: tk_buf_puts(b, e->ival ? "True" : "False"); return;
-    case TK_E_NAME: tk_buf_puts(b, e->name); return;
-    case TK_E_ELLIPSIS: tk_buf_puts(b, "..."); return;
-    case TK_E_UNARY:
-        tk_buf_printf(b, "%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "");
-        expr_text(b, e->args[0]);
-        return;
-    case TK_E_BINARY:
-        tk_buf_puts(b, top ? "" : "(");
-        expr_text(b, e->args[0]);
-        tk_buf_printf(b, " %s ", tk_opc_text(e->op));
-        expr_text(b, e->args[1]);
-        tk_buf_puts(b, top ? "" : ")");
-        return;
-    case TK_E_COND:
-        expr_text(b, e->args[0]);
-        tk_buf_puts(b, " if ");
-        expr_text(b, e->args[1]);
-        tk_buf_puts(b, " else ");
-        expr_text(b, e->args[2]);
-        return;
-    case TK_E_CALL:
-    case TK_E_INDEX:
-        tk_buf_printf(b, "%s%c", e->name, e->kind == TK_E_CALL ? '(' : '[');
-        for (int i = 0; i < e->nargs; i++) {
-            if (i) tk_buf_puts(b, ", ");
-            expr_text(b, e->args[i]);
-        }
-        tk_buf_puts(b, e->kind == TK_E_CALL ? ")" : "]");
-        return;
-    }
-}
-
 /* Whether index expression e is loop variable v itself. */
 static int is_bare(const tk_expr *e, const char *v) { return e->kind == TK_E_NAME && strcmp(e->name, v) == 0; }
 
