@@ -10,10 +10,7 @@ child's median (ms); the torch cases run in every child.
 
     PYTHONPATH=python python3 bench/activations.py --lib OLD/libtk.so --lib build/libtk.so [--rounds 3]
 """
-import argparse
-import json
-
-from timing import alternate_libs, median_ms, print_lib_table   # bench/timing.py
+from timing import lib_main, median_ms   # bench/timing.py
 
 SPEC = """
 op act_gelu_tanh(x: float[..., N]) -> y: x.dtype[..., N]:
@@ -59,19 +56,7 @@ def child(repeat: int, threads: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", action="append", required=True, help="a libtk.so (give two or more)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=9)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.repeat, args.threads)))
-        return
-    runs = alternate_libs(__file__, args.lib, args.rounds, ["--repeat", str(args.repeat), "--threads", str(args.threads)])
-    print_lib_table(runs, args.lib, f"{args.threads} thread(s), float32 (16, 1024, 1024), "
-                    f"{args.rounds} rounds x {args.repeat} calls")
+    lib_main(__file__, __doc__, child, "float32 (16, 1024, 1024), ", repeat=9, threads=2)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,9 @@ child's median (ms). One thread (torch.set_num_threads(1)) unless --threads.
 
     PYTHONPATH=python python3 bench/fixed_loop_lanes.py --lib OLD/libtk.so --lib build/libtk.so [--rounds 3]
 """
-import argparse
-import json
 import os
 
-from timing import alternate_libs, median_ms, print_lib_table   # bench/timing.py
+from timing import lib_main, median_ms   # bench/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATMUL = """
@@ -76,18 +74,7 @@ def child(repeat: int, threads: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", action="append", required=True, help="a libtk.so (give two or more)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.repeat, args.threads)))
-        return
-    runs = alternate_libs(__file__, args.lib, args.rounds, ["--repeat", str(args.repeat), "--threads", str(args.threads)])
-    print_lib_table(runs, args.lib, f"{args.threads} thread(s), {args.rounds} rounds x {args.repeat} calls")
+    lib_main(__file__, __doc__, child, repeat=15, threads=1)
 
 
 if __name__ == "__main__":

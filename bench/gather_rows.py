@@ -9,10 +9,8 @@ median of every child's median (ms).
 
     PYTHONPATH=python python3 bench/gather_rows.py --lib OLD/libtk.so --lib build/libtk.so [--rounds 3]
 """
-import argparse
-import json
 
-from timing import alternate_libs, median_ms, print_lib_table   # bench/timing.py
+from timing import lib_main, median_ms   # bench/timing.py
 
 SHAPES = [(4096, 1000), (512, 32000), (65536, 32)]
 XENT = """
@@ -46,17 +44,7 @@ def child(repeat: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", action="append", required=True, help="a libtk.so (give two or more)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.repeat)))
-        return
-    runs = alternate_libs(__file__, args.lib, args.rounds, ["--repeat", str(args.repeat)])
-    print_lib_table(runs, args.lib, f"{args.rounds} rounds x {args.repeat} calls")
+    lib_main(__file__, __doc__, child, repeat=15)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """What the bench/ scripts time calls with, and run libraries side by side with."""
+import argparse
 import json
 import os
 import platform
@@ -43,3 +44,26 @@ def print_lib_table(runs: dict, libs: list, what: str) -> None:
     print("|---|" + "---|" * len(libs))
     for k in runs[libs[0]][0]:
         print(f"| {k} | " + " | ".join(f"{statistics.median(r[k] for r in runs[lib]):.2f}" for lib in libs) + " |")
+
+
+def lib_main(script: str, doc: str, child, what: str = "", repeat: int = 15, threads=None) -> None:
+    """The command line of a script that times child(repeat[, threads]) once
+    per libtk: --lib (two or more), --rounds, --repeat, and --threads when
+    threads is its default; a child prints its JSON, the parent the table of
+    print_lib_table, described by the threads, `what` and the counts."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--lib", action="append", required=True, help="a libtk.so (give two or more)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=repeat)
+    if threads is not None:
+        ap.add_argument("--threads", type=int, default=threads)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    extra = [] if threads is None else [args.threads]
+    if args.child:
+        print(json.dumps(child(args.repeat, *extra)))
+        return
+    child_args = ["--repeat", str(args.repeat)] + ([] if threads is None else ["--threads", str(args.threads)])
+    runs = alternate_libs(script, args.lib, args.rounds, child_args)
+    head = "" if threads is None else f"{args.threads} thread(s), "
+    print_lib_table(runs, args.lib, f"{head}{what}{args.rounds} rounds x {args.repeat} calls")
