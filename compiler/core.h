@@ -145,6 +145,10 @@ tk_sym_kind tk_resolve_header(const tk_op *op, const char *name, int *index);
  * in ints_by_slot; err gets a message on overflow. */
 tk_status tk_eval_int(const tk_op *op, const tk_expr *e, const int64_t *islots,
                       const int *ibound, int64_t *out, char *err, size_t errlen);
+/* Whether header expression e (an assert's condition) reads a float: a
+ * float parameter or literal, or '/'. Such a condition has no shape code
+ * (shape.c); tk_bind evaluates it on the call's values. */
+int tk_expr_reads_float(const tk_op *op, const tk_expr *e);
 
 /* Growable string used by the emitters. */
 typedef struct tk_buf {

@@ -298,7 +298,7 @@ static void call(emitter *E, const tk_expr *e) {
     }
     char f32[16];
     snprintf(f32, sizeof f32, "%sf", f);
-    if ((E->vexp || cpu_vmaths(E)) && !strcmp(f, "exp")) snprintf(f32, sizeof f32, "tk_vexpf");
+    if (cpu_vmaths(E) && !strcmp(f, "exp")) snprintf(f32, sizeof f32, "tk_vexpf");
     if (cpu_vmaths(E) && (!strcmp(f, "tanh") || !strcmp(f, "erf"))) snprintf(f32, sizeof f32, "tk_v%sf", f);
     call_f(E, f32, f, e, t);
 }

@@ -115,14 +115,12 @@ static void compile(writer *w, const tk_expr *e) {
     }
 }
 
-/* Whether assert condition e reads a float (a float parameter or literal,
- * or '/'): no int code; tk_bind checks it on the call's values. */
-static int reads_float(const tk_op *op, const tk_expr *e) {
+int tk_expr_reads_float(const tk_op *op, const tk_expr *e) {
     int idx;
     if (e->kind == TK_E_FLOAT || (e->kind == TK_E_BINARY && e->op == TK_OPC_DIV)) return 1;
     if (e->kind == TK_E_NAME) return tk_resolve_header(op, e->name, &idx) == TK_SYM_FLOAT;
     for (int i = 0; i < e->nargs; i++)
-        if (reads_float(op, e->args[i])) return 1;
+        if (tk_expr_reads_float(op, e->args[i])) return 1;
     return 0;
 }
 
@@ -169,7 +167,7 @@ int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j, tk_shape_i
     writer w = {op, code, code ? cap : 0, 0};
     if (what == TK_SHAPE_ASSERT) {
         if (!op || i < 0 || i >= op->decl->nasserts) return -1;
-        if (!reads_float(op, op->decl->asserts[i])) compile(&w, op->decl->asserts[i]);
+        if (!tk_expr_reads_float(op, op->decl->asserts[i])) compile(&w, op->decl->asserts[i]);
         return w.n;
     }
     if (what == TK_SHAPE_DEFAULT) {

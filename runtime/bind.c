@@ -399,23 +399,23 @@ static tk_status eval_float_binary(tk_opc op, num a, num b, num *r, char *err, s
 }
 
 /* Evaluates assert condition e (check.c's check_assert_expr forms) on the
- * bound call: ints exactly as tk_eval_int, floats as Python. */
+ * bound call: a part that reads no float is tk_eval_int's, the rest as
+ * Python computes with floats. */
 static tk_status eval_num(const binder *b, const tk_expr *e, num *out, char *err, size_t errlen) {
     num x, y;
     tk_status st;
     int idx;
-    const int64_t *is = b->call->kargs.i;
+    if (!tk_expr_reads_float(b->op, e)) {
+        out->isf = 0;
+        return tk_eval_int(b->op, e, b->call->kargs.i, b->ibound, &out->i, err, errlen);
+    }
     switch (e->kind) {
-    case TK_E_FLOAT: *out = num_float(e->fval); return TK_OK;
-    case TK_E_NAME:
-        if (tk_resolve_header(b->op, e->name, &idx) == TK_SYM_FLOAT) {
-            *out = num_float(b->call->kargs.f[b->op->slot[idx]]);
-            return TK_OK;
-        }
-        break;
+    case TK_E_NAME:   /* a float parameter */
+        tk_resolve_header(b->op, e->name, &idx);
+        *out = num_float(b->call->kargs.f[b->op->slot[idx]]);
+        return TK_OK;
     case TK_E_UNARY:
         if ((st = eval_num(b, e->args[0], &x, err, errlen))) return st;
-        if (!x.isf) break;
         *out = e->op == TK_OPC_NOT ? num_int(!num_true(x)) : num_float(e->op == TK_OPC_NEG ? -x.f : x.f);
         return TK_OK;
     case TK_E_BINARY:
@@ -425,7 +425,7 @@ static tk_status eval_num(const binder *b, const tk_expr *e, num *out, char *err
             return TK_OK;
         }
         if ((st = eval_num(b, e->args[1], &y, err, errlen))) return st;
-        if (!x.isf && !y.isf && e->op != TK_OPC_DIV) {
+        if (!x.isf && !y.isf && e->op != TK_OPC_DIV) {   /* and/or of int sides */
             out->isf = 0;
             return eval_binary(e->op, x.i, y.i, &out->i, err, errlen);
         }
@@ -433,25 +433,21 @@ static tk_status eval_num(const binder *b, const tk_expr *e, num *out, char *err
     case TK_E_COND:
         if ((st = eval_num(b, e->args[1], &x, err, errlen))) return st;
         return eval_num(b, e->args[num_true(x) ? 0 : 2], out, err, errlen);
-    case TK_E_CALL:
+    case TK_E_CALL:   /* abs, min, max with a float argument */
         if ((st = eval_num(b, e->args[0], &x, err, errlen))) return st;
-        if (e->nargs == 1) {   /* abs */
-            if (x.isf) *out = num_float(fabs(x.f));
-            else if (x.i == INT64_MIN) return eval_fail(err, errlen, "integer overflow");
-            else *out = num_int(x.i < 0 ? -x.i : x.i);
+        if (e->nargs == 1) {
+            *out = num_float(fabs(num_f(x)));
             return TK_OK;
         }
         if ((st = eval_num(b, e->args[1], &y, err, errlen))) return st;
-        {   /* min/max like Python's: the second only when strictly less (more) */
-            int lt = x.isf || y.isf ? num_f(y) < num_f(x) : y.i < x.i, gt = x.isf || y.isf ? num_f(y) > num_f(x) : y.i > x.i;
-            *out = strcmp(e->name, "min") == 0 ? (lt ? y : x) : (gt ? y : x);
-        }
+        /* like Python's: the second only when strictly less (more) */
+        if (strcmp(e->name, "min") == 0) *out = num_f(y) < num_f(x) ? y : x;
+        else *out = num_f(y) > num_f(x) ? y : x;
         return TK_OK;
-    default:
-        break;
+    default:   /* a float literal */
+        *out = num_float(e->fval);
+        return TK_OK;
     }
-    out->isf = 0;   /* an int expression: dims, int and bool parameters, int literals */
-    return tk_eval_int(b->op, e, is, b->ibound, &out->i, err, errlen);
 }
 
 /* The 'assert' lines, once the dims, scalars and defaults are bound: each
