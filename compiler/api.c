@@ -210,6 +210,16 @@ const char *tk_op_output_name(const tk_op *op, int i) {
     return op && i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].name : NULL;
 }
 
+int tk_op_param_mut(const tk_op *op, int i) {
+    return op && i >= 0 && i < op->decl->nparams && op->decl->params[i].mut;
+}
+
+int tk_op_output_alias(const tk_op *op, int i) {
+    return op && i >= 0 && i < op->decl->noutputs ? op->decl->outputs[i].alias - 1 : -1;
+}
+
+int tk_op_nreturns(const tk_op *op) { return op ? op->decl->nreturns : 0; }
+
 int tk_op_output_sum(const tk_op *op, int i) {
     return op && i >= 0 && i < op->decl->noutputs && op->out_sum[i];
 }

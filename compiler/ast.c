@@ -151,3 +151,9 @@ void tk_expr_text(tk_buf *b, const tk_expr *e, int top) {
         return;
     }
 }
+
+int tk_mut_output(const tk_opdecl *d, int param) {
+    for (int o = d->nreturns; o < d->noutputs; o++)
+        if (d->outputs[o].alias == param + 1) return o;
+    return -1;
+}

@@ -117,6 +117,11 @@ typedef struct tk_param {
     /* scalars */
     int optional;               /* 'int?' */
     tk_expr *default_value;     /* NULL if none */
+    /* in-place updates (docs/spec.md, In-place parameters) */
+    int mut;                    /* a tensor parameter declared 'mut': the op updates it in place */
+    int alias;                  /* an output: 1 + the index of the 'mut' parameter it is (the
+                                 * parser adds one such output a 'mut' parameter, after the
+                                 * declared ones); 0: a new tensor the op returns */
 } tk_param;
 
 /* The items of a 'schedule' line and of TK_CUDA_TUNE (compiler/schedule.c): the
@@ -142,8 +147,9 @@ typedef struct tk_opdecl {
     const char *text;           /* the whole spec file's text (arena copy) */
     tk_param *params;
     int nparams;
-    tk_param *outputs;
+    tk_param *outputs;          /* the declared outputs, then one a 'mut' parameter (alias) */
     int noutputs;
+    int nreturns;               /* the declared outputs: what the op returns (0: '->' left out) */
     const char **backward;      /* 'backward a, b': the backward ops' names */
     tk_loc *backward_locs;      /* where each name is written */
     int nbackward;
@@ -173,6 +179,9 @@ struct tk_error;
  * TK_ERR_SYNTAX, or TK_ERR_NOMEM; its file:line:col) in err (may be NULL). */
 tk_module *tk_parse(tk_arena *a, const char *file, const char *text,
                     size_t len, struct tk_error *err);
+
+/* The output that 'mut' parameter i of d is (its alias), -1 when i is not 'mut'. */
+int tk_mut_output(const tk_opdecl *d, int param);
 
 /* Whether two expressions are the same text (the same value within one op). */
 int tk_expr_equal(const tk_expr *a, const tk_expr *b);

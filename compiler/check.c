@@ -38,6 +38,8 @@ typedef struct checker {
     tk_loc row_first[TK_MAX_TENSORS];   /* row loops: the first access to each output (line 0: none yet) */
     signed char row_pos[TK_MAX_TENSORS][TK_MAX_DIMS];   /* as tk_op's, found by this check */
     const tk_expr *sum_rd;              /* the read-back of the sum store being checked (o[idx] in o[idx] + e) */
+    unsigned mut_stored;                /* element-wise form: bit o when a statement checked so far stores
+                                         * 'mut' output o, or an enclosing 'for' does (check_mut_read) */
 } checker;
 
 /* Records a check error at loc (the op's file:line:col) in the checker's
@@ -129,6 +131,17 @@ tk_sym_kind tk_resolve_header(const tk_op *op, const char *name, int *index) {
     return TK_SYM_NONE;
 }
 
+/* tk_resolve_header for a name that is stored into or looped over: a 'mut'
+ * parameter is its output there (TK_SYM_OUTPUT, the alias's index). */
+static tk_sym_kind resolve_target(const tk_op *op, const char *name, int *index) {
+    tk_sym_kind k = tk_resolve_header(op, name, index);
+    if (k == TK_SYM_TENSOR && op->decl->params[*index].mut) {
+        *index = tk_mut_output(op->decl, *index);
+        return TK_SYM_OUTPUT;
+    }
+    return k;
+}
+
 /* ---- header: parameters, dims, outputs --------------------------------- */
 
 /* Resolves `x.dtype` chains of input tensor p to the dtype variable. */
@@ -199,7 +212,7 @@ static tk_status check_unique(checker *c) {
     if (is_namespace_attr(d->name))
         return fail(c, d->loc, "'%s' cannot name an op: in Python torch.ops.tk.%s is an attribute of the "
                                "namespace itself", d->name, d->name);
-    int n = d->nparams + d->noutputs;
+    int n = d->nparams + d->nreturns;   /* (a 'mut' parameter's output has its name) */
     for (int i = 0; i < n; i++) {
         const tk_param *a = i < d->nparams ? &d->params[i] : &d->outputs[i - d->nparams];
         const char *r = reserved(a->name);
@@ -458,12 +471,25 @@ static void count_stores(tk_stmt **body, int n, const char *name, int *sums, int
     }
 }
 
+/* An op that updates a 'mut' parameter has no backward ops: autograd
+ * cannot record a change made in place (the shim refuses such a call on a
+ * tensor that requires grad, as an op without backward ops does). */
+static tk_status check_mut_params(checker *c) {
+    const tk_opdecl *d = c->op->decl;
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].mut && d->nbackward > 0)
+            return fail(c, d->backward_locs[0], "'%s' updates '%s' in place ('mut'), so it cannot have backward "
+                        "ops: write it as an op that returns the new value to differentiate it", d->name,
+                        d->params[i].name);
+    return TK_OK;
+}
+
 /* The top-level loop: over an output, one variable per explicit dim. */
 static tk_status check_loop(checker *c) {
     tk_op *op = c->op;
     const tk_opdecl *d = op->decl;
     int idx;
-    tk_sym_kind k = tk_resolve_header(op, d->loop_over, &idx);
+    tk_sym_kind k = resolve_target(op, d->loop_over, &idx);
     if (k != TK_SYM_OUTPUT)
         return fail(c, d->loop_loc, "the top-level loop must run over an output, and '%s' is not one",
                     d->loop_over);
@@ -709,10 +735,40 @@ static long long negative_constant(const tk_expr *e) {
     return 0;
 }
 
+static int at_loop_index(checker *c, tk_expr **idx, int n);
+static int stores_to(tk_stmt *const *body, int n, const char *name);
+
+/* A read of 'mut' parameter p (docs/spec.md, In-place parameters). In a
+ * row loop it reads back p's output, as any output. In the element-wise
+ * form it reads the iteration's own element, before any store to it: the
+ * kernels may then load it early, and no iteration reads an element
+ * another one writes. */
+static tk_status check_mut_read(checker *c, tk_expr *e, int p) {
+    int o = tk_mut_output(c->op->decl, p);
+    if (c->op->row_loop) return check_read_back(c, e, o);
+    if (!at_loop_index(c, e->args, e->nargs)) {
+        tk_buf b = {0};
+        for (int i = 0; i < c->op->decl->nloop; i++) tk_buf_printf(&b, "%s%s", i ? ", " : "", c->op->decl->loop_vars[i]);
+        tk_status st = fail(c, e->loc, "'%s' is updated in place, so an iteration reads only its own element, "
+                            "%s[%s]: another iteration may already have written this one (a row loop reads "
+                            "across its own rows)", e->name, e->name, b.p ? b.p : "");
+        free(b.p);
+        return st;
+    }
+    if (c->mut_stored >> o & 1u)
+        return fail(c, e->loc, "'%s' is read after a store to it (or in a loop that stores it): read it once, "
+                    "before the stores, into a local", e->name);
+    return TK_OK;
+}
+
 static tk_status check_index(checker *c, tk_expr *e) {
     int idx;
     tk_sym_kind k = tk_resolve_header(c->op, e->name, &idx);
     e->is_out = 0;
+    if (k == TK_SYM_TENSOR && c->op->decl->params[idx].mut) {
+        TRY(check_mut_read(c, e, idx));
+        if (e->is_out) return TK_OK;
+    }
     if (k == TK_SYM_OUTPUT && c->op->row_loop) return check_read_back(c, e, idx);
     if (k == TK_SYM_OUTPUT)
         return fail(c, e->loc, "output '%s' is write-only; keep values in a local", e->name);
@@ -904,12 +960,28 @@ static tk_status check_assign(checker *c, tk_stmt *s) {
 
 static tk_status check_stored_value(checker *c, tk_stmt *s, int idx);
 
+/* Whether idx[0..n) is exactly the top-level loop's variables, in order
+ * (the element-wise form's own element). */
+static int at_loop_index(checker *c, tk_expr **idx, int n) {
+    const tk_opdecl *d = c->op->decl;
+    int ok = n == d->nloop;
+    for (int i = 0; ok && i < n; i++)
+        ok = idx[i]->kind == TK_E_NAME && strcmp(idx[i]->name, d->loop_vars[i]) == 0 &&
+             find_local(c, idx[i]->name) < 0;
+    return ok;
+}
+
 static tk_status check_store(checker *c, tk_stmt *s) {
     const tk_opdecl *d = c->op->decl;
     int idx;
-    tk_sym_kind k = tk_resolve_header(c->op, s->name, &idx);
-    if (k == TK_SYM_TENSOR) return fail(c, s->loc, "input '%s' is read-only", s->name);
+    tk_sym_kind k = resolve_target(c->op, s->name, &idx);
+    if (k == TK_SYM_TENSOR)
+        return fail(c, s->loc, "input '%s' is read-only (declare it '%s: mut ...' to update it in place)", s->name,
+                    s->name);
     if (k != TK_SYM_OUTPUT) return fail(c, s->loc, "'%s' is not an output", s->name);
+    if (d->outputs[idx].alias && s->op != TK_OPC_NONE)
+        return fail(c, s->loc, "'%s' is updated in place: write %s[...] = %s[...] %s v (a '%s=' store is for new "
+                    "outputs)", s->name, s->name, s->name, tk_opc_text(s->op), tk_opc_text(s->op));
     if (c->op->out_mixed[idx])
         return fail(c, s->loc, "output '%s' is stored with both '=' and '+=': '+=' makes it a sum, which "
                     "starts at zero and takes only '+=' (docs/spec.md, Sums)", s->name);
@@ -933,11 +1005,7 @@ static tk_status check_store(checker *c, tk_stmt *s) {
         TRY(check_row_access(c, s->loc, idx, s->index, s->nindex, 1));
         return check_stored_value(c, s, idx);
     }
-    int ok = s->nindex == d->nloop;
-    for (int i = 0; ok && i < s->nindex; i++)
-        ok = s->index[i]->kind == TK_E_NAME && strcmp(s->index[i]->name, d->loop_vars[i]) == 0 &&
-             find_local(c, s->index[i]->name) < 0;
-    if (!ok) {
+    if (!at_loop_index(c, s->index, s->nindex)) {
         tk_buf b = {0};
         for (int i = 0; i < d->nloop; i++) tk_buf_printf(&b, "%s%s", i ? ", " : "", d->loop_vars[i]);
         tk_status st = fail(c, s->loc, "an output can only be written at the loop index: %s[%s]",
@@ -945,7 +1013,9 @@ static tk_status check_store(checker *c, tk_stmt *s) {
         free(b.p);
         return st;
     }
-    return check_stored_value(c, s, idx);
+    TRY(check_stored_value(c, s, idx));
+    if (d->outputs[idx].alias) c->mut_stored |= 1u << idx;   /* (after its value: p[i] = p[i] + g) */
+    return TK_OK;
 }
 
 /* The value of store s to output idx: checked, and convertible to its dtype. */
@@ -976,6 +1046,8 @@ static tk_status check_for(checker *c, tk_stmt *s) {
     int mark = c->nscope;
     TRY(declare_local(c, s, TK_V_INT));
     c->loop_depth++;
+    for (int o = c->op->decl->nreturns; o < c->op->decl->noutputs; o++)   /* stored before its next pass reads */
+        if (stores_to(s->body, s->nbody, c->op->decl->outputs[o].name)) c->mut_stored |= 1u << o;
     tk_status st = check_block(c, s->body, s->nbody);
     c->loop_depth--;
     c->nscope = mark;
@@ -1153,6 +1225,7 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     TRY(check_defaults(&c));
     TRY(check_outputs(&c));
     TRY(check_asserts(&c));
+    TRY(check_mut_params(&c));
     TRY(check_loop(&c));
     TRY(check_loop_vars_readonly(&c, decl->body, decl->nbody, NULL, 0));
     tk_status st = make_variants(&c, &ctx->arena);

@@ -47,6 +47,11 @@ int used(const emitter *E, const char *name) {
     return body_uses(E->op->decl->body, E->op->decl->nbody, name);
 }
 
+int declares_tensor(const emitter *E, int i) {
+    const tk_param *p = param(E, i);
+    return p->kind == TK_P_TENSOR && !p->mut && used(E, p->name);
+}
+
 /* Declares element pointers and explicit-dim strides of tensor p in slot. */
 static void tensor_prologue(emitter *E, const tk_param *p, int slot, tk_dtype dt, int is_out) {
     const char *A = E->tg->args;
@@ -63,7 +68,7 @@ void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int),
     const tk_op *op = E->op;
     for (int i = 0; i < op->decl->nparams && !E->outputs_only; i++) {
         const tk_param *p = param(E, i);
-        if (p->kind == TK_P_TENSOR && used(E, p->name) && tk_explicit_dims(p) > 0) fn(E, p, op->slot[i], arg);
+        if (declares_tensor(E, i) && tk_explicit_dims(p) > 0) fn(E, p, op->slot[i], arg);
     }
     for (int i = 0; i < op->decl->noutputs; i++)
         if (tk_explicit_dims(output(E, i)) > 0) fn(E, output(E, i), op->out_slot[i], arg);
@@ -75,7 +80,7 @@ void prologue(emitter *E) {
     const char *A = E->tg->args;
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = param(E, i);
-        if (p->kind == TK_P_TENSOR && used(E, p->name))
+        if (declares_tensor(E, i))
             tensor_prologue(E, p, op->slot[i], tk_variant_dtype(op, E->variant, i), 0);
     }
     for (int i = 0; i < d->noutputs; i++)
@@ -162,8 +167,7 @@ void decompose(emitter *E, int skip_last) {
     }
     int lslot = op->out_slot[op->loop_out];
     for (int i = 0; i < d->nparams; i++)
-        if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
-            line(E, "tk_i64 o_%s = 0;", param(E, i)->name);
+        if (declares_tensor(E, i) && has_ell(param(E, i))) line(E, "tk_i64 o_%s = 0;", param(E, i)->name);
     for (int i = 0; i < d->noutputs; i++) line(E, "tk_i64 o_%s = 0;", output(E, i)->name);
     line(E, "for (tk_i64 bd = %snbatch - 1; bd >= 0; --bd) {", A);
     E->indent++;
@@ -171,7 +175,7 @@ void decompose(emitter *E, int skip_last) {
     line(E, "const tk_i64 bi = r - bq * %st[%d].size[bd];", A, lslot);
     line(E, "r = bq;");
     for (int i = 0; i < d->nparams; i++)
-        if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
+        if (declares_tensor(E, i) && has_ell(param(E, i)))
             line(E, "o_%s += bi * %st[%d].stride[bd];", param(E, i)->name, A, op->slot[i]);
     for (int i = 0; i < d->noutputs; i++)
         line(E, "o_%s += bi * %st[%d].stride[bd];", output(E, i)->name, A, op->out_slot[i]);

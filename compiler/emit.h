@@ -126,6 +126,10 @@ extern const char *const k_to_value_end[TK_DTYPE_COUNT];
 void emitter_init(emitter *E, tk_buf *b, const tk_plan *P);
 int expr_uses(const tk_expr *e, const char *name);
 int used(const emitter *E, const char *name);
+/* Whether the kernel declares tensor parameter i's pointer, strides and
+ * batch offset: the body reads it, and it is not 'mut' (a 'mut' one is read
+ * through its output's, t_<name>: one pointer for its loads and stores). */
+int declares_tensor(const emitter *E, int i);
 void each_strided(emitter *E, void (*fn)(emitter *, const tk_param *, int, int), int arg);
 void prologue(emitter *E);
 void decompose(emitter *E, int skip_last);

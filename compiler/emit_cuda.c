@@ -135,7 +135,8 @@ static void stream_load(emitter *E) {
         tk_dtype dt = tk_variant_dtype(E->op, E->variant, e->ref);
         line(E, "union { %s v; %s e[%d]; } tk_q%d;", vt, k_ctype[dt], W, i);
         begin_line(E);
-        tk_buf_printf(E->b, "tk_q%d.v = __ldg((const %s *)", i, vt);
+        int mut = E->op->decl->params[e->ref].mut;   /* (written by this kernel: not the read-only cache) */
+        tk_buf_printf(E->b, mut ? "tk_q%d.v = *((const %s *)" : "tk_q%d.v = __ldg((const %s *)", i, vt);
         stream_addr(E, i, 0);
         tk_buf_puts(E->b, ");\n");
         line(E, "#pragma unroll");

@@ -220,7 +220,8 @@ static void tensor_read(emitter *E, const tk_expr *e) {
         tk_buf_printf(E->b, "]%s", post);
         return;
     }
-    if (E->chunk) {   /* GPU chunks: the asm of their vector stores would cost the implicit read-only path */
+    if (E->chunk && !p->mut) {   /* GPU chunks: the asm of their vector stores would cost the implicit read-only
+                                  * path ('mut': written by this kernel, so not through the read-only cache) */
         tk_buf_printf(E->b, "%s__ldg(&t_%s[", pre, p->name);
         tensor_offset(E, e);
         tk_buf_printf(E->b, "])%s", post);

@@ -741,7 +741,7 @@ static void vx_args(emitter *E, const tk_stmt *s, const unsigned char *used_loca
     tk_buf_puts(E->b, arg ? ", tk_L, tk_H, tk_mn, tk_mx" : ", tk_i64 tk_L, tk_i64 tk_H, tk_i64 tk_mn, tk_i64 tk_mx");
     if (op->has_ellipsis) {
         for (int i = 0; i < d->nparams; i++)
-            if (param(E, i)->kind == TK_P_TENSOR && has_ell(param(E, i)) && used(E, param(E, i)->name))
+            if (declares_tensor(E, i) && has_ell(param(E, i)))
                 tk_buf_printf(E->b, arg ? ", o_%s" : ", tk_i64 o_%s", param(E, i)->name);
         for (int i = 0; i < d->noutputs; i++) tk_buf_printf(E->b, arg ? ", o_%s" : ", tk_i64 o_%s", output(E, i)->name);
         if (op->random) tk_buf_puts(E->b, arg ? ", tk_bi" : ", tk_i64 tk_bi");

@@ -237,6 +237,8 @@ static tk_status link_op(tk_ctx *ctx, const tk_op *op) {
         const tk_op *bw = tk_op_find(ctx, d->backward[b]);
         if (!bw) return link_fail(ctx, op, b, "no such op (is its spec file loaded?)");
         if (bw == op) return link_fail(ctx, op, b, "an op cannot be its own backward");
+        if (bw->decl->nreturns < bw->decl->noutputs)
+            return link_fail(ctx, op, b, "it updates a 'mut' parameter in place; a backward op returns gradients");
         tk_status st = link_params(ctx, op, b, bw);
         if (st == TK_OK) st = link_outputs(ctx, op, b, bw, maker);
         if (st != TK_OK) return st;

@@ -690,7 +690,26 @@ static void parse_param(parser *p, tk_param *prm, int is_output) {
                             &prm->loc);
     snprintf(what, sizeof what, "':' after '%.40s'", prm->name);
     expect(p, TK_T_COLON, what);
-    sk = parse_dtypes(p, prm);
+    if (!is_output && is_word(p, "mut")) {      /* 'mut' dtypes '[' dims ']': updated in place */
+        tk_token m = p->tok;
+        next(p);
+        if (check(p, TK_T_DOT)) {               /* 'mut.dtype': the dtype of a tensor named mut */
+            prm->dtype_loc = m.loc;
+            prm->dtype_of = copy_str(p, m.start, m.len);
+            next(p);
+            if (!is_word(p, "dtype")) expected(p, "'dtype' after 'mut.'");
+            next(p);
+            sk = -1;
+        } else {
+            prm->mut = 1;
+            sk = parse_dtypes(p, prm);
+            if (!check(p, TK_T_LBRACKET))
+                error_at(p, m.loc, "only a tensor parameter can be 'mut' (updated in place): '%.40s' has no dims",
+                         prm->name);
+        }
+    } else {
+        sk = parse_dtypes(p, prm);
+    }
     prm->kind = TK_P_TENSOR;
     if (check(p, TK_T_LBRACKET)) {
         parse_dims(p, prm, is_output);
@@ -725,6 +744,39 @@ static void parse_outputs(parser *p, tk_opdecl *op) {
         if (!paren) return;
         if (accept(p, TK_T_RPAREN)) return;
         if (!accept(p, TK_T_COMMA)) expected(p, "',' or ')' after an output");
+    }
+}
+
+/* Whether some parameter of op is 'mut'. */
+static int has_mut(const tk_opdecl *op) {
+    for (int i = 0; i < op->nparams; i++)
+        if (op->params[i].mut) return 1;
+    return 0;
+}
+
+/* Appends one output a 'mut' parameter, after the declared ones: the
+ * tensor the body stores into, of the parameter's name, dims and dtype
+ * (alias: 1 + the parameter's index). */
+static void add_mut_outputs(parser *p, tk_opdecl *op) {
+    int cap = op->noutputs;
+    for (int i = 0; i < op->nparams; i++) {
+        const tk_param *m = &op->params[i];
+        if (!m->mut) continue;
+        op->outputs = (tk_param *)grow(p, op->outputs, op->noutputs, &cap, sizeof *op->outputs);
+        tk_param *o = &op->outputs[op->noutputs++];
+        memset(o, 0, sizeof *o);
+        o->name = m->name;
+        o->loc = m->loc;
+        o->kind = TK_P_TENSOR;
+        o->dtype_of = m->name;
+        o->dtype_loc = m->dtype_loc;
+        o->alias = i + 1;
+        o->ndims = m->ndims;
+        o->dims = (tk_expr **)alloc(p, (size_t)(m->ndims > 0 ? m->ndims : 1) * sizeof *o->dims);
+        for (int j = 0; j < m->ndims; j++) {     /* (copies: the checker annotates an output's dims) */
+            o->dims[j] = (tk_expr *)alloc(p, sizeof *o->dims[j]);
+            *o->dims[j] = *m->dims[j];
+        }
     }
 }
 
@@ -852,8 +904,13 @@ static tk_opdecl *parse_op(parser *p) {
     next(p);                                    /* 'op' */
     op->name = expect_name(p, "an op name after 'op'", &op->loc);
     parse_params(p, op);
-    expect(p, TK_T_ARROW, "'->' after the parameter list");
-    parse_outputs(p, op);
+    if (!check(p, TK_T_COLON) || !has_mut(op)) {   /* ':' at once: the op only updates 'mut' parameters */
+        expect(p, TK_T_ARROW, has_mut(op) ? "'->' or ':' after the parameter list"
+                                          : "'->' after the parameter list");
+        parse_outputs(p, op);
+    }
+    op->nreturns = op->noutputs;
+    add_mut_outputs(p, op);
     expect(p, TK_T_COLON, "':' after the output list");
     expect(p, TK_T_NEWLINE, "NEWLINE after the op header");
     parse_op_body(p, op);

@@ -41,10 +41,13 @@ static void schema_default(tk_buf *b, const tk_param *p) {
 char *tk_make_schema(const tk_opdecl *d, tk_arena *a) {
     static const char *const types[] = {"Tensor", "SymInt", "float", "bool"}; /* ORDER tk_param_kind */
     tk_buf b = {0};
+    int nmut = 0;
     tk_buf_printf(&b, "%s(", d->name);
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
-        tk_buf_printf(&b, "%s%s%s %s", i ? ", " : "", types[p->kind], p->optional ? "?" : "", p->name);
+        tk_buf_printf(&b, "%s%s", i ? ", " : "", types[p->kind]);
+        if (p->mut) tk_buf_printf(&b, "(%c!)", 'a' + nmut++);   /* updated in place: alias set a, b, ... */
+        tk_buf_printf(&b, "%s %s", p->optional ? "?" : "", p->name);
         if (p->optional && p->kind == TK_P_INT) tk_buf_puts(&b, "=None");
         else if (p->default_value) {
             tk_buf_puts(&b, "=");
@@ -52,10 +55,10 @@ char *tk_make_schema(const tk_opdecl *d, tk_arena *a) {
         }
     }
     tk_buf_puts(&b, ") -> ");
-    if (d->noutputs == 1) tk_buf_puts(&b, "Tensor");
+    if (d->nreturns == 1) tk_buf_puts(&b, "Tensor");   /* (not the 'mut' parameters' outputs) */
     else {
         tk_buf_puts(&b, "(");
-        for (int i = 0; i < d->noutputs; i++) tk_buf_printf(&b, "%sTensor", i ? ", " : "");
+        for (int i = 0; i < d->nreturns; i++) tk_buf_printf(&b, "%sTensor", i ? ", " : "");
         tk_buf_puts(&b, ")");
     }
     char *s = b.oom ? NULL : tk_arena_strndup(a, b.p, b.len);

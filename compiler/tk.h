@@ -152,6 +152,15 @@ const char *tk_op_param_name(const tk_op *op, int i);
 int tk_op_param_optional(const tk_op *op, int i);
 int tk_op_noutputs(const tk_op *op);
 const char *tk_op_output_name(const tk_op *op, int i);
+/* In-place parameters (docs/spec.md): a tensor parameter declared 'mut' is
+ * also an output, after the declared ones, of its name: the kernel loads and
+ * stores it through that output's slot. Set that output (tk_set_output) to
+ * the same tensor as the parameter, which must not overlap itself (no
+ * stride-0 dims) nor any other argument. The op returns its first
+ * tk_op_nreturns outputs. */
+int tk_op_param_mut(const tk_op *op, int i);      /* 1 if tensor parameter i is 'mut' */
+int tk_op_output_alias(const tk_op *op, int i);   /* the 'mut' parameter output i is, -1 for a new tensor */
+int tk_op_nreturns(const tk_op *op);              /* the outputs that are new tensors (the first ones) */
 /* 1 when the op writes every element of output i: its loop body stores it
  * outside any `if` or `for`; 0 when some element may stay unwritten (a store
  * under a condition only), which then holds whatever the memory held. */

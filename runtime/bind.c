@@ -743,6 +743,14 @@ tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v) {
     int same = v.ndim == call->out_ndim[i] && v.dtype == call->out_dtype[i];
     for (int d = 0; same && d < v.ndim; d++) same = v.sizes[d] == call->out_sizes[i][d];
     if (!same) return call_fail(call, "output '%s': the given tensor's shape or dtype is not the bound one", name);
+    int m = call->op->decl->outputs[i].alias - 1;
+    if (m >= 0) {   /* a 'mut' parameter's output: the kernel reads it there, with the parameter's strides */
+        const tk_ktensor *in = &call->kargs.t[call->op->slot[m]];
+        same = in->data == v.data;
+        for (int d = 0; same && d < v.ndim; d++) same = in->stride[d] == v.strides[d];
+        if (!same)
+            return call_fail(call, "output '%s' is 'mut' parameter '%s': set it to that same tensor", name, name);
+    }
     fill_tensor(&call->kargs.t[call->op->out_slot[i]], &v);
     return TK_OK;
 }

@@ -415,8 +415,31 @@ void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Sta
 
 }  // namespace
 
+// An op that updates 'mut' parameters in place (no backward ops: the
+// checker refuses them): refused, with grad mode on, when an argument
+// requires grad, which autograd could not follow; otherwise it runs and
+// bumps each updated tensor's version counter, as torch's in-place ops do,
+// so that a backward that saved one of them raises instead of reading the
+// new values.
+void run_in_place(const Plan& plan, const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
+                  torch::jit::Stack* stack) {
+  const tk_op* op = op_of(handle);
+  auto args = torch::jit::last(*stack, handle.schema().arguments().size());
+  const char* needs_grad = first_requiring_grad(handle, args);
+  TORCH_CHECK(needs_grad == nullptr, "tk.", plan.name, ": argument '", needs_grad, "' requires grad, and tk.",
+              plan.name, " updates tensors in place, which autograd cannot follow (call it under torch.no_grad(), "
+              "as an optimizer step runs)");
+  std::vector<at::Tensor> updated;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (tk_op_param_mut(op, static_cast<int>(i))) updated.push_back(args[i].toTensor());
+  redispatch(handle, keys, stack);
+  for (const at::Tensor& t : updated)
+    if (!t.is_inference()) torch::autograd::impl::bump_version(t);
+}
+
 void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const Plan& plan = plan_of(handle);
+  if (tk_op_nreturns(op_of(handle)) < tk_op_noutputs(op_of(handle))) return run_in_place(plan, handle, keys, stack);
   auto args = torch::jit::last(*stack, handle.schema().arguments().size());
   const char* needs_grad = first_requiring_grad(handle, args);
   for (const c10::IValue& v : args)

@@ -3,6 +3,7 @@
 // the op-specific validation (dtypes, ranks, dims, devices); this file only
 // adds what is torch's: scalar types, rank limit, one device per call.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -158,6 +159,12 @@ bool worth_staging(const at::Tensor& t, int64_t numel) {
   return t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1 && t.numel() * kStageRatio <= numel;
 }
 
+// Whether argument i, tensor t, is an input worth staging: not a 'mut' one,
+// which the kernel reads where it writes it (through its output's slot).
+bool stageable(const tk_op* op, size_t i, const at::Tensor& t, int64_t numel) {
+  return !tk_op_param_mut(op, static_cast<int>(i)) && worth_staging(t, numel);
+}
+
 // The last few successful binds of this thread, with their arguments: a
 // training loop calls an op with the same shapes again and again, and a
 // bind depends only on the arguments' kinds, values, dtypes, sizes, strides
@@ -217,7 +224,7 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
       }
       TORCH_CHECK(t.device() == device, prefix(w), "expected a tensor on ", device, " like '",
                   device_arg, "', got one on ", t.device());
-      args[i] = tk_arg_tensor(to_view(t, false, w));
+      args[i] = tk_arg_tensor(to_view(t, tk_op_param_mut(c.op, static_cast<int>(i)) != 0, w));  // ('mut': written)
     } else if (v.isNone()) {
       args[i] = tk_arg_none();
     } else if (v.isBool()) {
@@ -233,7 +240,7 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
   if (rebind(c, args.data(), n)) return;
   TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
   for (size_t i = 0; device.is_cpu() && i < n; ++i)
-    c.stage = c.stage || (values[i].isTensor() && worth_staging(values[i].toTensor(), c.call.kargs.numel));
+    c.stage = c.stage || (values[i].isTensor() && stageable(c.op, i, values[i].toTensor(), c.call.kargs.numel));
   if (!c.stage) remember(c, args.data(), n);
 }
 
@@ -246,7 +253,7 @@ void stage_inputs(const c10::OperatorHandle& handle, const torch::jit::Stack& st
   const auto& params = handle.schema().arguments();
   auto values = torch::jit::last(stack, c.nargs);
   for (size_t i = 0; i < c.nargs; ++i) {
-    if (!values[i].isTensor() || !worth_staging(values[i].toTensor(), c.call.kargs.numel)) continue;
+    if (!values[i].isTensor() || !stageable(c.op, i, values[i].toTensor(), c.call.kargs.numel)) continue;
     c.staged.push_back(values[i].toTensor().contiguous());
     c.args[i] = tk_arg_tensor(to_view(c.staged.back(), false, Where{tk_op_name(c.op), params[i].name().c_str()}));
   }
@@ -302,9 +309,38 @@ void advise_huge_pages(void* data, size_t bytes) {
 
 namespace {
 
-// Allocates every output on `device` with the shape and dtype tk_bind chose.
-void allocate_outputs(Call& c, const c10::Device& device) {
+// The output that is 'mut' parameter p (docs/spec.md, In-place parameters):
+// the argument itself, which the kernel updates in place. Its elements must
+// be distinct (no expanded dims) and shared with no other argument, or
+// iterations would race or read what others wrote.
+at::Tensor mut_output(const Call& c, c10::ArrayRef<c10::IValue> args, int p) {
+  const std::string name = tk_op_param_name(c.op, p);
+  const at::Tensor& t = args[static_cast<size_t>(p)].toTensor();
+  if (t.is_meta() || t.numel() == 0) return t;
+  TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "tk.", tk_op_name(c.op), ": argument '", name,
+              "' is updated in place but some of its elements share memory (an expanded or stride-0 view): "
+              "pass a tensor with distinct elements (.clone())");
+  for (size_t j = 0; j < args.size(); ++j) {
+    if (j == static_cast<size_t>(p) || !args[j].isTensor() || args[j].toTensor().numel() == 0) continue;
+    const auto st = at::get_overlap_status(t, args[j].toTensor());
+    TORCH_CHECK(st == at::MemOverlapStatus::No, "tk.", tk_op_name(c.op), ": argument '", name,
+                "' is updated in place and shares memory with argument '", tk_op_param_name(c.op, static_cast<int>(j)),
+                "': pass a copy of one of them");
+  }
+  return t;
+}
+
+// Allocates every output on `device` with the shape and dtype tk_bind chose
+// (a 'mut' parameter's output: the argument itself).
+void allocate_outputs(Call& c, const c10::Device& device, c10::ArrayRef<c10::IValue> args) {
   for (int i = 0; i < c.call.noutputs; ++i) {
+    if (tk_op_output_alias(c.op, i) >= 0) {
+      at::Tensor t = mut_output(c, args, tk_op_output_alias(c.op, i));
+      const Where w{tk_op_name(c.op), tk_op_output_name(c.op, i)};
+      TORCH_CHECK(tk_set_output(&c.call, i, to_view(t, true, w)) == TK_OK, c.call.msg);
+      c.outputs.push_back(std::move(t));
+      continue;
+    }
     const auto options =
         at::TensorOptions().dtype(to_scalar_type(c.call.out_dtype[i])).device(device);
     const at::IntArrayRef sizes(c.call.out_sizes[i], c.call.out_ndim[i]);
@@ -615,10 +651,11 @@ void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, C
     const auto declared = static_cast<tk_dtype>(tk_op_output_dtype(c.op, c.call.variant, static_cast<int>(i)));
     if (declared != c.call.out_dtype[i]) c.outputs[i] = c.outputs[i].to(to_scalar_type(declared));
   }
-  TORCH_INTERNAL_ASSERT(handle.schema().returns().size() == c.outputs.size(),
+  const size_t nreturns = static_cast<size_t>(tk_op_nreturns(c.op));   // (then the 'mut' parameters')
+  TORCH_INTERNAL_ASSERT(handle.schema().returns().size() == nreturns,
                         "tk.", tk_op_name(c.op), ": schema and spec disagree on outputs");
   torch::jit::drop(*stack, handle.schema().arguments().size());
-  for (at::Tensor& out : c.outputs) stack->emplace_back(std::move(out));
+  for (size_t i = 0; i < nreturns; ++i) stack->emplace_back(std::move(c.outputs[i]));
 }
 
 // Zeroes c's sum outputs (docs/spec.md, Sums): every iteration adds into
@@ -638,7 +675,7 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
   bind_args(handle, *stack, c, device);
   if (execute && device.is_cpu() && c.call.kargs.numel > 0 && tk_op_cpu_kernel(c.op, c.call.variant) == nullptr)
     ensure_cpu_kernel(c.op, c.call.variant);  // a run-time op's first CPU call in this dtype: compile it
-  allocate_outputs(c, device);
+  allocate_outputs(c, device, torch::jit::last(*stack, handle.schema().arguments().size()));
   if (execute && device.is_cpu()) stage_inputs(handle, *stack, c);
   if (execute) zero_sums(c);
   if (execute && device.is_cuda()) {

@@ -224,7 +224,7 @@ void boxed_meta_symbolic(const c10::OperatorHandle& handle, torch::jit::Stack* s
     if (args[i].isTensor()) check_dims(op, args, static_cast<int>(i));
   check_asserts(op, args);
   std::vector<at::Tensor> outs;
-  for (int o = 0; o < call.noutputs; ++o) {
+  for (int o = 0; o < tk_op_nreturns(op); ++o) {   // (a 'mut' parameter's output is the argument itself)
     const auto options =   // (the declared dtype: a float16 sum is added up in float32, returned as float16)
         at::TensorOptions().dtype(scalar_type_of(static_cast<tk_dtype>(tk_op_output_dtype(call.op, call.variant, o))))
             .device(c10::kMeta);

@@ -73,6 +73,8 @@ SIGNATURES = {
     "tk_op_param_dim": (_I, [_P, _I, _I, ctypes.POINTER(_C), _I64P]),
     "tk_op_shape_has_batch": (_I, [_P, _I, _I]),
     "tk_op_noutputs": (_I, [_P]),
+    "tk_op_nreturns": (_I, [_P]),
+    "tk_op_param_mut": (_I, [_P, _I]),
     "tk_op_output_name": (_C, [_P, _I]),
     # the shim: loading (shim/registry.cpp) and run-time specs (shim/runtime.cpp)
     "tk_shim_load_error": (_C, []),

@@ -91,7 +91,7 @@ def register(infos) -> None:
     on torch.ops.tk); an op that has one is skipped."""
     with _lock:
         for info in infos:
-            if info.name in _done:
+            if info.name in _done or any(p.mut for p in info.params):   # (in place: torch's own vmap path)
                 continue
             op = getattr(torch.ops.tk, info.name).default
             torch.library.register_vmap("tk::" + info.name, _rule(info, op))

@@ -32,6 +32,7 @@ class Param:
     dtypes: tuple = ()              # allowed torch dtypes (tensors)
     dtype_group: int = -1           # the parameter whose dtype this one shares (itself if a class)
     dims: tuple = ()                # per declared dim: "...", a dim name, or an int
+    mut: bool = False               # declared 'mut': the op updates it in place
 
     @property
     def explicit_dims(self) -> int:
@@ -48,7 +49,7 @@ class OpInfo:
     file: str
     schema: str
     params: tuple
-    outputs: tuple                  # output names
+    outputs: tuple                  # the names of the outputs it returns (not the 'mut' parameters)
     backward: tuple                 # names of the ops that compute its gradients
     output_batch: tuple = ()        # per output: whether its shape starts with '...'
 
@@ -68,7 +69,8 @@ def _param(lib, op, i) -> Param:
         k = lib.tk_op_param_dim(op, i, j, ctypes.byref(dname), ctypes.byref(value))
         dims.append("..." if k == DIM_BATCH else dname.value.decode() if k == DIM_NAME else value.value)
     return Param(name, kind, dtypes=tuple(d for t, d in enumerate(DTYPES) if mask >> t & 1),
-                 dtype_group=lib.tk_op_param_dtype_group(op, i), dims=tuple(dims))
+                 dtype_group=lib.tk_op_param_dtype_group(op, i), dims=tuple(dims),
+                 mut=bool(lib.tk_op_param_mut(op, i)))
 
 
 def _op_info(lib, op) -> OpInfo:
@@ -77,10 +79,10 @@ def _op_info(lib, op) -> OpInfo:
         file=lib.tk_op_file(op).decode(),
         schema=lib.tk_op_schema(op).decode(),
         params=tuple(_param(lib, op, i) for i in range(lib.tk_op_nparams(op))),
-        outputs=tuple(lib.tk_op_output_name(op, o).decode() for o in range(lib.tk_op_noutputs(op))),
+        outputs=tuple(lib.tk_op_output_name(op, o).decode() for o in range(lib.tk_op_nreturns(op))),
         backward=tuple(lib.tk_op_backward_at(op, b).decode() for b in range(lib.tk_op_nbackward(op))),
         output_batch=tuple(bool(lib.tk_op_shape_has_batch(op, 1, o))   # TK_SHAPE_OUTPUT
-                           for o in range(lib.tk_op_noutputs(op))),
+                           for o in range(lib.tk_op_nreturns(op))),
     )
 
 

@@ -16,7 +16,31 @@ static const bad_spec k_bad[] = {
     {HDR "        y[i] = x[i, i]\n", "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 2"},
     {HDR "        y[i] = x[]\n", "bad.tk:3:16: error: 'x' takes 1 indices (one per explicit dim), got 0"},
     {HDR "        y[0] = x[i]\n", "bad.tk:3:9: error: an output can only be written at the loop index: y[i]"},
-    {HDR "        x[i] = 1.0\n", "bad.tk:3:9: error: input 'x' is read-only"},
+    {HDR "        x[i] = 1.0\n", "bad.tk:3:9: error: input 'x' is read-only (declare it 'x: mut ...' to update it in place)"},
+    /* in-place parameters ('mut') */
+    {"op f(x: mut float32[N], y: float32[N]):\n    for i in x:\n        x[i] = x[i + 1] + y[i]\n",
+     "bad.tk:3:16: error: 'x' is updated in place, so an iteration reads only its own element, x[i]: another "
+     "iteration may already have written this one (a row loop reads across its own rows)"},
+    {"op f(x: mut float32[N]):\n    for i in x:\n        x[i] = 2.0\n        x[i] = x[i] + 1.0\n",
+     "bad.tk:4:16: error: 'x' is read after a store to it (or in a loop that stores it): read it once, before the "
+     "stores, into a local"},
+    {"op f(x: mut float32[N], n: int):\n    for i in x:\n        for k in range(n):\n            s = x[i]\n"
+     "            x[i] = s * 2.0\n",
+     "bad.tk:4:17: error: 'x' is read after a store to it (or in a loop that stores it): read it once, before the "
+     "stores, into a local"},
+    {"op f(x: mut float32[N]):\n    for i in x:\n        x[i] += 1.0\n",
+     "bad.tk:3:9: error: 'x' is updated in place: write x[...] = x[...] + v (a '+=' store is for new outputs)"},
+    {"op f(x: mut float32[..., N]):\n    for _ in x:\n        for i in range(N):\n            x[i] += 1.0\n",
+     "bad.tk:4:13: error: 'x' is updated in place: write x[...] = x[...] + v (a '+=' store is for new outputs)"},
+    {"op f(x: mut float32[N]):\n    backward g\n    for i in x:\n        x[i] = 1.0\n",
+     "bad.tk:2:14: error: 'f' updates 'x' in place ('mut'), so it cannot have backward ops: write it as an op that "
+     "returns the new value to differentiate it"},
+    {"op f(x: mut float32[N], y: mut float32[N]):\n    for i in x:\n        x[i] = 1.0\n",
+     "bad.tk:1:25: error: output 'y' is never written: the body has no store to it"},
+    {"op f(x: float32[N], n: mut int):\n    for i in x:\n        x[i] = 1.0\n",
+     "bad.tk:1:24: error: only a tensor parameter can be 'mut' (updated in place): 'n' has no dims"},
+    {"op f(x: float32[N]):\n    for i in x:\n        x[i] = 1.0\n",
+     "bad.tk:1:20: error: expected '->' after the parameter list, found ':'"},
     {HDR "        y[i] += x[i]\n", "bad.tk:3:9: error: '+=' into an output makes it a sum, which a row loop takes (a '_' "
                                    "in the loop; docs/spec.md, Sums); here accumulate in a local, then store with '='"},
     {HDR "        y[i] -= x[i]\n", "bad.tk:3:9: error: outputs are write-only: accumulate in a local, then store with '='"},
@@ -372,6 +396,18 @@ typedef struct good_spec {
 } good_spec;
 
 static const good_spec k_good[] = {
+    /* 'mut' parameters: alias sets in the schema, only the declared outputs returned; a tensor named mut */
+    {"op g(p: mut float[..., N], mut: p.dtype[N], s: mut float32[N]) -> y: p.dtype[..., N]:\n"
+     "    for i in y:\n"
+     "        a = p[i] + mut[i]\n"
+     "        p[i] = a\n"
+     "        s[i] = s[i] * 2.0\n"
+     "        y[i] = a\n",
+     "g(Tensor(a!) p, Tensor mut, Tensor(b!) s) -> Tensor"},
+    {"op g(mut: mut float[N], x: mut.dtype[N]):\n"
+     "    for i in mut:\n"
+     "        mut[i] = mut[i] + x[i]\n",
+     "g(Tensor(a!) mut, Tensor x) -> ()"},
     {"op g(x: float[N], flag: bool = True, eps: float = -0.5, n: int = 3) -> y: x.dtype[N]:\n"
      "    for i in y:\n"
      "        v = x[i] if flag else -x[i]\n"
