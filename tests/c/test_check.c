@@ -397,7 +397,7 @@ typedef struct good_spec {
 
 static const good_spec k_good[] = {
     /* 'mut' parameters: alias sets in the schema, only the declared outputs returned; a tensor named mut */
-    {"op g(p: mut float[..., N], mut: p.dtype[N], s: mut float32[N]) -> y: p.dtype[..., N]:\n"
+    {"op g(p: mut float[..., N], mut: p.dtype[N], s: mut float32[..., N]) -> y: p.dtype[..., N]:\n"
      "    for i in y:\n"
      "        a = p[i] + mut[i]\n"
      "        p[i] = a\n"
