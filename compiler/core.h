@@ -125,6 +125,10 @@ int tk_variant_index(const tk_op *op, const tk_dtype *dvar_dtypes);
  * variant. Returns TK_OK or an error (at its file:line:col) in ctx->error. */
 tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out);
 
+/* rename.c: two locals of one name in different blocks; the later ones are
+ * renamed "<k>_<name>" (after every variant checked). TK_ERR_NOMEM or TK_OK. */
+tk_status tk_rename_reused_locals(tk_op *op, tk_arena *a);
+
 /* Annotates decl's body for one variant (value types, symbol refs, local
  * slots). Used by tk_check_op for every variant and by the emitters. */
 tk_status tk_check_body(tk_op *op, int variant, tk_error *err);

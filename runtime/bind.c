@@ -744,7 +744,8 @@ tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v) {
     for (int d = 0; same && d < v.ndim; d++) same = v.sizes[d] == call->out_sizes[i][d];
     if (!same) return call_fail(call, "output '%s': the given tensor's shape or dtype is not the bound one", name);
     int m = call->op->decl->outputs[i].alias - 1;
-    if (m >= 0) {   /* a 'mut' parameter's output: the kernel reads it there, with the parameter's strides */
+    if (m >= 0 && !call->op->row_loop) {   /* a 'mut' parameter's output: the element-wise kernels read it
+                                            * there (a row loop's reads it back: in parts, a copy) */
         const tk_ktensor *in = &call->kargs.t[call->op->slot[m]];
         same = in->data == v.data;
         for (int d = 0; same && d < v.ndim; d++) same = in->stride[d] == v.strides[d];

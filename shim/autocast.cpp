@@ -7,7 +7,9 @@
 // 'k: w.dtype' would refuse them. So, as autocast does for its "promote"
 // ops (cat, stack, index_put), float tensor arguments in one dtype group
 // (tk_op_param_dtype_group) whose dtypes differ are cast to the widest of
-// them; everything else is passed through. docs/autograd.md.
+// them; everything else is passed through. A group with a 'mut' argument
+// (updated in place: a cast copy would take the update) is not cast; its
+// dtypes must then agree. docs/autograd.md.
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -37,6 +39,8 @@ void boxed_autocast(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
     }
   }
   const size_t base = stack->size() - n;
+  for (size_t i = 0; i < n; ++i)   // a 'mut' argument is updated, not a copy of it: its group keeps its dtypes
+    if (tk_op_param_mut(op, static_cast<int>(i))) mixed[tk_op_param_dtype_group(op, static_cast<int>(i))] = false;
   for (size_t i = 0; i < n; ++i) {
     const int g = tk_op_param_dtype_group(op, static_cast<int>(i));
     if (g < 0 || !mixed[g]) continue;

@@ -322,7 +322,8 @@ at::Tensor mut_output(const Call& c, c10::ArrayRef<c10::IValue> args, int p) {
               "pass a tensor with distinct elements (.clone())");
   for (size_t j = 0; j < args.size(); ++j) {
     if (j == static_cast<size_t>(p) || !args[j].isTensor() || args[j].toTensor().numel() == 0) continue;
-    const auto st = at::get_overlap_status(t, args[j].toTensor());
+    if (!t.storage().is_alias_of(args[j].toTensor().storage())) continue;
+    const auto st = at::get_overlap_status(t, args[j].toTensor());   // (TooHard for views that are not dense)
     TORCH_CHECK(st == at::MemOverlapStatus::No, "tk.", tk_op_name(c.op), ": argument '", name,
                 "' is updated in place and shares memory with argument '", tk_op_param_name(c.op, static_cast<int>(j)),
                 "': pass a copy of one of them");
@@ -403,6 +404,7 @@ struct StreamPlan {
 bool plan_stream(const Call& c, StreamPlan& plan) {
   const int64_t numel = c.call.kargs.numel;
   if (!stream_enabled() || numel <= kGrain || !tk_op_loop_free(c.op)) return false;
+  if (tk_op_nreturns(c.op) < tk_op_noutputs(c.op)) return false;   // 'mut': read where it is stored
   int64_t max_es = 1, min_es = 64;
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     const at::Tensor& o = c.outputs[i];
@@ -633,6 +635,7 @@ void run_on_cuda(Call& c, c10::ArrayRef<c10::IValue> args) {
     if (!(copied >> i & 1u)) continue;
     const at::Tensor& o = c.outputs[i];
     copies[i] = identity_copies(o, n);
+    if (tk_op_output_alias(c.op, static_cast<int>(i)) >= 0) copies[i][0].copy_(o);  // in place: from its values
     const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
     TORCH_CHECK(tk_set_output(&call, static_cast<int>(i), to_view(copies[i][0], true, w)) == TK_OK, call.msg);
     call.kargs.pstride[i] = o.numel();

@@ -236,8 +236,12 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
     if (opt->ndims > 0 && rand_in(0, 7) == 0) dimsize[rand_in(0, opt->ndims - 1)] = 0;
     int nb = (int)rand_in(0, 2);
     int64_t bsize[2] = {rand_in(0, 15) == 0 ? 0 : rand_in(1, 3), rand_in(1, 3)};
-    tk_arg args[32];
+    tk_arg args[32], args2[32], args3[32];
     buffer inbufs[TK_MAX_TENSORS];
+    /* a 'mut' parameter: one copy of its data a generator, each updated in
+     * place by its own call and compared as an output (unit innermost
+     * stride: CUDA in parts starts copy 0 from it, as the shim does) */
+    buffer mutbufs[3][TK_MAX_TENSORS * 4];
     int nin = 0, empty_input = 0;
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
@@ -260,7 +264,7 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             }
         }
         /* innermost stride 1 or 2 (every other element), rows packed after it */
-        int64_t step = rand_in(1, 2), total = 1;
+        int64_t step = p->mut ? 1 : rand_in(1, 2), total = 1;
         for (int k = nd - 1; k >= 0; k--) {
             strides[k] = (k == nd - 1 ? step : total);
             total = strides[k] * sizes[k];
@@ -268,19 +272,50 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
         tk_dtype dt = tk_variant_dtype(opt, v, i);
         size_t es = tk_dtype_size(dt);
         unsigned char *data = NULL;   /* (total is 0 when a size is) */
-        if (total > 0) data = buf_new(&inbufs[nin++], (size_t)total * es, 0);
-        else empty_input = 1;
-        for (int64_t e = 0; e < total; e++) rand_elem(data + (size_t)e * es, dt);
+        if (p->mut) {
+            static const unsigned char fills[3] = {0xA5, 0x5A, 0xC3};   /* (as the outputs' guards) */
+            for (int k = 0; k < 3; k++) {
+                mutbufs[k][i].base = NULL;
+                mutbufs[k][i].bytes = 0;
+                unsigned char *q = total > 0 ? buf_new(&mutbufs[k][i], (size_t)total * es, fills[k]) : NULL;
+                if (k == 0) data = q;
+                else if (q) memcpy(q, data, (size_t)total * es);
+                if (k == 0)
+                    for (int64_t e = 0; e < total; e++) rand_elem(data + (size_t)e * es, dt);
+            }
+        } else if (total > 0) {
+            data = buf_new(&inbufs[nin++], (size_t)total * es, 0);
+        }
+        if (total == 0) empty_input = 1;
+        if (!p->mut)
+            for (int64_t e = 0; e < total; e++) rand_elem(data + (size_t)e * es, dt);
         args[i] = tk_arg_tensor(tk_view(data, dt, nd, sizes, strides));
     }
+    memcpy(args2, args, sizeof args);
+    memcpy(args3, args, sizeof args);
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].mut) {
+            args2[i].t.data = mutbufs[1][i].base ? mutbufs[1][i].base + GUARD : NULL;
+            args3[i].t.data = mutbufs[2][i].base ? mutbufs[2][i].base + GUARD : NULL;
+        }
     tk_call c1, c2, c3;
-    int st1 = tk_bind(opt, args, d->nparams, &c1), st2 = tk_bind(plain, args, d->nparams, &c2);
-    int st3 = tk_bind(cuda, args, d->nparams, &c3);
+    int st1 = tk_bind(opt, args, d->nparams, &c1), st2 = tk_bind(plain, args2, d->nparams, &c2);
+    int st3 = tk_bind(cuda, args3, d->nparams, &c3);
     CHECK(st1 == st2 && st1 == st3);
     int ran = 0;
     if (st1 == TK_OK && st2 == TK_OK && st3 == TK_OK) {
         buffer out1[TK_MAX_TENSORS], out2[TK_MAX_TENSORS], out3[TK_MAX_TENSORS];
         for (int o = 0; o < c1.noutputs; o++) {
+            int m = tk_op_output_alias(opt, o);
+            if (m >= 0) {   /* the 'mut' parameter's own copies */
+                out1[o] = mutbufs[0][m];
+                out2[o] = mutbufs[1][m];
+                out3[o] = mutbufs[2][m];
+                CHECK(tk_set_output(&c3, o, args3[m].t) == TK_OK);
+                CHECK(tk_set_output(&c1, o, args[m].t) == TK_OK);
+                CHECK(tk_set_output(&c2, o, args2[m].t) == TK_OK);
+                continue;
+            }
             int64_t strides[TK_MAX_DIMS], total = 1;
             for (int k = c1.out_ndim[o] - 1; k >= 0; k--) {
                 strides[k] = total;
@@ -315,6 +350,8 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             size_t es = tk_dtype_size(c3.out_dtype[o]);
             unsigned char *cp = buf_new(&cps[o], (size_t)(nparts * total) * es, 0x3C);
             for (int64_t e = 0; e < nparts * total; e++) put_identity(cp + (size_t)e * es, c3.out_dtype[o]);
+            if (tk_op_output_alias(cuda, o) >= 0)   /* updated in place: copy 0 starts from it (contiguous) */
+                memcpy(cp, out3[o].base + GUARD, (size_t)total * es);
             CHECK(tk_set_output(&c3, o, tk_view(cp, c3.out_dtype[o], c3.out_ndim[o], c3.out_sizes[o], strides)) == TK_OK);
             c3.kargs.pstride[o] = total;
             ctotal[o] = total;
@@ -354,6 +391,7 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             free(cps[o].base);
         }
         for (int o = 0; o < c1.noutputs; o++) {
+            if (!out1[o].base) continue;   /* an empty 'mut' parameter: no buffer */
             tk_dtype dt = c1.out_dtype[o];
             size_t n = out1[o].bytes / tk_dtype_size(dt);
             const unsigned char *b = out2[o].base + GUARD;

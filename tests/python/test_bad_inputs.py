@@ -341,9 +341,10 @@ def test_matrix_covers_every_op():
 
 
 def test_no_op_accepts_out_or_aliases():
-    """No tk op has an out= overload or writes into an argument (schemas
-    without alias annotations): nothing to alias, so the outputs are always
-    fresh tensors."""
+    """No built-in tk op has an out= overload or writes into an argument
+    (schemas without alias annotations): nothing to alias, so the outputs
+    are always fresh tensors. (An op with a 'mut' parameter writes exactly
+    that one: test_inplace.py.)"""
     for name in OPS:
         packet = getattr(torch.ops.tk, name)
         assert packet.overloads() == ["default"], name
