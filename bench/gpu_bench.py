@@ -28,6 +28,10 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
                 layernorm also in the cooperative form (tests/specs/
                 coop_rows.tk: schedule coop=32, a warp a row, opt-in and
                 untimed until this runs) next to the default (a thread a row)
+  adamw step    examples/specs/optim.tk's adamw_ (one flat float32
+                parameter of 16.8 M elements, updated in place: 28 bytes an
+                element) vs torch.optim.AdamW fused and foreach, checked
+                against torch's step first
   per call      host time per call of a tiny tk op vs torch.add of the same
                 size (launch overhead), many calls, one synchronize
   first call    a fresh process's first call of each op: cold (empty kernel
@@ -333,6 +337,37 @@ def bench_row_loops(repeat):
     return rows, ok
 
 
+def bench_optim(repeat):
+    """An AdamW step updating in place (examples/specs/optim.tk's adamw_: p,
+    m, v written where they are) against torch.optim.AdamW, fused and foreach,
+    one flat float32 parameter; checked against torch's step first."""
+    torch_tk.load(os.path.join(HERE, "..", "examples", "specs", "optim.tk"))
+    tk = torch.ops.tk
+    n = 4096 if SMALL else 1 << 24
+    g = torch.Generator(device="cpu").manual_seed(0)
+    p0, grad = torch.randn(n, generator=g).to(DEVICE), torch.randn(n, generator=g).to(DEVICE)
+    hyper = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+
+    def torch_step(**kind):
+        p = torch.nn.Parameter(p0.clone())
+        p.grad = grad.clone()
+        opt = torch.optim.AdamW([p], **hyper, **kind)
+        return p, opt.step
+
+    p, m, v = p0.clone(), torch.zeros_like(p0), torch.zeros_like(p0)
+    step = lambda: tk.adamw_(p, grad, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1)  # noqa: E731
+    want, first = torch_step(foreach=False)
+    first()
+    step()
+    err = rel_err(p, want.detach().double())
+    ok = err < 1e-5
+    work = dict(bytes=28 * n)
+    rows = [row("adamw step", "tk adamw_", step, repeat, work, f"rel err {err:.2g} vs torch; in place")]
+    for label, kind in (("torch fused", dict(fused=True)), ("torch foreach", dict(foreach=True))):
+        rows.append(row("adamw step", label, torch_step(**kind)[1], repeat, work, "reference"))
+    return rows, ok
+
+
 def bench_call_overhead(repeat):
     """Host time per call on a tiny input (launch overhead): tk vs torch.add."""
     w, k = torch.rand(2, 4, device=DEVICE), torch.rand(1, 2, 4, device=DEVICE)
@@ -503,12 +538,13 @@ def main(argv=None) -> int:
     back, back_ok = bench_rwkv_backward(args.repeat)
     half, half_ok = bench_rwkv_dtypes(args.repeat)
     loops, loops_ok = bench_row_loops(args.repeat)
+    optim, optim_ok = bench_optim(args.repeat)
     calls = bench_call_overhead(args.repeat)
     latency = first_call_latency() if DEVICE == "cuda" else []
-    rows = brick + copy + rwkv + back + half + loops + calls
+    rows = brick + copy + rwkv + back + half + loops + optim + calls
     table = format_table(rows, latency)
     lines = summary(rows)
-    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and loops_ok and \
+    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and loops_ok and optim_ok and \
         (DEVICE != "cuda" or all(r["kernels_per_call"] == 1 for r in brick + rwkv + half if r["impl"].startswith("tk")))
     if args.json:
         info = gpu.info() if DEVICE == "cuda" else ""

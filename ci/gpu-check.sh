@@ -16,7 +16,9 @@
 #              at (4096, 1024) and (64, 32768), layernorm, rmsnorm, cumsum vs
 #              torch; softmax and layernorm also with schedule coop=32, a warp
 #              a row, opt-in until this measures it against a thread a row);
-#              its last lines put each figure next to its target
+#              an AdamW step updating in place (examples/specs/optim.tk) vs
+#              torch's fused and foreach AdamW; its last lines put each figure
+#              next to its target
 #   pytest     the CUDA tests of tests/python (ids matching cuda or gpu, but
 #              not test_gpu_tools, which needs no GPU): all of test_cuda.py
 #              (seed brick_pad bit-equal to torch_pad, rwkv vs F.conv1d with

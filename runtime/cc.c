@@ -28,7 +28,7 @@ extern char **environ;
 #define OUTPUT_MAX 16384    /* bytes of compiler output kept for a message */
 
 /* as the built-in kernels (CMakeLists.txt, TK_KERNEL_FLAGS) */
-static const char *const k_flags[] = {"-O3", "-fwrapv", "-fopenmp-simd", "-ffp-contract=fast", "-shared", "-fPIC",
+static const char *const k_flags[] = {"-O3", "-fwrapv", "-fopenmp-simd", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC",
                                       "-std=c11"};
 #if defined(__x86_64__)
 static const char *const k_native_flags[] = {"-march=native", "-DTK_NO_CLONES", "-mprefer-vector-width=512"};

@@ -50,7 +50,7 @@ extern "C" {
 
 /* The flags every kernel file is compiled with (and that go into the key),
  * and the flags added when the CPU is known. */
-#define TK_CC_FLAGS "-O3 -fwrapv -fopenmp-simd -ffp-contract=fast -shared -fPIC -std=c11"
+#define TK_CC_FLAGS "-O3 -fwrapv -fopenmp-simd -ffp-contract=fast -fno-math-errno -shared -fPIC -std=c11"
 #if defined(__x86_64__)
 #define TK_CC_NATIVE_FLAGS "-march=native -DTK_NO_CLONES -mprefer-vector-width=512"
 #else

@@ -119,7 +119,7 @@ def test_accumulators_stay_in_registers(tkc, tmp_path, compiler):
     src = tmp_path / "vec.c"
     # the functions alone, external (static ones nothing calls would be dropped)
     src.write_text('#include "tk_kernel.h"\n' + "".join(f.replace("static TK_MID_TARGET", "TK_MID_TARGET") for f in fns))
-    r = subprocess.run([compiler, "-O3", "-fwrapv", "-fopenmp-simd", "-ffp-contract=fast", "-std=c11",
+    r = subprocess.run([compiler, "-O3", "-fwrapv", "-fopenmp-simd", "-ffp-contract=fast", "-fno-math-errno", "-std=c11",
                         "-march=x86-64-v3", "-DTK_NO_CLONES", "-fPIC", "-I", os.path.join(ROOT, "compiler"),
                         "-S", "-o", str(tmp_path / "vec.s"), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
