@@ -9,7 +9,9 @@ per parameter; torch runs torch.optim.AdamW(foreach=False), (foreach=True)
 and (fused=True) on copies of the same parameters and gradients. Each case
 alternates tk and torch --rounds times (median of each round's median) and
 prints ms per step and torch / tk. The bytes each step must move: p, g, m, v
-read and p, m, v written, 28 bytes a float32 element.
+read and p, m, v written, 28 bytes a float32 element. Then Lion (lion_
+against the lion-pytorch update in torch ops: 20 bytes an element) and an
+EMA of weights (ema_ against torch's lerp_: 12 bytes) on the flat parameter.
 
     PYTHONPATH=python python3 bench/optim.py [--numel 16777216] [--dim 512] [--layers 8] [--rounds 3] [--repeat 9]
 """
@@ -54,6 +56,34 @@ def torch_stepper(params, grads, **kind):
     return opt.step
 
 
+def lion_rows(numel: int, rounds: int, repeat: int) -> list:
+    """Lion and an EMA of weights on one flat parameter: tk's ops against
+    the torch code they replace (the lion-pytorch update; torch.lerp_)."""
+    gen = torch.Generator().manual_seed(1)
+    p, g, m = (torch.randn(numel, generator=gen) for _ in range(3))
+    lr, b1, b2, wd = 1e-4, 0.9, 0.99, 0.1
+    tp, tm, e, te = p.clone(), m.clone(), p.clone(), p.clone()
+
+    @torch.no_grad()
+    def torch_lion():
+        tp.mul_(1 - lr * wd)
+        update = tm.clone().mul_(b1).add_(g, alpha=1 - b1).sign_()
+        tp.add_(update, alpha=-lr)
+        tm.mul_(b2).add_(g, alpha=1 - b2)
+
+    cases = {"lion": (lambda: torch.ops.tk.lion_(p, g, m, lr, b1, b2, wd), torch_lion, 20),
+             "ema": (lambda: torch.ops.tk.ema_(e, g, 0.999), lambda: te.lerp_(g, 1 - 0.999), 12)}
+    out = []
+    for name, (tk_fn, torch_fn, nbytes) in cases.items():
+        times = {"tk": [], "torch": []}
+        for _ in range(rounds):
+            times["tk"].append(median_ms(tk_fn, repeat))
+            times["torch"].append(median_ms(torch_fn, repeat))
+        a, b = statistics.median(times["tk"]), statistics.median(times["torch"])
+        out.append(f"| {name} | {numel} | {a:.2f} | {b:.2f} ({b / a:.1f}x) | {nbytes * numel / (a * 1e-3) / 1e9:.1f} |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--numel", type=int, default=1 << 24)
@@ -86,6 +116,9 @@ def main():
         gbs = 28 * numel / (med["tk"] * 1e-3) / 1e9
         print(f"| {name} | {len(params)} | {numel} | {med['tk']:.2f} | "
               + " | ".join(f"{med[k]:.2f} ({med[k] / med['tk']:.1f}x)" for k in kinds) + f" | {gbs:.1f} |")
+    print("\n| step | elements | tk | torch | tk GB/s |\n|---|---|---|---|---|")
+    for line in lion_rows(args.numel, args.rounds, args.repeat):
+        print(line)
 
 
 if __name__ == "__main__":

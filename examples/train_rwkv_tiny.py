@@ -14,7 +14,10 @@ steps back, which a channel of w can learn to pick out. Only the first P-1
 predictions are guesses, so the loss falls from ln(V) = 2.77 towards
 (P-1)/T * ln(V) = 0.35.
 
-    python examples/train_rwkv_tiny.py [--steps 300] [--seed 0]
+    python examples/train_rwkv_tiny.py [--steps 300] [--seed 0] [--optim torch|tk]
+
+--optim tk steps with TkAdamW, an optimizer whose update is a tk spec that
+changes the parameters in place (examples/specs/optim.tk).
 
 (run from the repository root after `make build`, or with torch_tk installed).
 """
@@ -36,6 +39,37 @@ except ImportError:  # a checkout: use python/ next to this folder
     import torch_tk  # noqa: F401
 
 VOCAB, PERIOD, C, T = 16, 5, 32, 32
+OPTIM_SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs", "optim.tk")
+
+
+class TkAdamW(torch.optim.Optimizer):
+    """torch.optim.AdamW's update as one tk op a parameter: examples/specs/
+    optim.tk's adamw_ reads p, its gradient and the two moments once and
+    updates p and the moments in place (float32 moments for half parameters)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        torch_tk.load(OPTIM_SPEC)
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    dtype = p.dtype if p.dtype in (torch.float32, torch.float64) else torch.float32
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+                state["step"] += 1
+                flat = (lambda t: t.view(1)) if p.dim() == 0 else (lambda t: t)   # a spec tensor has a dim
+                torch.ops.tk.adamw_(flat(p), flat(p.grad), flat(state["exp_avg"]), flat(state["exp_avg_sq"]),
+                                    group["lr"], beta1, beta2, group["eps"], group["weight_decay"], state["step"])
+        return loss
 
 
 class TimeMix(nn.Module):
@@ -86,13 +120,15 @@ def loss_of(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> to
 
 
 def train(steps: int = 300, seed: int = 0, batch: int = 32, lr: float = 1e-2, log_every: int = 0,
-          model: nn.Module | None = None):
-    """Trains from scratch; returns (mean loss of the first 10 steps, of the last 10)."""
+          model: nn.Module | None = None, optim: str = "torch", losses: list | None = None):
+    """Trains from scratch with AdamW (optim "torch": torch.optim.AdamW; "tk":
+    TkAdamW above); returns (mean loss of the first 10 steps, of the last 10),
+    every step's loss appended to `losses` when given."""
     torch.manual_seed(seed)
     model = model if model is not None else TinyRWKV()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = (TkAdamW if optim == "tk" else torch.optim.AdamW)(model.parameters(), lr=lr, weight_decay=1e-2)
     gen = torch.Generator().manual_seed(seed + 1)
-    losses = []
+    losses = losses if losses is not None else []
     for step in range(steps):
         inputs, targets = make_batch(batch, gen)
         loss = loss_of(model, inputs, targets)
@@ -110,10 +146,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--optim", choices=("torch", "tk"), default="torch",
+                    help="AdamW from torch.optim, or TkAdamW (examples/specs/optim.tk)")
     args = ap.parse_args()
     torch.set_num_threads(1)   # a model this small trains fastest on one thread
     t0 = time.perf_counter()
-    first, last = train(args.steps, args.seed, log_every=50)
+    first, last = train(args.steps, args.seed, log_every=50, optim=args.optim)
     print(f"loss {first:.3f} -> {last:.3f} in {args.steps} steps, {time.perf_counter() - t0:.1f} s "
           f"(floor ~{(PERIOD - 1) / T * math.log(VOCAB):.2f})")
     return 0 if last < 0.5 * first else 1
