@@ -505,10 +505,10 @@ static tk_status check_loop(checker *c) {
     if (op->has_ellipsis && !has_ellipsis(o))
         for (int i = 0; i < d->nparams; i++)
             if (d->params[i].kind == TK_P_TENSOR && has_ellipsis(&d->params[i]))
-                return fail(c, o->loc, "output '%s' needs '...' first, like input '%s': the loop runs over "
+                return fail(c, o->loc, "%s '%s' needs '...' first, like input '%s': the loop runs over "
                                        "the batch dims, and the output it names has them (a sum over them is "
                                        "another output, stored with '+=' in a row loop: docs/spec.md, Sums)",
-                            o->name, d->params[i].name);
+                            o->alias ? "'mut' parameter" : "output", o->name, d->params[i].name);
     op->row_loop = 0;
     for (int i = 0; i < d->nloop; i++) {
         if (is_owned(d->loop_vars[i])) {   /* '_': a dim the iteration owns */
@@ -540,7 +540,9 @@ static tk_status check_loop(checker *c) {
         if (op->row_loop) continue;   /* any rank: the stores say which dims are whose (check_row_access) */
         if (has_ellipsis(&d->outputs[i]) != has_ellipsis(o) ||
             tk_explicit_dims(&d->outputs[i]) != n)
-            return fail(c, d->outputs[i].loc, "every output must have the loop output's rank");
+            return fail(c, d->outputs[i].loc, d->outputs[i].alias
+                        ? "'mut' parameter '%s' must have the loop output's rank and batch dims, as every output"
+                        : "every output must have the loop output's rank%s", d->outputs[i].alias ? d->outputs[i].name : "");
     }
     return TK_OK;
 }
@@ -1160,8 +1162,9 @@ static tk_status check_outputs_written(checker *c) {
     const tk_opdecl *d = c->op->decl;
     for (int i = 0; i < d->noutputs; i++)
         if (!stores_to(d->body, d->nbody, d->outputs[i].name))
-            return fail(c, d->outputs[i].loc, "output '%s' is never written: the body has no store to it",
-                        d->outputs[i].name);
+            return fail(c, d->outputs[i].loc, d->outputs[i].alias ? "'mut' parameter '%s' is never written: the "
+                        "body has no store to it (without 'mut' it is read-only)"
+                        : "output '%s' is never written: the body has no store to it", d->outputs[i].name);
     return TK_OK;
 }
 

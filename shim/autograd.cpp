@@ -417,24 +417,17 @@ void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Sta
 
 // An op that updates 'mut' parameters in place (no backward ops: the
 // checker refuses them): refused, with grad mode on, when an argument
-// requires grad, which autograd could not follow; otherwise it runs and
-// bumps each updated tensor's version counter, as torch's in-place ops do,
-// so that a backward that saved one of them raises instead of reading the
-// new values.
+// requires grad, which autograd could not follow; otherwise it goes on to
+// its ADInplaceOrView kernel (boxed_in_place_view).
 void run_in_place(const Plan& plan, const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
                   torch::jit::Stack* stack) {
-  const tk_op* op = op_of(handle);
   auto args = torch::jit::last(*stack, handle.schema().arguments().size());
   const char* needs_grad = first_requiring_grad(handle, args);
   TORCH_CHECK(needs_grad == nullptr, "tk.", plan.name, ": argument '", needs_grad, "' requires grad, and tk.",
               plan.name, " updates tensors in place, which autograd cannot follow (call it under torch.no_grad(), "
               "as an optimizer step runs)");
-  std::vector<at::Tensor> updated;
-  for (size_t i = 0; i < args.size(); ++i)
-    if (tk_op_param_mut(op, static_cast<int>(i))) updated.push_back(args[i].toTensor());
-  redispatch(handle, keys, stack);
-  for (const at::Tensor& t : updated)
-    if (!t.is_inference()) torch::autograd::impl::bump_version(t);
+  at::AutoDispatchBelowAutograd guard;
+  handle.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
 }
 
 void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
@@ -463,6 +456,20 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
   std::vector<c10::IValue> inputs(args.begin(), args.end());
   redispatch(handle, keys, stack);
   record(plan, std::move(inputs), stack);
+}
+
+void boxed_in_place_view(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const tk_op* op = op_of(handle);
+  auto args = torch::jit::last(*stack, handle.schema().arguments().size());
+  std::vector<at::Tensor> updated;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (tk_op_param_mut(op, static_cast<int>(i))) updated.push_back(args[i].toTensor());
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    handle.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  for (const at::Tensor& t : updated)   // (an inference tensor has no version counter)
+    if (!t.is_inference()) torch::autograd::impl::bump_version(t);
 }
 
 }  // namespace tk_shim

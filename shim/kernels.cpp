@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <array>
@@ -316,7 +317,10 @@ namespace {
 at::Tensor mut_output(const Call& c, c10::ArrayRef<c10::IValue> args, int p) {
   const std::string name = tk_op_param_name(c.op, p);
   const at::Tensor& t = args[static_cast<size_t>(p)].toTensor();
-  if (t.is_meta() || t.numel() == 0) return t;
+  if (t.is_meta()) return t;
+  TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(), "tk.", tk_op_name(c.op), ": argument '", name,
+              "' is an inference tensor, which cannot be updated in place outside torch.inference_mode()");
+  if (t.numel() == 0) return t;
   TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "tk.", tk_op_name(c.op), ": argument '", name,
               "' is updated in place but some of its elements share memory (an expanded or stride-0 view): "
               "pass a tensor with distinct elements (.clone())");
@@ -326,7 +330,9 @@ at::Tensor mut_output(const Call& c, c10::ArrayRef<c10::IValue> args, int p) {
     const auto st = at::get_overlap_status(t, args[j].toTensor());   // (TooHard for views that are not dense)
     TORCH_CHECK(st == at::MemOverlapStatus::No, "tk.", tk_op_name(c.op), ": argument '", name,
                 "' is updated in place and shares memory with argument '", tk_op_param_name(c.op, static_cast<int>(j)),
-                "': pass a copy of one of them");
+                st == at::MemOverlapStatus::TooHard ? "' (or may: views of one storage that tk cannot tell apart)"
+                                                    : "'",
+                ": pass a copy of one of them");
   }
   return t;
 }
@@ -563,12 +569,18 @@ int64_t parts_for(const Call& c, c10::ArrayRef<c10::IValue> args) {
 // attached since parts_for asked) makes a parted loop run whole instead:
 // its statements before the loop store again what part 0 may have added
 // to (elements they do not store hold no defined value).
+// A 'mut' parameter's output has a copy for part 0 too, starting from its
+// values, so that a refused part reruns the loop on the tensor as it was.
 void run_parts(Call& c, int64_t n) {
   const int64_t numel = c.call.kargs.numel;
   const bool parted = numel == 1;
-  std::vector<at::Tensor> rest(c.outputs.size());  // per copied output: [n - 1, *its shape]
+  std::vector<at::Tensor> rest(c.outputs.size());  // per copied output: [n - 1, *its shape] (n: 'mut')
+  std::vector<int64_t> first(c.outputs.size(), 1);  // the first part that adds into rest[i][0]
   for (size_t i = 0; i < c.outputs.size(); ++i) {
-    if (copied(c, i)) rest[i] = identity_copies(c.outputs[i], n - 1);
+    if (!copied(c, i)) continue;
+    if (tk_op_output_alias(c.op, static_cast<int>(i)) >= 0) first[i] = 0;
+    rest[i] = identity_copies(c.outputs[i], n - first[i]);
+    if (first[i] == 0) rest[i][0].copy_(c.outputs[i]);
   }
   std::atomic<bool> refused{false};
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
@@ -578,10 +590,11 @@ void run_parts(Call& c, int64_t n) {
         part.kargs.part = p;
         part.kargs.nparts = n;
       }
-      for (size_t i = 0; i < rest.size() && p > 0; ++i) {
-        if (!rest[i].defined()) continue;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        if (!rest[i].defined() || p < first[i]) continue;
         const Where w{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))};
-        TORCH_CHECK(tk_set_output(&part, static_cast<int>(i), to_view(rest[i][p - 1], true, w)) == TK_OK, part.msg);
+        TORCH_CHECK(tk_set_output(&part, static_cast<int>(i), to_view(rest[i][p - first[i]], true, w)) == TK_OK,
+                    part.msg);
       }
       const int64_t lo = parted ? 0 : numel * p / n, hi = parted ? 1 : numel * (p + 1) / n;
       if (refused) continue;
@@ -594,8 +607,11 @@ void run_parts(Call& c, int64_t n) {
     TORCH_CHECK(tk_run_cpu(&c.call, 0, 1) == TK_OK, c.call.msg);
     return;
   }
-  for (size_t i = 0; i < rest.size(); ++i)
-    for (int64_t p = 0; p < n - 1 && rest[i].defined(); ++p) c.outputs[i].add_(rest[i][p]);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (!rest[i].defined()) continue;
+    if (first[i] == 0) c.outputs[i].copy_(rest[i][0]);
+    for (int64_t p = 1 - first[i]; p < rest[i].size(0); ++p) c.outputs[i].add_(rest[i][p]);
+  }
 }
 
 // CUDA in parts (docs/gpu.md, Parts): a kernel compiled with schedule

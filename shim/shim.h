@@ -76,6 +76,12 @@ void boxed_meta_symbolic(const c10::OperatorHandle& op, torch::jit::Stack* stack
 // gradients work from Python, TorchScript and C++ alike.
 void boxed_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                     torch::jit::Stack* stack);
+// ADInplaceOrView of an op that updates 'mut' parameters (autograd.cpp): runs
+// it, then bumps each updated tensor's version counter, as torch's in-place
+// ops do (also under inference_mode, which skips the Autograd key but not
+// this one for a normal tensor), so a backward that saved one raises.
+void boxed_in_place_view(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                         torch::jit::Stack* stack);
 // Autocast (AutocastCPU, AutocastCUDA; autocast.cpp): float tensor arguments
 // tied by 'x.dtype' whose dtypes differ are promoted to the widest of them;
 // nothing is cast down (docs/autograd.md).

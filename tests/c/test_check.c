@@ -36,7 +36,14 @@ static const bad_spec k_bad[] = {
      "bad.tk:2:14: error: 'f' updates 'x' in place ('mut'), so it cannot have backward ops: write it as an op that "
      "returns the new value to differentiate it"},
     {"op f(x: mut float32[N], y: mut float32[N]):\n    for i in x:\n        x[i] = 1.0\n",
-     "bad.tk:1:25: error: output 'y' is never written: the body has no store to it"},
+     "bad.tk:1:25: error: 'mut' parameter 'y' is never written: the body has no store to it (without 'mut' it is "
+     "read-only)"},
+    {"op f(x: mut float32[N], y: mut float32[M, N]):\n    for i in x:\n        x[i] = 1.0\n        y[i] = 2.0\n",
+     "bad.tk:1:25: error: 'mut' parameter 'y' must have the loop output's rank and batch dims, as every output"},
+    {"op f(x: mut float32[N], y: float32[..., N]):\n    for i in x:\n        x[i] = y[i]\n",
+     "bad.tk:1:6: error: 'mut' parameter 'x' needs '...' first, like input 'y': the loop runs over the batch dims, "
+     "and the output it names has them (a sum over them is another output, stored with '+=' in a row loop: "
+     "docs/spec.md, Sums)"},
     {"op f(x: float32[N], n: mut int):\n    for i in x:\n        x[i] = 1.0\n",
      "bad.tk:1:24: error: only a tensor parameter can be 'mut' (updated in place): 'n' has no dims"},
     {"op f(x: float32[N]):\n    for i in x:\n        x[i] = 1.0\n",

@@ -47,6 +47,12 @@ op ipt_copy(x: float[..., N]) -> y: x.dtype[..., N]:
     for i in y:
         y[i] = x[i]
 
+op ipt_accumulate(w: mut float32|float64[N], x: w.dtype[R, N], scale: float):
+    for _ in w:
+        for r in range(R):
+            for i in range(N):
+                w[i] = w[i] + scale * x[r, i]
+
 op ipt_softmax(x: mut float[..., N]):
     for _ in x:
         m = x[0]
@@ -327,6 +333,38 @@ def test_autocast_does_not_cast_a_mut_argument():
             tk.adamw_(p, torch.randn(64, dtype=torch.bfloat16), m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1)
         tk.adamw_(p, torch.ones(64), m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1)   # same dtypes: runs in place
     assert not torch.equal(p, before)
+
+
+def test_rows_added_in_parts_into_a_mut_tensor():
+    """One iteration adding rows into w: on the CPU its loop over r runs in
+    parts (16 here), part 0's share into a copy that starts from w."""
+    seed = fresh_seed()
+    g0 = gen(seed)
+    x = torch.randn(1024, 1024, generator=g0, dtype=torch.float64)
+    w0 = torch.randn(1024, generator=g0, dtype=torch.float64)
+    w = w0.clone()
+    tk.ipt_accumulate(w, x, 0.5)
+    torch.testing.assert_close(w, w0 + 0.5 * x.sum(0), rtol=1e-12, atol=1e-11, msg=lambda s: f"seed {seed}: {s}")
+
+
+def test_inference_mode_bumps_versions_and_inference_tensors_stay_inside():
+    a = torch.ones(3, requires_grad=True)
+    b = torch.zeros(3)
+    out = (a * b).sum()                   # saves b
+    with torch.inference_mode():
+        tk.ema_(b, torch.ones(3), 0.5)    # a normal tensor updated in inference mode: its version moves
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+    with torch.inference_mode():
+        t = torch.zeros(3)
+    with pytest.raises(RuntimeError, match=r"tk\.ema_: argument 'e' is an inference tensor, which cannot be "
+                                           r"updated in place outside torch\.inference_mode\(\)"):
+        tk.ema_(t, torch.ones(3), 0.5)
+
+
+def test_vmap_refuses_an_op_that_writes_an_argument():
+    with pytest.raises(RuntimeError, match=r"Batching rule not implemented for tk::ema_"):
+        torch.func.vmap(lambda e, p: (tk.ema_(e, p, 0.5), e)[1])(torch.zeros(4, 3), torch.ones(4, 3))
 
 
 def test_refused_arguments():

@@ -453,7 +453,7 @@ MALFORMED = [
      "    backward bad_i_grad\n"
      "             ^"),
     (ID.format(n="bad_j") + "        x[i] = 1.0\n",
-     "bad.tk:3:9: error: input 'x' is read-only\n"
+     "bad.tk:3:9: error: input 'x' is read-only (declare it 'x: mut ...' to update it in place)\n"
      "        x[i] = 1.0\n"
      "        ^"),
     (ID.format(n="bad_k") + "        y[i] = gamma(x[i])\n",
