@@ -239,8 +239,9 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
     tk_arg args[32], args2[32], args3[32];
     buffer inbufs[TK_MAX_TENSORS];
     /* a 'mut' parameter: one copy of its data a generator, each updated in
-     * place by its own call and compared as an output (unit innermost
-     * stride: CUDA in parts starts copy 0 from it, as the shim does) */
+     * place by its own call and compared as an output, elements between
+     * its strided ones included (unit innermost stride where the CUDA
+     * kernel runs in parts: copy 0 starts from it, as the shim does) */
     buffer mutbufs[3][TK_MAX_TENSORS * 4];
     int nin = 0, empty_input = 0;
     for (int i = 0; i < d->nparams; i++) {
@@ -264,7 +265,7 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
             }
         }
         /* innermost stride 1 or 2 (every other element), rows packed after it */
-        int64_t step = p->mut ? 1 : rand_in(1, 2), total = 1;
+        int64_t step = p->mut && pi->cap > 1 ? 1 : rand_in(1, 2), total = 1;
         for (int k = nd - 1; k >= 0; k--) {
             strides[k] = (k == nd - 1 ? step : total);
             total = strides[k] * sizes[k];
