@@ -439,6 +439,15 @@ static void row_text(tk_buf *b, const tk_plan *P) {
     }
 }
 
+/* The 'mut' parameters: updated where they are (docs/spec.md, In-place parameters). */
+static void mut_text(tk_buf *b, const tk_opdecl *d) {
+    if (d->nreturns == d->noutputs) return;
+    tk_buf_puts(b, "  in place ('mut'): ");
+    for (int o = d->nreturns; o < d->noutputs; o++)
+        tk_buf_printf(b, "%s%s", o > d->nreturns ? ", " : "", d->outputs[o].name);
+    tk_buf_puts(b, ", loaded and stored through one pointer each into the caller's tensor\n");
+}
+
 static void plan_text(tk_buf *b, const tk_plan *P) {
     const tk_op *op = P->op;
     const tk_opdecl *d = op->decl;
@@ -446,6 +455,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
     tk_buf_printf(b, "plan %s, variant %s (%d of %d), target %s%s\n", d->name, op->variant_codes[P->variant],
                   P->variant + 1, op->nvariants, gpu ? "cuda" : "cpu", P->plain ? ", plain" : "");
     const tk_param *o = &d->outputs[op->loop_out];
+    mut_text(b, d);
     if (P->row_loop) {
         row_text(b, P);
         return;

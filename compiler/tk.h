@@ -264,8 +264,8 @@ int tk_op_shape_ndims(const tk_op *op, tk_shape_of what, int i);
 int tk_op_shape_has_batch(const tk_op *op, tk_shape_of what, int i);
 /* Writes the code of one shape entry into code[0..cap) and returns its
  * length (call again with more room if it is > cap); 0 for '...' (the batch
- * dims of tk_op_batch_param) and for a dim that binds a name (nothing to
- * check); -1 for a bad (what, i, j). */
+ * dims: those of every '...' input, broadcast as torch broadcasts) and for a
+ * dim that binds a name (nothing to check); -1 for a bad (what, i, j). */
 int tk_op_shape_code(const tk_op *op, tk_shape_of what, int i, int j,
                      tk_shape_instr *code, int cap);
 /* The first tensor parameter with '...' dims, -1 if none. */

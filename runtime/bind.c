@@ -126,6 +126,9 @@ typedef struct binder {
     const tk_arg *args;
     int ibound[TK_MAX_INTS];
     int batch_param;        /* first input with '...', -1 if none */
+    int nb;                 /* the batch dims: the most any '...' input has */
+    int64_t bsize[TK_MAX_DIMS];   /* their broadcast sizes, the innermost first (bsize[0]: dim nb - 1) */
+    int bsrc[TK_MAX_DIMS];        /* the input that gave each (its size is not 1, or all are 1) */
     int device_param;       /* first tensor argument, -1 if none */
     int types_only;         /* tk_bind_types: sizes are not known */
 } binder;
@@ -213,6 +216,73 @@ static tk_status bind_device(binder *b, int i) {
     return TK_OK;
 }
 
+/* Merges the nb batch dims of '...' input i into the broadcast batch shape,
+ * as torch broadcasts: aligned from the innermost, each pair of sizes equal
+ * or one of them 1. */
+static tk_status broadcast_batch(binder *b, int i, int nb) {
+    const tk_tensor_view *v = &b->args[i].t;
+    for (int j = 0; j < nb; j++) {
+        int64_t s = v->sizes[nb - 1 - j];
+        if (j >= b->nb || b->bsize[j] == 1) {
+            if (j >= b->nb || s != 1) b->bsrc[j] = i;
+            b->bsize[j] = s;
+        } else if (s != 1 && s != b->bsize[j]) {
+            const tk_param *q = &b->op->decl->params[b->bsrc[j]];
+            const tk_tensor_view *w = &b->args[b->bsrc[j]].t;
+            int wnb = w->ndim - tk_explicit_dims(q);
+            char mine[160], theirs[160];
+            sizes_text(v->sizes, nb, mine, sizeof mine);
+            sizes_text(w->sizes, wnb, theirs, sizeof theirs);
+            return call_fail(b->call, "argument '%s': its batch dims (...) are %s, which do not broadcast with "
+                             "those of '%s', %s (%lld against %lld, as torch broadcasts: equal, or one of them 1)",
+                             b->op->decl->params[i].name, mine, q->name, theirs, (long long)s,
+                             (long long)b->bsize[j]);
+        }
+    }
+    if (nb > b->nb) b->nb = nb;
+    return TK_OK;
+}
+
+/* Once every argument is bound: each '...' input's kernel view gets all nb
+ * batch dims, of the broadcast sizes, with stride 0 where it has size 1 or
+ * lacks the dim (read in place, nothing copied). A 'mut' input is written:
+ * it must have the whole batch shape itself. */
+static tk_status expand_batch(binder *b) {
+    const tk_op *op = b->op;
+    for (int i = 0; i < op->decl->nparams; i++) {
+        const tk_param *p = &op->decl->params[i];
+        if (p->kind != TK_P_TENSOR || !(p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS)) continue;
+        const tk_tensor_view *v = &b->args[i].t;
+        int nexp = tk_explicit_dims(p), nbv = v->ndim - nexp, same = nbv == b->nb;
+        for (int j = 0; same && j < nbv; j++) same = v->sizes[nbv - 1 - j] == b->bsize[j];
+        if (same) continue;
+        if (p->mut) {
+            char mine[160], all[160];
+            int64_t bs[TK_MAX_DIMS];
+            for (int k = 0; k < b->nb; k++) bs[k] = b->bsize[b->nb - 1 - k];
+            sizes_text(v->sizes, nbv, mine, sizeof mine);
+            sizes_text(bs, b->nb, all, sizeof all);
+            return call_fail(b->call, "argument '%s' is updated in place ('mut'), so its batch dims (...) must be "
+                             "the call's, %s, not %s", p->name, all, mine);
+        }
+        if (b->nb + nexp > TK_MAX_DIMS)
+            return call_fail(b->call, "argument '%s': with the broadcast batch dims it would have %d dims, more "
+                             "than the %d supported", p->name, b->nb + nexp, TK_MAX_DIMS);
+        tk_ktensor *kt = &b->call->kargs.t[op->slot[i]];
+        for (int k = 0; k < b->nb; k++) {
+            int j = b->nb - 1 - k, src = nbv - 1 - j;   /* (j from the innermost; src: its dim, if it has it) */
+            kt->size[k] = b->bsize[j];
+            kt->stride[k] = src >= 0 && v->sizes[src] == b->bsize[j] ? v->strides[src] : 0;
+        }
+        for (int k = 0; k < nexp; k++) {
+            kt->size[b->nb + k] = v->sizes[nbv + k];
+            kt->stride[b->nb + k] = v->strides[nbv + k];
+        }
+        kt->ndim = b->nb + nexp;
+    }
+    return TK_OK;
+}
+
 /* Checks rank, batch shape and explicit dims of tensor argument i. */
 static tk_status bind_shape(binder *b, int i) {
     const tk_op *op = b->op;
@@ -234,20 +304,11 @@ static tk_status bind_shape(binder *b, int i) {
         if (v->sizes[d] < 0) return call_fail(b->call, "argument '%s': negative size in dim %d", p->name, d);
     int nb = v->ndim - nexp;
     if (ell && b->batch_param < 0) b->batch_param = i;
+    if (ell && b->types_only && nb > b->nb) b->nb = nb;
     if (b->types_only) return TK_OK;
     if (ell) {
-        const tk_tensor_view *ref = &b->args[b->batch_param].t;
-        int rnb = ref->ndim - tk_explicit_dims(&op->decl->params[b->batch_param]);
-        int same = rnb == nb;
-        for (int d = 0; same && d < nb; d++) same = ref->sizes[d] == v->sizes[d];
-        if (!same) {
-            char mine[160], theirs[160];
-            sizes_text(v->sizes, nb, mine, sizeof mine);
-            sizes_text(ref->sizes, rnb, theirs, sizeof theirs);
-            return call_fail(b->call, "argument '%s': its batch dims (...) are %s but those of '%s' are %s "
-                             "(batch dims are not broadcast: expand one to the other, a view read in place)",
-                             p->name, mine, op->decl->params[b->batch_param].name, theirs);
-        }
+        tk_status st = broadcast_batch(b, i, nb);
+        if (st != TK_OK) return st;
     }
     int axis = 0;
     for (int j = 0; j < p->ndims; j++) {
@@ -555,13 +616,8 @@ static tk_status bind_outputs(binder *b) {
     const tk_op *op = b->op;
     tk_call *call = b->call;
     const tk_opdecl *d = op->decl;
-    int nb = 0;
-    const tk_tensor_view *bref = NULL;
+    int nb = b->nb;
     call->index_work = 1;
-    if (b->batch_param >= 0) {
-        bref = &b->args[b->batch_param].t;
-        nb = bref->ndim - tk_explicit_dims(&d->params[b->batch_param]);
-    }
     call->noutputs = d->noutputs;
     for (int o = 0; o < d->noutputs; o++) {
         const tk_param *p = &d->outputs[o];
@@ -571,7 +627,7 @@ static tk_status bind_outputs(binder *b) {
             if (e->kind == TK_E_ELLIPSIS) {
                 if (nb + tk_explicit_dims(p) > TK_MAX_DIMS)
                     return call_fail(call, "output '%s' would have more than %d dims", p->name, TK_MAX_DIMS);
-                for (int k = 0; k < nb; k++) call->out_sizes[o][nd++] = bref->sizes[k];
+                for (int k = 0; k < nb; k++) call->out_sizes[o][nd++] = b->bsize[nb - 1 - k];
                 continue;
             }
             char err[128], from[256];
@@ -697,6 +753,10 @@ static tk_status bind_args(const tk_op *op, const tk_arg *args, int nargs, tk_ca
             return st;
         }
     }
+    if (!b->types_only) {
+        tk_status st = expand_batch(b);
+        if (st != TK_OK) return st;
+    }
     return pick_variant(b);
 }
 
@@ -720,9 +780,7 @@ tk_status tk_bind_types(const tk_op *op, const tk_arg *args, int nargs, tk_call 
     tk_status st = bind_args(op, args, nargs, call, &b);
     if (st != TK_OK) return st;
     const tk_opdecl *d = op->decl;
-    int nb = 0;
-    if (b.batch_param >= 0)
-        nb = args[b.batch_param].t.ndim - tk_explicit_dims(&d->params[b.batch_param]);
+    int nb = b.nb;   /* (the most batch dims of any '...' input: the broadcast rank) */
     call->noutputs = d->noutputs;
     for (int o = 0; o < d->noutputs; o++) {
         int ell = d->outputs[o].ndims > 0 && d->outputs[o].dims[0]->kind == TK_E_ELLIPSIS;

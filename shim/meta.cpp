@@ -6,6 +6,7 @@
 // checked with TORCH_SYM_CHECK (a guard, as torch's own meta functions do)
 // and output shapes are computed symbolically.
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <c10/core/SymBool.h>
 #include <c10/core/SymInt.h>
 
@@ -146,15 +147,38 @@ void check_dims(const tk_op* op, c10::ArrayRef<c10::IValue> args, int i) {
     TORCH_SYM_CHECK(got.sym_eq(want), "tk.", tk_op_name(op), ": argument '", name, "': dim ", d, " is ", got,
                     " but the spec needs ", want);
   }
-  const int bp = tk_op_batch_param(op);
-  if (!batch || bp == i) return;
-  const at::Tensor& ref = args[static_cast<size_t>(bp)].toTensor();
-  const int64_t rb = ref.dim() - (tk_op_shape_ndims(op, TK_SHAPE_INPUT, bp) - 1);
-  TORCH_CHECK(rb == first, "tk.", tk_op_name(op), ": argument '", name, "': its batch dims (...) differ from ",
-              "those of '", tk_op_param_name(op, bp), "'");
-  for (int64_t d = 0; d < first; ++d)
-    TORCH_SYM_CHECK(t.sym_size(d).sym_eq(ref.sym_size(d)), "tk.", tk_op_name(op), ": argument '", name,
-                    "': its batch dims (...) differ from those of '", tk_op_param_name(op, bp), "'");
+  // (the batch dims broadcast across the '...' inputs: batch_shape checks them)
+}
+
+// The batch dims of the call: those of the '...' inputs broadcast as torch
+// broadcasts (a guard where sizes are symbolic; an error naming the op when
+// they cannot be); a 'mut' input must have them all itself.
+std::vector<c10::SymInt> batch_shape(const tk_op* op, c10::ArrayRef<c10::IValue> args) {
+  c10::SymDimVector shape;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].isTensor() || !tk_op_shape_has_batch(op, TK_SHAPE_INPUT, static_cast<int>(i))) continue;
+    const at::Tensor& t = args[i].toTensor();
+    const int64_t nb = t.dim() - (tk_op_shape_ndims(op, TK_SHAPE_INPUT, static_cast<int>(i)) - 1);
+    try {
+      shape = at::infer_size_symdimvector(shape, t.sym_sizes().slice(0, static_cast<size_t>(nb)));
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "tk.", tk_op_name(op), ": argument '", tk_op_param_name(op, static_cast<int>(i)),
+                  "': its batch dims (...) do not broadcast with the other inputs' (", e.what_without_backtrace(), ")");
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!tk_op_param_mut(op, static_cast<int>(i)) || !tk_op_shape_has_batch(op, TK_SHAPE_INPUT, static_cast<int>(i)))
+      continue;
+    const at::Tensor& t = args[i].toTensor();
+    const int64_t nb = t.dim() - (tk_op_shape_ndims(op, TK_SHAPE_INPUT, static_cast<int>(i)) - 1);
+    const char* name = tk_op_param_name(op, static_cast<int>(i));
+    TORCH_CHECK(nb == static_cast<int64_t>(shape.size()), "tk.", tk_op_name(op), ": argument '", name,
+                "' is updated in place ('mut'), so its batch dims (...) must be the call's");
+    for (int64_t d = 0; d < nb; ++d)
+      TORCH_SYM_CHECK(t.sym_size(d).sym_eq(shape[static_cast<size_t>(d)]), "tk.", tk_op_name(op), ": argument '",
+                      name, "' is updated in place ('mut'), so its batch dims (...) must be the call's");
+  }
+  return std::vector<c10::SymInt>(shape.begin(), shape.end());
 }
 
 // The spec's 'assert' lines without floats, over SymInt: each must hold (a
@@ -170,16 +194,14 @@ void check_asserts(const tk_op* op, c10::ArrayRef<c10::IValue> args) {
   }
 }
 
-// Output o's shape: the batch dims of tk_op_batch_param, then its expressions.
-std::vector<c10::SymInt> output_shape(const tk_op* op, c10::ArrayRef<c10::IValue> args, int o) {
+// Output o's shape: the call's batch dims (batch_shape), then its expressions.
+std::vector<c10::SymInt> output_shape(const tk_op* op, c10::ArrayRef<c10::IValue> args, int o,
+                                      const std::vector<c10::SymInt>& batch) {
   std::vector<c10::SymInt> sizes;
   for (int j = 0; j < tk_op_shape_ndims(op, TK_SHAPE_OUTPUT, o); ++j) {
     std::vector<tk_shape_instr> code = shape_code(op, TK_SHAPE_OUTPUT, o, j);
     if (code.empty()) {  // '...'
-      const int bp = tk_op_batch_param(op);
-      const at::Tensor& ref = args[static_cast<size_t>(bp)].toTensor();
-      const int64_t nb = ref.dim() - (tk_op_shape_ndims(op, TK_SHAPE_INPUT, bp) - 1);
-      for (int64_t d = 0; d < nb; ++d) sizes.push_back(ref.sym_size(d));
+      for (const c10::SymInt& b : batch) sizes.push_back(b);
       continue;
     }
     c10::SymInt v = eval(op, code, args, 0);
@@ -223,12 +245,13 @@ void boxed_meta_symbolic(const c10::OperatorHandle& handle, torch::jit::Stack* s
   for (size_t i = 0; i < n; ++i)
     if (args[i].isTensor()) check_dims(op, args, static_cast<int>(i));
   check_asserts(op, args);
+  const std::vector<c10::SymInt> batch = batch_shape(op, args);
   std::vector<at::Tensor> outs;
   for (int o = 0; o < tk_op_nreturns(op); ++o) {   // (a 'mut' parameter's output is the argument itself)
     const auto options =   // (the declared dtype: a float16 sum is added up in float32, returned as float16)
         at::TensorOptions().dtype(scalar_type_of(static_cast<tk_dtype>(tk_op_output_dtype(call.op, call.variant, o))))
             .device(c10::kMeta);
-    outs.push_back(at::empty_symint(output_shape(op, args, o), options));
+    outs.push_back(at::empty_symint(output_shape(op, args, o, batch), options));
   }
   torch::jit::drop(*stack, n);
   for (at::Tensor& t : outs) stack->emplace_back(std::move(t));

@@ -13,7 +13,8 @@
  * the default shape takes a tile and its mirror image a thread only where
  * loop bounds move with the innermost variable, tiles=2 everywhere), and
  * all of them
- * run on the same random inputs: random sizes, batch dims, every dtype
+ * run on the same random inputs: random sizes, batch dims (broadcast
+ * ones among them: a missing leading dim, a dim of size 1), every dtype
  * variant, strided views, random scalars (zero and negative divisors
  * included) and random chunkings of the CPU index space. Outputs must agree
  * with the plain kernel's (exactly for ints and bools; within rounding of
@@ -253,8 +254,11 @@ static int one_trial(const tk_op *opt, const tk_op *plain, const tk_op *cuda, in
         int ell = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
         int64_t sizes[TK_MAX_DIMS], strides[TK_MAX_DIMS];
         int nd = 0;
+        /* one '...' input in four (not a 'mut' one) broadcasts: it lacks
+         * the leading batch dim, or has size 1 in one (read with stride 0) */
+        int bcast = ell && !p->mut && nb > 0 ? (int)rand_in(0, 7) : 0;
         if (ell)
-            for (int k = 0; k < nb; k++) sizes[nd++] = bsize[k];
+            for (int k = bcast == 1 ? 1 : 0; k < nb; k++) sizes[nd++] = bcast == 2 && k == nb - 1 ? 1 : bsize[k];
         for (int k = 0; k < p->ndims; k++) {
             const tk_expr *e = p->dims[k];
             if (e->kind == TK_E_INT) sizes[nd++] = e->ival;

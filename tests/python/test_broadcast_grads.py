@@ -9,8 +9,8 @@ x * w), on fresh random inputs: eager gradients for 0 to 2 batch dims and an
 empty batch, a 2-d weight, gradcheck, torch.compile (aot_eager, static and
 dynamic shapes), torch.func.grad and vmap(grad); the backward op's own output
 keeps the batch dims; a gradient that cannot be summed to its parameter's
-shape is torch's RuntimeError naming both shapes; a `...` input cannot stand
-for a parameter without those batch dims (a call error).
+shape is torch's RuntimeError naming both shapes; `...` inputs broadcast
+(batch dims that do not broadcast are a call error).
 """
 
 import pytest
@@ -248,8 +248,12 @@ def test_gradient_that_cannot_be_summed_is_an_error(ops):
         torch.autograd.grad(y.sum(), (x, w))
 
 
-def test_batch_inputs_do_not_broadcast(ops):
-    """All `...` inputs have the same batch dims: b [N] beside x [4, N] is a call error, not a broadcast."""
-    with pytest.raises(RuntimeError, match=r"tk.bg_add: argument 'b': its batch dims \(\.\.\.\) are \[\] but those "
-                                           r"of 'x' are \[4\]"):
-        ops.bg_add(torch.randn(4, 8), torch.randn(8))
+def test_batch_inputs_broadcast(ops):
+    """`...` inputs broadcast as torch's operands do: b [N] beside x [4, N]
+    reads b for every row (test_batch_broadcast.py has their gradients);
+    [3, N] beside [4, N] is a call error naming both."""
+    x, b = torch.randn(4, 8, generator=gen(60)), torch.randn(8, generator=gen(61))
+    torch.testing.assert_close(ops.bg_add(x, b), x + b)
+    with pytest.raises(RuntimeError, match=r"tk.bg_add: argument 'b': its batch dims \(\.\.\.\) are \[3\], which "
+                                           r"do not broadcast with those of 'x', \[4\]"):
+        ops.bg_add(x, torch.randn(3, 8))

@@ -23,6 +23,7 @@ Returned outputs are poisoned first (the poisoned_outputs fixture).
 import math
 import os
 import random
+import subprocess
 
 import pytest
 import torch
@@ -288,6 +289,14 @@ def test_schema_marks_exactly_the_mut_parameters():
     assert written == ["p", "m", "v"] and schema.is_mutable and len(schema.returns) == 0
     schema = tk.ipt_scale_and_sum.default._schema
     assert [a.name for a in schema.arguments if a.alias_info is not None] == ["x"] and len(schema.returns) == 1
+
+
+def test_tkc_plan_says_what_is_updated_in_place(tkc):
+    out = subprocess.run([tkc, "plan", os.path.join(ROOT, "examples", "specs", "optim.tk")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "plan adamw_, variant f32_f32 (5 of 8), target cpu\n  in place ('mut'): p, m, v, loaded and stored " \
+           "through one pointer each into the caller's tensor\n" in out, out[:600]
+    assert "plan ema_, variant f32 (3 of 4), target cpu\n  in place ('mut'): e," in out, out
 
 
 def test_opcheck():
