@@ -655,7 +655,10 @@ static tk_status bind_outputs(binder *b) {
             int seen[TK_MAX_TENSORS * 4] = {0};
             const tk_param *p = &d->outputs[lo];
             for (int k = 0; k < p->ndims; k++)
-                if (p->dims[k]->kind == TK_E_ELLIPSIS) seen[b->batch_param] = 1;
+                if (p->dims[k]->kind == TK_E_ELLIPSIS)   /* (every '...' input: the batch broadcasts them) */
+                    for (int i = 0; i < d->nparams; i++)
+                        seen[i] |= d->params[i].kind == TK_P_TENSOR && d->params[i].ndims > 0 &&
+                                   d->params[i].dims[0]->kind == TK_E_ELLIPSIS;
                 else mark_sources(b, p->dims[k], seen, 0);
             return call_fail(call, "output '%s' is too large (its element count overflows)%s", p->name,
                              sources_text(b, seen, from, sizeof from));

@@ -1,11 +1,13 @@
 """torch.func.vmap rules for tk ops (torch.library.register_vmap).
 
 A spec's leading `...` dims are batch dims its kernel already runs over in
-parallel (docs/spec.md), so vmap needs no loop for them: the vmapped dim of
-each batched `...` tensor moves to the front as one more batch dim, the
-unbatched `...` tensors are expanded to it (a stride-0 view, read in place),
-and the op runs once; its outputs, which all start with `...`, carry the
-vmapped dim first. Tensors without `...` (w in layernorm(x: [..., N],
+parallel (docs/spec.md), and they broadcast across its inputs, so vmap needs
+no loop for them: the vmapped dim of each batched `...` tensor moves to the
+front as one more batch dim, in front of size-1 dims that bring its batch
+dims to the most any `...` input has per sample (R), so that the vmapped
+dims line up; the unbatched `...` tensors are passed as they are (they
+broadcast, read in place), and the op runs once; its outputs, which all
+start with `...`, carry the vmapped dim first. Tensors without `...` (w in layernorm(x: [..., N],
 w: [N])) are passed as they are when unbatched. When one of them is
 batched, or the op is not batchable (batchable() below), or one more dim
 would pass tk's 8, the op runs once per vmapped index and the results are
@@ -53,13 +55,18 @@ def _rule(info: OpInfo, op):
 
     def rule(vinfo, in_dims, *args):
         n = vinfo.batch_size
+        # per sample: each '...' tensor's batch rank, and the most of them
+        ranks = {i: args[i].dim() - (d is not None) - info.params[i].explicit_dims
+                 for i, d in enumerate(in_dims) if batch_params[i]}
+        most = max(ranks.values(), default=0)
         if (not fused or any(d is not None and not batch_params[i] for i, d in enumerate(in_dims))
-                or any(batch_params[i] and args[i].dim() + (d is None) > _MAX_DIMS for i, d in enumerate(in_dims))):
+                or any(most + 1 + info.params[i].explicit_dims > _MAX_DIMS for i in ranks)):
             return _loop(op, n, in_dims, args, single)
         moved = list(args)
         for i, d in enumerate(in_dims):
-            if batch_params[i]:
-                moved[i] = args[i].movedim(d, 0) if d is not None else args[i].expand(n, *args[i].shape)
+            if batch_params[i] and d is not None:
+                t = args[i].movedim(d, 0)
+                moved[i] = t.reshape(n, *([1] * (most - ranks[i])), *t.shape[1:])
         out = op(*moved)
         return out, (0 if single else (0,) * len(info.outputs))
 

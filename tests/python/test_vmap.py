@@ -5,7 +5,7 @@ vmapped dim becomes one more batch dim. Checked here against the same op
 called per vmapped index (and against torch's own formulations), on fresh
 random inputs, with the vmapped dim in front, inside and nested; tensors
 without `...` batched (the per-index loop); unbatched `...` tensors beside
-batched ones; several outputs; batch size 0; per-sample gradients
+batched ones, and batch ranks that differ per sample (broadcast); several outputs; batch size 0; per-sample gradients
 (vmap(grad)); jacrev; torch.compile; errors. The number of kernel calls is
 read from the profiler (torch's fallback would call the op once per index).
 """
@@ -39,6 +39,15 @@ op vm_minmax(x: float[..., N]) -> (lo: x.dtype[..., 1], hi: x.dtype[..., 1]):
             c = max(c, x[i])
         lo[0] = a
         hi[0] = c
+op vm_mul(x: float[..., N], a: x.dtype[..., N]) -> y: x.dtype[..., N]:
+    backward vm_mul_backward
+    for i in y:
+        y[i] = x[i] * a[i]
+op vm_mul_backward(x: float[..., N], a: x.dtype[..., N], grad_y: x.dtype[..., N])
+        -> (grad_x: x.dtype[..., N], grad_a: x.dtype[..., N]):
+    for i in grad_x:
+        grad_x[i] = grad_y[i] * a[i]
+        grad_a[i] = grad_y[i] * x[i]
 op vm_outer(u: float[M], v: u.dtype[N]) -> (p: u.dtype[M, N], s: u.dtype[M, N]):
     for i, j in p:
         p[i, j] = u[i] * v[j]
@@ -121,7 +130,7 @@ def test_batch_dims_and_plain_dims(ops):
     torch.testing.assert_close(got, xs * ws[:, None, :] + 2.0)
 
 
-def test_unbatched_batch_param_is_expanded(ops):
+def test_unbatched_batch_param_broadcasts(ops):
     x = torch.randn(5, 2, 4, generator=gen(8))
     y = torch.randn(2, 4, generator=gen(9))
     out, n = calls(lambda: vmap(ops.vm_add, in_dims=(0, None))(x, y), "vm_add")
@@ -132,6 +141,22 @@ def test_unbatched_batch_param_is_expanded(ops):
     # per-index shapes that do not match are the op's error, as without vmap
     with pytest.raises(RuntimeError, match=r"tk\.vm_add"):
         vmap(ops.vm_add, in_dims=(0, None))(x, torch.randn(3, 4))
+
+
+def test_batch_ranks_that_differ_per_sample(ops):
+    """`...` inputs broadcast: per sample x may have batch dims a lacks. The
+    vmapped dims must line up in front, not against x's own batch dim."""
+    x = torch.tensor([[1.0, 1.0], [10.0, 10.0]])           # unbatched: per sample (2,) x N
+    a = torch.tensor([[1.0, 1.0], [2.0, 2.0]])             # vmapped: per sample N only
+    out, n = calls(lambda: vmap(lambda t: ops.vm_mul(x, t))(a), "vm_mul")
+    torch.testing.assert_close(out, torch.stack([x * t for t in a]), rtol=0, atol=0)
+    assert n <= 2
+    xs, bs = torch.randn(4, 2, 3, 5, generator=gen(40)), torch.randn(5, 4, generator=gen(41))
+    torch.testing.assert_close(vmap(ops.vm_mul, in_dims=(0, 1))(xs, bs), xs * bs.t()[:, None, None, :])
+    # per-sample gradients of a shared weight with fewer batch dims than the samples
+    w, data = torch.randn(5, generator=gen(42)), torch.randn(4, 3, 5, generator=gen(43))
+    per_sample = vmap(grad(lambda w, d: ops.vm_mul(d, w).square().sum()), in_dims=(None, 0))(w, data)
+    torch.testing.assert_close(per_sample, (2 * w * data * data).sum(1))
 
 
 def test_several_outputs(ops):
