@@ -1,5 +1,6 @@
-/* ast.c - the arena that owns every syntax-tree node, operator names, and
- * expressions as spec text (for messages). */
+/* ast.c - the arena that owns every syntax-tree node, operator names,
+ * expressions as spec text (for messages), and queries of a declaration's
+ * parameters (explicit dims, the output a 'mut' parameter is). */
 #include "ast.h"
 
 #include "core.h"
@@ -150,6 +151,13 @@ void tk_expr_text(tk_buf *b, const tk_expr *e, int top) {
         tk_buf_puts(b, e->kind == TK_E_CALL ? ")" : "]");
         return;
     }
+}
+
+int tk_explicit_dims(const tk_param *p) {
+    int n = 0;
+    for (int i = 0; i < p->ndims; i++)
+        if (p->dims[i]->kind != TK_E_ELLIPSIS) n++;
+    return n;
 }
 
 int tk_mut_output(const tk_opdecl *d, int param) {

@@ -102,13 +102,6 @@ static const char *reserved(const char *name) {
 
 static int is_owned(const char *name) { return tk_owned_dim(name); }
 
-int tk_explicit_dims(const tk_param *p) {
-    int n = 0;
-    for (int i = 0; i < p->ndims; i++)
-        if (p->dims[i]->kind != TK_E_ELLIPSIS) n++;
-    return n;
-}
-
 static int has_ellipsis(const tk_param *p) {
     return p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
 }
@@ -538,11 +531,11 @@ static tk_status check_loop(checker *c) {
                         "every output has '...' exactly when the loop output has", d->outputs[i].name,
                         has_ellipsis(&d->outputs[i]) ? "has" : "has no", o->name, has_ellipsis(o) ? "has" : "has none");
         if (op->row_loop) continue;   /* any rank: the stores say which dims are whose (check_row_access) */
-        if (has_ellipsis(&d->outputs[i]) != has_ellipsis(o) ||
-            tk_explicit_dims(&d->outputs[i]) != n)
-            return fail(c, d->outputs[i].loc, d->outputs[i].alias
-                        ? "'mut' parameter '%s' must have the loop output's rank and batch dims, as every output"
-                        : "every output must have the loop output's rank%s", d->outputs[i].alias ? d->outputs[i].name : "");
+        if (has_ellipsis(&d->outputs[i]) == has_ellipsis(o) && tk_explicit_dims(&d->outputs[i]) == n) continue;
+        if (d->outputs[i].alias)
+            return fail(c, d->outputs[i].loc, "'mut' parameter '%s' must have the loop output's rank and batch "
+                        "dims, as every output", d->outputs[i].name);
+        return fail(c, d->outputs[i].loc, "every output must have the loop output's rank");
     }
     return TK_OK;
 }
@@ -740,6 +733,11 @@ static long long negative_constant(const tk_expr *e) {
 static int at_loop_index(checker *c, tk_expr **idx, int n);
 static int stores_to(tk_stmt *const *body, int n, const char *name);
 
+/* Appends the top-level loop's variables, "b, c, t" (for messages). */
+static void loop_index_text(checker *c, tk_buf *b) {
+    for (int i = 0; i < c->op->decl->nloop; i++) tk_buf_printf(b, "%s%s", i ? ", " : "", c->op->decl->loop_vars[i]);
+}
+
 /* A read of 'mut' parameter p (docs/spec.md, In-place parameters). In a
  * row loop it reads back p's output, as any output. In the element-wise
  * form it reads the iteration's own element, before any store to it: the
@@ -750,7 +748,7 @@ static tk_status check_mut_read(checker *c, tk_expr *e, int p) {
     if (c->op->row_loop) return check_read_back(c, e, o);
     if (!at_loop_index(c, e->args, e->nargs)) {
         tk_buf b = {0};
-        for (int i = 0; i < c->op->decl->nloop; i++) tk_buf_printf(&b, "%s%s", i ? ", " : "", c->op->decl->loop_vars[i]);
+        loop_index_text(c, &b);
         tk_status st = fail(c, e->loc, "'%s' is updated in place, so an iteration reads only its own element, "
                             "%s[%s]: another iteration may already have written this one (a row loop reads "
                             "across its own rows)", e->name, e->name, b.p ? b.p : "");
@@ -1009,7 +1007,7 @@ static tk_status check_store(checker *c, tk_stmt *s) {
     }
     if (!at_loop_index(c, s->index, s->nindex)) {
         tk_buf b = {0};
-        for (int i = 0; i < d->nloop; i++) tk_buf_printf(&b, "%s%s", i ? ", " : "", d->loop_vars[i]);
+        loop_index_text(c, &b);
         tk_status st = fail(c, s->loc, "an output can only be written at the loop index: %s[%s]",
                             s->name, b.p ? b.p : "");
         free(b.p);

@@ -161,6 +161,7 @@ const char *tk_op_output_name(const tk_op *op, int i);
 int tk_op_param_mut(const tk_op *op, int i);      /* 1 if tensor parameter i is 'mut' */
 int tk_op_output_alias(const tk_op *op, int i);   /* the 'mut' parameter output i is, -1 for a new tensor */
 int tk_op_nreturns(const tk_op *op);              /* the outputs that are new tensors (the first ones) */
+int tk_op_in_place(const tk_op *op);              /* 1 if some parameter is 'mut' (tk_op_nreturns < tk_op_noutputs) */
 /* 1 when the op writes every element of output i: its loop body stores it
  * outside any `if` or `for`; 0 when some element may stay unwritten (a store
  * under a condition only), which then holds whatever the memory held. */

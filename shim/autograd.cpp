@@ -73,6 +73,7 @@ struct Plan {
   std::vector<bool> save_output;       // per forward output
   std::vector<bool> takes_grad;        // per forward output: some backward op takes grad_<output>
   std::vector<bool> has_grad;          // per forward parameter: some backward op computes grad_<param>
+  bool in_place = false;               // updates 'mut' parameters (run_in_place)
 };
 
 Plan make_plan(const tk_op* op) {
@@ -80,6 +81,7 @@ Plan make_plan(const tk_op* op) {
   Plan p;
   p.op = op;
   p.name = tk_op_name(op);
+  p.in_place = tk_op_in_place(op) != 0;
   p.save_param.assign(static_cast<size_t>(tk_op_nparams(op)), false);
   p.shape_only.assign(static_cast<size_t>(tk_op_nparams(op)), true);
   p.save_output.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
@@ -432,7 +434,7 @@ void run_in_place(const Plan& plan, const c10::OperatorHandle& handle, c10::Disp
 
 void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const Plan& plan = plan_of(handle);
-  if (tk_op_nreturns(op_of(handle)) < tk_op_noutputs(op_of(handle))) return run_in_place(plan, handle, keys, stack);
+  if (plan.in_place) return run_in_place(plan, handle, keys, stack);
   auto args = torch::jit::last(*stack, handle.schema().arguments().size());
   const char* needs_grad = first_requiring_grad(handle, args);
   for (const c10::IValue& v : args)

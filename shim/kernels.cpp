@@ -410,7 +410,7 @@ struct StreamPlan {
 bool plan_stream(const Call& c, StreamPlan& plan) {
   const int64_t numel = c.call.kargs.numel;
   if (!stream_enabled() || numel <= kGrain || !tk_op_loop_free(c.op)) return false;
-  if (tk_op_nreturns(c.op) < tk_op_noutputs(c.op)) return false;   // 'mut': read where it is stored
+  if (tk_op_in_place(c.op)) return false;   // 'mut': read where it is stored
   int64_t max_es = 1, min_es = 64;
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     const at::Tensor& o = c.outputs[i];

@@ -154,11 +154,14 @@ void check_dims(const tk_op* op, c10::ArrayRef<c10::IValue> args, int i) {
 // broadcasts (a guard where sizes are symbolic; an error naming the op when
 // they cannot be); a 'mut' input must have them all itself.
 std::vector<c10::SymInt> batch_shape(const tk_op* op, c10::ArrayRef<c10::IValue> args) {
+  auto batch_rank = [op](const at::Tensor& t, size_t i) {   // its dims before the explicit ones
+    return t.dim() - (tk_op_shape_ndims(op, TK_SHAPE_INPUT, static_cast<int>(i)) - 1);
+  };
   c10::SymDimVector shape;
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].isTensor() || !tk_op_shape_has_batch(op, TK_SHAPE_INPUT, static_cast<int>(i))) continue;
     const at::Tensor& t = args[i].toTensor();
-    const int64_t nb = t.dim() - (tk_op_shape_ndims(op, TK_SHAPE_INPUT, static_cast<int>(i)) - 1);
+    const int64_t nb = batch_rank(t, i);
     try {
       shape = at::infer_size_symdimvector(shape, t.sym_sizes().slice(0, static_cast<size_t>(nb)));
     } catch (const c10::Error& e) {
@@ -170,7 +173,7 @@ std::vector<c10::SymInt> batch_shape(const tk_op* op, c10::ArrayRef<c10::IValue>
     if (!tk_op_param_mut(op, static_cast<int>(i)) || !tk_op_shape_has_batch(op, TK_SHAPE_INPUT, static_cast<int>(i)))
       continue;
     const at::Tensor& t = args[i].toTensor();
-    const int64_t nb = t.dim() - (tk_op_shape_ndims(op, TK_SHAPE_INPUT, static_cast<int>(i)) - 1);
+    const int64_t nb = batch_rank(t, i);
     const char* name = tk_op_param_name(op, static_cast<int>(i));
     TORCH_CHECK(nb == static_cast<int64_t>(shape.size()), "tk.", tk_op_name(op), ": argument '", name,
                 "' is updated in place ('mut'), so its batch dims (...) must be the call's");

@@ -94,7 +94,7 @@ void register_op(torch::Library& lib, const tk_op* op) {
   lib.impl(name, torch::dispatch(DispatchKey::Meta, CppFunction::makeFromBoxedFunction<&boxed_meta>()));
   lib.impl(name, torch::dispatch(DispatchKey::CUDA, CppFunction::makeFromBoxedFunction<&boxed_cuda>()));
   lib.impl(name, torch::dispatch(DispatchKey::Autograd, CppFunction::makeFromBoxedFunction<&boxed_autograd>()));
-  if (tk_op_nreturns(op) < tk_op_noutputs(op))   // updates 'mut' parameters: their version counters
+  if (tk_op_in_place(op))   // updates 'mut' parameters: their version counters
     lib.impl(name, torch::dispatch(DispatchKey::ADInplaceOrView,
                                    CppFunction::makeFromBoxedFunction<&boxed_in_place_view>()));
   lib.impl(name, torch::dispatch(DispatchKey::AutocastCPU, CppFunction::makeFromBoxedFunction<&boxed_autocast>()));
