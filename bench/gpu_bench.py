@@ -368,6 +368,44 @@ def bench_optim(repeat):
     return rows, ok
 
 
+def bench_selective_scan(repeat):
+    """Mamba's selective scan (examples/specs/selective_scan.tk), forward and
+    forward + backward, against mamba_ssm's reference formulation in torch (a
+    loop over t), Mamba-130M's inner width; checked against it first."""
+    torch_tk.load(os.path.join(HERE, "..", "examples", "specs", "selective_scan.tk"))
+    tk = torch.ops.tk
+    B, E, L, N = (1, 8, 32, 4) if SMALL else (2, 1536, 1024, 16)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rand = lambda *s: torch.randn(*s, generator=g).to(DEVICE)  # noqa: E731
+    u, delta = rand(B, E, L), torch.rand(B, E, L, generator=g).to(DEVICE) * 0.1
+    A, Bm, Cm, D = -torch.rand(E, N, generator=g).to(DEVICE) * 4, rand(B, N, L), rand(B, N, L), rand(E)
+    args = [t.requires_grad_() for t in (u, delta, A, Bm, Cm, D)]
+    gy = rand(B, E, L)
+    y = tk.selective_scan(*args)[0]
+    want = ref.selective_scan_loop(*args)[0]
+    err = rel_err(y, want.detach().double())
+    got_g = torch.autograd.grad(y, args, gy)
+    want_g = torch.autograd.grad(want, args, gy)
+    gerr = max(rel_err(a, b.double()) for a, b in zip(got_g, want_g))
+    ok = err < 1e-4 and gerr < 1e-3
+    work = dict(bytes=(4 * B * E * L + 2 * B * N * L) * 4)
+    slow = max(repeat // 10, 2)
+
+    def both(f):
+        return lambda: torch.autograd.grad(f(*args)[0], args, gy)
+
+    with torch.no_grad():
+        rows = [row("selective scan", "tk", lambda: tk.selective_scan(*args), repeat, work,
+                    f"rel err {err:.2g} vs the loop"),
+                row("selective scan", "torch loop over t", lambda: ref.selective_scan_loop(*args), slow, work,
+                    "reference (mamba_ssm's selective_scan_ref)")]
+    rows += [row("selective scan fwd+bwd", "tk", both(tk.selective_scan), max(repeat // 5, 3), work,
+                 f"grads rel err {gerr:.2g} vs the loop's"),
+             row("selective scan fwd+bwd", "torch loop over t", both(ref.selective_scan_loop), slow, work,
+                 "reference")]
+    return rows, ok
+
+
 def bench_call_overhead(repeat):
     """Host time per call on a tiny input (launch overhead): tk vs torch.add."""
     w, k = torch.rand(2, 4, device=DEVICE), torch.rand(1, 2, 4, device=DEVICE)
@@ -539,12 +577,13 @@ def main(argv=None) -> int:
     half, half_ok = bench_rwkv_dtypes(args.repeat)
     loops, loops_ok = bench_row_loops(args.repeat)
     optim, optim_ok = bench_optim(args.repeat)
+    scan, scan_ok = bench_selective_scan(args.repeat)
     calls = bench_call_overhead(args.repeat)
     latency = first_call_latency() if DEVICE == "cuda" else []
-    rows = brick + copy + rwkv + back + half + loops + optim + calls
+    rows = brick + copy + rwkv + back + half + loops + optim + scan + calls
     table = format_table(rows, latency)
     lines = summary(rows)
-    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and loops_ok and optim_ok and \
+    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and loops_ok and optim_ok and scan_ok and \
         (DEVICE != "cuda" or all(r["kernels_per_call"] == 1 for r in brick + rwkv + half if r["impl"].startswith("tk")))
     if args.json:
         info = gpu.info() if DEVICE == "cuda" else ""

@@ -219,7 +219,16 @@ int tk_op_output_alias(const tk_op *op, int i) {
 }
 
 int tk_op_nreturns(const tk_op *op) { return op ? op->decl->nreturns : 0; }
-int tk_op_in_place(const tk_op *op) { return op && op->decl->nreturns < op->decl->noutputs; }
+int tk_op_in_place(const tk_op *op) {
+    if (!op) return 0;
+    for (int i = 0; i < op->decl->noutputs; i++)
+        if (op->decl->outputs[i].alias) return 1;
+    return 0;
+}
+
+int tk_op_output_scratch(const tk_op *op, int i) {
+    return op && i >= 0 && i < op->decl->noutputs && op->decl->outputs[i].scratch;
+}
 
 int tk_op_output_sum(const tk_op *op, int i) {
     return op && i >= 0 && i < op->decl->noutputs && op->out_sum[i];

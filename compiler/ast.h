@@ -122,6 +122,8 @@ typedef struct tk_param {
     int alias;                  /* an output: 1 + the index of the 'mut' parameter it is (the
                                  * parser adds one such output a 'mut' parameter, after the
                                  * declared ones); 0: a new tensor the op returns */
+    int scratch;                /* an output declared on a 'scratch' line: allocated for the body,
+                                 * not returned (after the returned outputs, before the aliases) */
 } tk_param;
 
 /* The items of a 'schedule' line and of TK_CUDA_TUNE (compiler/schedule.c): the
@@ -147,7 +149,8 @@ typedef struct tk_opdecl {
     const char *text;           /* the whole spec file's text (arena copy) */
     tk_param *params;
     int nparams;
-    tk_param *outputs;          /* the declared outputs, then one a 'mut' parameter (alias) */
+    tk_param *outputs;          /* the declared outputs, the scratch tensors, then one a 'mut'
+                                 * parameter (alias) */
     int noutputs;
     int nreturns;               /* the declared outputs: what the op returns (0: '->' left out) */
     const char **backward;      /* 'backward a, b': the backward ops' names */

@@ -205,7 +205,9 @@ static tk_status check_unique(checker *c) {
     if (is_namespace_attr(d->name))
         return fail(c, d->loc, "'%s' cannot name an op: in Python torch.ops.tk.%s is an attribute of the "
                                "namespace itself", d->name, d->name);
-    int n = d->nparams + d->nreturns;   /* (a 'mut' parameter's output has its name) */
+    int n = d->nparams;   /* the parameters, the outputs and the scratch tensors (a 'mut' parameter's output
+                           * has its name) */
+    for (int o = 0; o < d->noutputs; o++) n += !d->outputs[o].alias;
     for (int i = 0; i < n; i++) {
         const tk_param *a = i < d->nparams ? &d->params[i] : &d->outputs[i - d->nparams];
         const char *r = reserved(a->name);
@@ -388,7 +390,8 @@ static tk_status check_outputs(checker *c) {
             TRY(resolve_dtype_of(c, p, d->nparams, &op->out_dtype_root[i]));
         } else {
             if (count_bits(p->dtype_mask) != 1)
-                return fail(c, p->dtype_loc, "an output's dtype must be one dtype or 'x.dtype'");
+                return fail(c, p->dtype_loc, "%s dtype must be one dtype or 'x.dtype'",
+                            p->scratch ? "a scratch tensor's" : "an output's");
             for (int t = 0; t < TK_DTYPE_COUNT; t++)
                 if (p->dtype_mask == (1u << t)) op->out_dtype_fixed[i] = (tk_dtype)t;
         }
@@ -522,6 +525,10 @@ static tk_status check_loop(checker *c) {
         op->out_sum[i] = op->row_loop && sums > 0 && sets == 0;
         op->out_mixed[i] = op->row_loop && sums > 0 && sets > 0;
         op->has_sum |= op->out_sum[i];
+        if (op->out_sum[i] && d->outputs[i].scratch)
+            return fail(c, d->outputs[i].loc, "scratch tensor '%s' is stored only with '+=', which makes it a sum, and "
+                        "nothing reads a sum (other iterations are adding into it): store it with '='",
+                        d->outputs[i].name);
     }
     for (int i = 0; i < d->noutputs; i++) {
         if (op->out_sum[i] && has_ellipsis(o) && !has_ellipsis(&d->outputs[i]))
@@ -770,6 +777,9 @@ static tk_status check_index(checker *c, tk_expr *e) {
         if (e->is_out) return TK_OK;
     }
     if (k == TK_SYM_OUTPUT && c->op->row_loop) return check_read_back(c, e, idx);
+    if (k == TK_SYM_OUTPUT && c->op->decl->outputs[idx].scratch)
+        return fail(c, e->loc, "scratch tensor '%s' is read back only in a row loop (a '_' in the loop; "
+                    "docs/spec.md, Row loops): here keep values in a local", e->name);
     if (k == TK_SYM_OUTPUT)
         return fail(c, e->loc, "output '%s' is write-only; keep values in a local", e->name);
     if (k != TK_SYM_TENSOR) {
@@ -1162,6 +1172,7 @@ static tk_status check_outputs_written(checker *c) {
         if (!stores_to(d->body, d->nbody, d->outputs[i].name))
             return fail(c, d->outputs[i].loc, d->outputs[i].alias ? "'mut' parameter '%s' is never written: the "
                         "body has no store to it (without 'mut' it is read-only)"
+                        : d->outputs[i].scratch ? "scratch tensor '%s' is never written: the body has no store to it"
                         : "output '%s' is never written: the body has no store to it", d->outputs[i].name);
     return TK_OK;
 }

@@ -19,8 +19,9 @@ static int param_index(const tk_opdecl *d, const char *name) {
     return -1;
 }
 
+/* A returned output's index by name (scratch tensors and 'mut' parameters are not outputs here). */
 static int output_index(const tk_opdecl *d, const char *name) {
-    for (int i = 0; i < d->noutputs; i++)
+    for (int i = 0; i < d->nreturns; i++)
         if (strcmp(d->outputs[i].name, name) == 0) return i;
     return -1;
 }
@@ -77,7 +78,7 @@ int tk_op_backward_source(const tk_ctx *ctx, const tk_op *op, int b, int j, int 
 
 int tk_op_backward_target(const tk_ctx *ctx, const tk_op *op, int b, int j) {
     const tk_op *bw = backward_op(ctx, op, b);
-    if (!bw || j < 0 || j >= bw->decl->noutputs) return -1;
+    if (!bw || j < 0 || j >= bw->decl->nreturns) return -1;
     const char *g = grad_of(bw->decl->outputs[j].name);
     int i = g ? param_index(op->decl, g) : -1;
     return i >= 0 && tk_op_param_differentiable(op, i) ? i : -1;
@@ -211,7 +212,7 @@ static tk_status link_params(tk_ctx *ctx, const tk_op *op, int b, const tk_op *b
 
 /* Checks backward op b's outputs; records which op makes each gradient. */
 static tk_status link_outputs(tk_ctx *ctx, const tk_op *op, int b, const tk_op *bw, int *maker) {
-    for (int j = 0; j < bw->decl->noutputs; j++) {
+    for (int j = 0; j < bw->decl->nreturns; j++) {   /* (its scratch tensors are its own) */
         const char *name = bw->decl->outputs[j].name;
         int i = tk_op_backward_target(ctx, op, b, j);
         if (i < 0)
@@ -237,7 +238,7 @@ static tk_status link_op(tk_ctx *ctx, const tk_op *op) {
         const tk_op *bw = tk_op_find(ctx, d->backward[b]);
         if (!bw) return link_fail(ctx, op, b, "no such op (is its spec file loaded?)");
         if (bw == op) return link_fail(ctx, op, b, "an op cannot be its own backward");
-        if (bw->decl->nreturns < bw->decl->noutputs)
+        if (tk_op_in_place(bw))
             return link_fail(ctx, op, b, "it updates a 'mut' parameter in place; a backward op returns gradients");
         tk_status st = link_params(ctx, op, b, bw);
         if (st == TK_OK) st = link_outputs(ctx, op, b, bw, maker);

@@ -875,14 +875,29 @@ static void parse_assert(parser *p, tk_opdecl *op, int *cap, int *lcap) {
     expect(p, TK_T_NEWLINE, "NEWLINE after the assert's condition");
 }
 
-/* INDENT {'backward' NAME {',' NAME} NEWLINE | schedule | assert} parfor DEDENT */
+/* 'scratch' NAME ':' dtypes '[' dims ']' NEWLINE: a tensor the op
+ * allocates for its body and does not return (docs/spec.md, Scratch
+ * tensors), appended to the outputs after the returned ones. Like
+ * 'schedule', a word only here. */
+static void parse_scratch(parser *p, tk_opdecl *op, int *cap) {
+    next(p);
+    op->outputs = (tk_param *)grow(p, op->outputs, op->noutputs, cap, sizeof *op->outputs);
+    tk_param *o = &op->outputs[op->noutputs];
+    parse_param(p, o, 1);
+    o->scratch = 1;
+    op->noutputs++;
+    expect(p, TK_T_NEWLINE, "NEWLINE after the scratch tensor's dims");
+}
+
+/* INDENT {'backward' NAME {',' NAME} NEWLINE | schedule | assert | scratch} parfor DEDENT */
 static void parse_op_body(parser *p, tk_opdecl *op) {
-    int acap = 0, alcap = 0;
+    int acap = 0, alcap = 0, ocap = op->noutputs;
     if (!check(p, TK_T_INDENT)) expected(p, "an indented op body");
     next(p);
-    while (check(p, TK_T_BACKWARD) || is_word(p, "schedule") || is_word(p, "assert")) {
+    while (check(p, TK_T_BACKWARD) || is_word(p, "schedule") || is_word(p, "assert") || is_word(p, "scratch")) {
         if (check(p, TK_T_BACKWARD)) parse_backward(p, op);
         else if (is_word(p, "schedule")) parse_schedule(p, op);
+        else if (is_word(p, "scratch")) parse_scratch(p, op, &ocap);
         else parse_assert(p, op, &acap, &alcap);
     }
     if (!check(p, TK_T_FOR)) expected(p, PARFOR_EXPECTED);
@@ -910,10 +925,10 @@ static tk_opdecl *parse_op(parser *p) {
         parse_outputs(p, op);
     }
     op->nreturns = op->noutputs;
-    add_mut_outputs(p, op);
     expect(p, TK_T_COLON, "':' after the output list");
     expect(p, TK_T_NEWLINE, "NEWLINE after the op header");
     parse_op_body(p, op);
+    add_mut_outputs(p, op);                     /* (after the scratch tensors) */
     return op;
 }
 

@@ -439,13 +439,17 @@ static void row_text(tk_buf *b, const tk_plan *P) {
     }
 }
 
-/* The 'mut' parameters: updated where they are (docs/spec.md, In-place parameters). */
+/* The scratch tensors (docs/spec.md, Scratch tensors) and the 'mut'
+ * parameters (In-place parameters): outputs the op does not return. */
 static void mut_text(tk_buf *b, const tk_opdecl *d) {
-    if (d->nreturns == d->noutputs) return;
-    tk_buf_puts(b, "  in place ('mut'): ");
+    int n = 0;
     for (int o = d->nreturns; o < d->noutputs; o++)
-        tk_buf_printf(b, "%s%s", o > d->nreturns ? ", " : "", d->outputs[o].name);
-    tk_buf_puts(b, ", loaded and stored through one pointer each into the caller's tensor\n");
+        if (d->outputs[o].scratch) tk_buf_printf(b, "%s%s", n++ ? ", " : "  scratch: ", d->outputs[o].name);
+    if (n) tk_buf_puts(b, ", allocated for each call (uninitialised) and not returned\n");
+    n = 0;
+    for (int o = d->nreturns; o < d->noutputs; o++)
+        if (d->outputs[o].alias) tk_buf_printf(b, "%s%s", n++ ? ", " : "  in place ('mut'): ", d->outputs[o].name);
+    if (n) tk_buf_puts(b, ", loaded and stored through one pointer each into the caller's tensor\n");
 }
 
 static void plan_text(tk_buf *b, const tk_plan *P) {

@@ -55,7 +55,7 @@ char *tk_make_schema(const tk_opdecl *d, tk_arena *a) {
         }
     }
     tk_buf_puts(&b, ") -> ");
-    if (d->nreturns == 1) tk_buf_puts(&b, "Tensor");   /* (not the 'mut' parameters' outputs) */
+    if (d->nreturns == 1) tk_buf_puts(&b, "Tensor");   /* (not the scratch tensors nor the 'mut' parameters) */
     else {
         tk_buf_puts(&b, "(");
         for (int i = 0; i < d->nreturns; i++) tk_buf_printf(&b, "%sTensor", i ? ", " : "");

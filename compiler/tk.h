@@ -160,8 +160,13 @@ const char *tk_op_output_name(const tk_op *op, int i);
  * tk_op_nreturns outputs. */
 int tk_op_param_mut(const tk_op *op, int i);      /* 1 if tensor parameter i is 'mut' */
 int tk_op_output_alias(const tk_op *op, int i);   /* the 'mut' parameter output i is, -1 for a new tensor */
-int tk_op_nreturns(const tk_op *op);              /* the outputs that are new tensors (the first ones) */
-int tk_op_in_place(const tk_op *op);              /* 1 if some parameter is 'mut' (tk_op_nreturns < tk_op_noutputs) */
+int tk_op_nreturns(const tk_op *op);              /* the outputs the op returns (the first ones) */
+int tk_op_in_place(const tk_op *op);              /* 1 if some parameter is 'mut' */
+/* 1 if output i is a scratch tensor (a 'scratch' line; docs/spec.md, Scratch
+ * tensors): the caller gives it memory of its dims and dtype, uninitialised,
+ * that the op's body uses and the op does not return. They follow the
+ * returned outputs and precede the 'mut' parameters' outputs. */
+int tk_op_output_scratch(const tk_op *op, int i);
 /* 1 when the op writes every element of output i: its loop body stores it
  * outside any `if` or `for`; 0 when some element may stay unwritten (a store
  * under a condition only), which then holds whatever the memory held. */

@@ -57,7 +57,7 @@ typedef uint16_t tk_u16;
 #endif
 
 #define TK_MAX_DIMS 8       /* rank limit of any tensor */
-#define TK_MAX_TENSORS 8    /* tensor parameters + outputs of one op */
+#define TK_MAX_TENSORS 16   /* tensor parameters + outputs (scratch tensors too) of one op */
 #define TK_MAX_INTS 32      /* int/bool scalars + symbolic dims */
 #define TK_MAX_FLOATS 8     /* float scalars */
 

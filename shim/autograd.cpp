@@ -84,8 +84,8 @@ Plan make_plan(const tk_op* op) {
   p.in_place = tk_op_in_place(op) != 0;
   p.save_param.assign(static_cast<size_t>(tk_op_nparams(op)), false);
   p.shape_only.assign(static_cast<size_t>(tk_op_nparams(op)), true);
-  p.save_output.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
-  p.takes_grad.assign(static_cast<size_t>(tk_op_noutputs(op)), false);
+  p.save_output.assign(static_cast<size_t>(tk_op_nreturns(op)), false);   // (what the op returns)
+  p.takes_grad.assign(static_cast<size_t>(tk_op_nreturns(op)), false);
   p.has_grad.assign(static_cast<size_t>(tk_op_nparams(op)), false);
   for (int i = 0; i < tk_op_nparams(op); ++i)
     if (tk_op_param_kind(op, i) == 0 /* TK_P_TENSOR */) p.tensor_params.push_back(i);
@@ -108,7 +108,7 @@ Plan make_plan(const tk_op* op) {
       if (src == TK_GRAD_FROM_GRAD) p.takes_grad[static_cast<size_t>(index)] = true;
       call.args.emplace_back(src, index);
     }
-    for (int j = 0; j < tk_op_noutputs(bw); ++j) {
+    for (int j = 0; j < tk_op_nreturns(bw); ++j) {   // (what it returns; its scratch tensors are its own)
       call.targets.push_back(tk_op_backward_target(ctx, op, b, j));
       if (call.targets.back() >= 0) p.has_grad[static_cast<size_t>(call.targets.back())] = true;
     }

@@ -670,7 +670,7 @@ void push_outputs(const c10::OperatorHandle& handle, torch::jit::Stack* stack, C
     const auto declared = static_cast<tk_dtype>(tk_op_output_dtype(c.op, c.call.variant, static_cast<int>(i)));
     if (declared != c.call.out_dtype[i]) c.outputs[i] = c.outputs[i].to(to_scalar_type(declared));
   }
-  const size_t nreturns = static_cast<size_t>(tk_op_nreturns(c.op));   // (then the 'mut' parameters')
+  const size_t nreturns = static_cast<size_t>(tk_op_nreturns(c.op));   // (then the scratch tensors, the 'mut' parameters')
   TORCH_INTERNAL_ASSERT(handle.schema().returns().size() == nreturns,
                         "tk.", tk_op_name(c.op), ": schema and spec disagree on outputs");
   torch::jit::drop(*stack, handle.schema().arguments().size());

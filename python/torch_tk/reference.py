@@ -208,3 +208,19 @@ def wkv_loop(w, u, k, v) -> torch.Tensor:
         e1, e2 = torch.exp(ww - p), torch.exp(kk - p)
         aa, bb, pp = e1 * aa + e2 * vv, e1 * bb + e2, p
     return torch.stack(ys, 1) if ys else torch.empty(B, 0, C, dtype=k.dtype, device=k.device)
+
+
+def selective_scan_loop(u, delta, A, B, C, D):
+    """Mamba's selective scan (examples/specs/selective_scan.tk) as mamba_ssm's
+    selective_scan_ref computes it: u, delta [..., E, L], A [E, N], B, C
+    [..., N, L], D [E]; a loop over t on [..., E, N] states. Returns y and
+    the last state. Follows the inputs' dtype and device (autograd too)."""
+    dA = torch.exp(torch.einsum("...el,en->...eln", delta, A))
+    dBu = torch.einsum("...el,...nl,...el->...eln", delta, B, u)
+    x = torch.zeros(dA.shape[:-2] + A.shape[-1:], dtype=u.dtype, device=u.device)
+    ys = []
+    for t in range(u.shape[-1]):
+        x = dA[..., t, :] * x + dBu[..., t, :]
+        ys.append(torch.einsum("...en,...n->...e", x, C[..., :, t]))
+    y = torch.stack(ys, -1) if ys else torch.zeros_like(u)
+    return y + u * D[:, None], x

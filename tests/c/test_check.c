@@ -196,6 +196,44 @@ static const bad_spec k_bad[] = {
      "arguments (a tensor whose shape gives the output's is enough)"},
     {"op f(x: float[N]) -> (y: x.dtype[N], z: x.dtype[N]):\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:1:38: error: output 'z' is never written: the body has no store to it"},
+    /* scratch tensors */
+    {"op f(x: float32[..., N]) -> y: float32[..., N]:\n    scratch s: float32[..., N]\n    for _ in y:\n"
+     "        for i in range(N):\n            s[i] += x[i]\n            y[i] = x[i]\n",
+     "bad.tk:2:13: error: scratch tensor 's' is stored only with '+=', which makes it a sum, and nothing reads a sum "
+     "(other iterations are adding into it): store it with '='"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    scratch s: float32[N]\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:13: error: scratch tensor 's' is never written: the body has no store to it"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    scratch x: float32[N]\n    for i in y:\n        y[i] = 1.0\n"
+     "        x[i] = 2.0\n",
+     "bad.tk:2:13: error: 'x' is declared twice (first at line 1)"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    scratch y: float32[N]\n    for i in y:\n        y[i] = 1.0\n",
+     "bad.tk:2:13: error: 'y' is declared twice (first at line 1)"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    scratch s: float[N]\n    for i in y:\n        s[i] = 1.0\n"
+     "        y[i] = 1.0\n",
+     "bad.tk:2:16: error: a scratch tensor's dtype must be one dtype or 'x.dtype'"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    scratch s: float32\n    for i in y:\n        y[i] = 1.0\n",
+     "bad.tk:2:23: error: expected '[' after the output's dtype, found NEWLINE"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    scratch s: float32[N], t: float32[N]\n    for i in y:\n"
+     "        y[i] = 1.0\n",
+     "bad.tk:2:26: error: expected NEWLINE after the scratch tensor's dims, found ','"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    scratch s: float32[N]\n    for i in y:\n        s[i] = 1.0\n"
+     "        y[i] = s[i]\n",
+     "bad.tk:5:16: error: scratch tensor 's' is read back only in a row loop (a '_' in the loop; docs/spec.md, Row "
+     "loops): here keep values in a local"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    scratch s: float32[M]\n    for i in y:\n        s[i] = 1.0\n"
+     "        y[i] = 1.0\n",
+     "bad.tk:2:24: error: unknown name 'M' in an output dim"},
+    {"op f(x: float32[N]) -> y: float32[N]:\n    for i in y:\n        y[i] = 1.0\n    scratch s: float32[N]\n",
+     "bad.tk:4:5: error: expected the end of the op body after the top-level 'for ... in <output>:' loop, found "
+     "'scratch'"},
+    /* 16 tensors an op, scratch tensors counted: 8 + 2 + 7 is one too many */
+    {"op f(a: float32[N], b: float32[N], c: float32[N], d: float32[N], e: float32[N], f2: float32[N], g: float32[N], "
+     "h: float32[N]) -> (y: float32[N], z: float32[N]):\n"
+     "    scratch s1: float32[N]\n    scratch s2: float32[N]\n    scratch s3: float32[N]\n    scratch s4: float32[N]\n"
+     "    scratch s5: float32[N]\n    scratch s6: float32[N]\n    scratch s7: float32[N]\n    for i in y:\n"
+     "        y[i] = a[i]\n        z[i] = 1.0\n        s1[i] = 1.0\n        s2[i] = 1.0\n        s3[i] = 1.0\n"
+     "        s4[i] = 1.0\n        s5[i] = 1.0\n        s6[i] = 1.0\n        s7[i] = 1.0\n",
+     "bad.tk:1:112: error: too many tensors (limit 16 with outputs)"},
 };
 
 /* Specs that load but whose backward clause does not link (tk_ctx_link). */
@@ -204,6 +242,13 @@ static const bad_spec k_bad[] = {
 
 static const bad_spec k_bad_link[] = {
     {FWD, "bad.tk:2:14: error: backward op 'f_bw' of 'f': no such op (is its spec file loaded?)"},
+    /* a forward op's scratch tensor is not an output a backward op can take */
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward f_bw\n    scratch s: x.dtype[N]\n    for i in y:\n"
+     "        s[i] = x[i]\n        y[i] = x[i]\n"
+     "op f_bw(grad_y: float[N], s: grad_y.dtype[N]) -> grad_x: grad_y.dtype[N]:\n    for i in grad_x:\n"
+     "        grad_x[i] = 0.0\n",
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 's' (bad.tk:7:27) is not a parameter of 'f', an output "
+     "of 'f' or 'grad_<output>' (grad_y)"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward f\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:2:14: error: backward op 'f' of 'f': an op cannot be its own backward"},
     {FWD BW("x: float[N], g: x.dtype[N]", "grad_x: x.dtype[N]"),
@@ -403,6 +448,27 @@ typedef struct good_spec {
 } good_spec;
 
 static const good_spec k_good[] = {
+    /* scratch tensors: not in the schema's returns */
+    {"op sc(x: float[..., N]) -> (y: x.dtype[..., N], m: x.dtype[..., 1]):\n"
+     "    scratch t: float32[..., N]\n"
+     "    scratch u: x.dtype[..., 2]\n"
+     "    for _ in y:\n"
+     "        for i in range(N):\n"
+     "            t[i] = x[N - 1 - i]\n"
+     "        u[0] = 0.0\n"
+     "        u[1] = 1.0\n"
+     "        for i in range(N):\n"
+     "            y[i] = t[i] + u[1]\n"
+     "        m[0] = u[0]\n",
+     "sc(Tensor x) -> (Tensor, Tensor)"},
+    {"op sm(p: mut float[N]):\n"
+     "    scratch t: p.dtype[N]\n"
+     "    for _ in p:\n"
+     "        for i in range(N):\n"
+     "            t[i] = p[i]\n"
+     "        for i in range(N):\n"
+     "            p[i] = t[N - 1 - i]\n",
+     "sm(Tensor(a!) p) -> ()"},
     /* 'mut' parameters: alias sets in the schema, only the declared outputs returned; a tensor named mut */
     {"op g(p: mut float[..., N], mut: p.dtype[N], s: mut float32[..., N]) -> y: p.dtype[..., N]:\n"
      "    for i in y:\n"
@@ -448,6 +514,42 @@ static const good_spec k_good[] = {
      "        last[c, b] = y[b, T - 1, c] * 2.0\n",
      "scan(Tensor k) -> (Tensor, Tensor)"},
 };
+
+/* Scratch tensors are outputs after the returned ones and before the 'mut'
+ * parameters'; an op with one is not in place (tk_op_in_place). */
+static void test_scratch_outputs(void) {
+    static const char text[] =
+        "op sc(x: float[..., N]) -> y: x.dtype[..., N]:\n"
+        "    scratch t: float32[..., N]\n"
+        "    for _ in y:\n"
+        "        for i in range(N):\n"
+        "            t[i] = x[i]\n"
+        "        for i in range(N):\n"
+        "            y[i] = t[N - 1 - i]\n"
+        "op sm(p: mut float[N], q: mut p.dtype[N]):\n"
+        "    scratch t: p.dtype[N]\n"
+        "    for _ in p:\n"
+        "        for i in range(N):\n"
+        "            t[i] = p[i]\n"
+        "        for i in range(N):\n"
+        "            p[i] = t[N - 1 - i]\n"
+        "            q[i] = t[i]\n";
+    tk_ctx *ctx = tk_ctx_new();
+    int st = tk_load_spec(ctx, "sc.tk", text, strlen(text));
+    if (st != TK_OK) fprintf(stderr, "sc.tk: %s\n", tk_ctx_error(ctx));
+    CHECK(st == TK_OK);
+    if (st == TK_OK) {
+        const tk_op *sc = tk_op_find(ctx, "sc"), *sm = tk_op_find(ctx, "sm");
+        CHECK(tk_op_noutputs(sc) == 2 && tk_op_nreturns(sc) == 1 && !tk_op_in_place(sc));
+        CHECK(!tk_op_output_scratch(sc, 0) && tk_op_output_scratch(sc, 1) && !tk_op_output_scratch(sc, 2));
+        CHECK(strcmp(tk_op_output_name(sc, 1), "t") == 0 && tk_op_output_alias(sc, 1) == -1);
+        CHECK(tk_op_noutputs(sm) == 3 && tk_op_nreturns(sm) == 0 && tk_op_in_place(sm));
+        CHECK(tk_op_output_scratch(sm, 0) && strcmp(tk_op_output_name(sm, 0), "t") == 0);
+        CHECK(tk_op_output_alias(sm, 0) == -1 && tk_op_output_alias(sm, 1) == 0 && tk_op_output_alias(sm, 2) == 1);
+        CHECK(!tk_op_output_scratch(sm, 1) && !tk_op_output_scratch(sm, 2));
+    }
+    tk_ctx_free(ctx);
+}
 
 /* tk_op_output_written: 1 only for outputs stored outside every `if` and
  * `for` of the loop body (the shim reuses cached memory for those alone). */
@@ -541,6 +643,7 @@ static void test_error_from_message(void) {
 
 int main(void) {
     test_output_written();
+    test_scratch_outputs();
     test_error_from_message();
     CHECK(tk_ctx_last_error(NULL)->status == TK_ERR_INVALID);
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {

@@ -1,0 +1,157 @@
+"""Mamba's selective scan (examples/specs/selective_scan.tk) and the scratch
+tensors it keeps its state in: values and gradients against a float64 loop
+written as mamba_ssm's `selective_scan_ref` computes it (torch's autograd
+differentiates the reference), on fresh random inputs with outputs and
+scratch poisoned (NaN) so an element nothing writes, or a scratch element
+read before it is written, shows; batch dims (B and C shared by a batch
+broadcast), strided inputs, torch.compile, opcheck; what a scratch tensor is
+to the schema, `tkc plan` and an in-place op; CUDA against the CPU where a
+GPU exists.
+"""
+import os
+import subprocess
+
+import pytest
+import torch
+
+import torch_tk
+from torch_tk import reference as ref
+
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPEC = os.path.join(ROOT, "examples", "specs", "selective_scan.tk")
+torch_tk.load(SPEC)
+tk = torch.ops.tk
+
+
+def reference(u, delta, A, B, C, D):
+    """y and the last state, as mamba_ssm's selective_scan_ref: a loop over t."""
+    return ref.selective_scan_loop(u, delta, A, B, C, D)
+
+
+def inputs(batch, E, L, N, dtype, seed, bc_batch=None):
+    """u, delta, A, B, C, D as Mamba passes them: delta > 0 (after softplus), A < 0."""
+    g = torch.Generator().manual_seed(seed)
+    bc = batch if bc_batch is None else bc_batch
+
+    def r(*s):
+        return torch.randn(*s, generator=g, dtype=torch.float64)
+
+    u, delta = r(*batch, E, L), torch.rand(*batch, E, L, generator=g, dtype=torch.float64) * 0.5
+    A = -torch.rand(E, N, generator=g, dtype=torch.float64) * 3
+    return [t.to(dtype) for t in (u, delta, A, r(*bc, N, L), r(*bc, N, L), r(E))]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.float64, 2e-6), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize("batch,E,L,N", [((), 5, 37, 4), ((2,), 8, 64, 16), ((2, 3), 3, 9, 1), ((1,), 2, 1, 3)])
+def test_forward(dtype, tol, batch, E, L, N):
+    args = inputs(batch, E, L, N, dtype, seed=E * L + N)
+    y, last = tk.selective_scan(*args)
+    want_y, want_last = reference(*[a.double() for a in args])
+    assert y.dtype == dtype and y.shape == (*batch, E, L) and last.shape == (*batch, E, N)
+    assert not y.isnan().any() and not last.isnan().any()
+    # (the state is float32 in every dtype: a float64 call agrees to float32's precision)
+    for got, want in ((y, want_y), (last, want_last)):
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * max(1.0, want.abs().max().item()))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 5e-5), (torch.float64, 5e-6)])
+@pytest.mark.parametrize("batch,bc_batch", [((), None), ((2,), None), ((2, 3), ()), ((2, 3), (3,))])
+def test_gradients(dtype, tol, batch, bc_batch):
+    args = [a.requires_grad_() for a in inputs(batch, 6, 29, 5, dtype, seed=len(batch), bc_batch=bc_batch)]
+    ref_args = [a.detach().double().requires_grad_() for a in args]
+    y, last = tk.selective_scan(*args)
+    want_y, want_last = reference(*ref_args)
+    g = torch.randn(y.shape, dtype=torch.float64)
+    got = torch.autograd.grad((y.double() * g).sum(), args)
+    want = torch.autograd.grad((want_y * g).sum(), ref_args)
+    for name, a, gg, w in zip("u delta A B C D".split(), args, got, want):
+        assert gg.shape == a.shape and gg.dtype == a.dtype, name
+        assert not gg.isnan().any(), name
+        torch.testing.assert_close(gg.double(), w, rtol=tol, atol=tol * w.abs().max().item(), msg=name)
+    assert not last.requires_grad   # a state returned, not differentiated (no grad_last_state)
+
+
+def test_strided_inputs():
+    """u and delta as transposed views ([..., L, E] memory), B and C sliced."""
+    u, delta, A, B, C, D = inputs((2,), 7, 19, 4, torch.float32, seed=5)
+    ut, dt = u.transpose(-1, -2).contiguous().transpose(-1, -2), delta.transpose(-1, -2).contiguous().transpose(-1, -2)
+    Bw = torch.cat([B, B], -1)[..., ::2]
+    assert not ut.is_contiguous() and not Bw.is_contiguous()
+    y, last = tk.selective_scan(ut, dt, A, Bw, C, D)
+    want_y, want_last = reference(*[a.double() for a in (u, delta, A, Bw, C, D)])
+    torch.testing.assert_close(y.double(), want_y, rtol=2e-5, atol=2e-5 * want_y.abs().max().item())
+    torch.testing.assert_close(last.double(), want_last, rtol=2e-5, atol=2e-5)
+
+
+def test_compile_and_opcheck():
+    args = inputs((2,), 4, 16, 3, torch.float32, seed=11)
+
+    def f(u, delta, A, B, C, D):
+        y, last = tk.selective_scan(u, delta, A, B, C, D)
+        return (y * 2).sum() + last.sum()
+
+    eager = [a.clone().requires_grad_() for a in args]
+    comp = [a.clone().requires_grad_() for a in args]
+    f(*eager).backward()
+    out = torch.compile(f, fullgraph=True)(*comp)
+    out.backward()
+    torch.testing.assert_close(out, f(*[a.detach() for a in args]))
+    for a, b in zip(eager, comp):
+        torch.testing.assert_close(a.grad, b.grad)
+    torch.library.opcheck(tk.selective_scan.default, args)
+    torch.library.opcheck(tk.selective_scan_backward_ue.default, (*args, torch.randn(2, 4, 16)))
+
+
+def test_scratch_is_not_returned(tkc):
+    assert len(tk.selective_scan.default._schema.returns) == 2
+    assert len(tk.selective_scan_backward_ue.default._schema.returns) == 4
+    plan = subprocess.run([tkc, "plan", "--dtype", "f32", SPEC], check=True, capture_output=True, text=True).stdout
+    assert "  scratch: h, allocated for each call (uninitialised) and not returned\n" in plan
+    assert "  scratch: dh, gu, gd, da, allocated for each call (uninitialised) and not returned\n" in plan
+
+
+def test_scratch_in_an_in_place_op():
+    """An op that reverses its argument in place through a scratch row: the
+    'mut' argument is the one after the scratch tensor among the outputs."""
+    rev = torch_tk.kernel("""
+        op scratch_reverse_(p: mut float[..., N]):
+            scratch t: p.dtype[..., N]
+            for _ in p:
+                for i in range(N):
+                    t[i] = p[i]
+                for i in range(N):
+                    p[i] = t[N - 1 - i]
+        """)
+    x = torch.randn(3, 10)
+    want = x.flip(-1)
+    v = x._version
+    rev(x)
+    assert torch.equal(x, want)
+    assert x._version > v
+
+
+def test_errors():
+    u, delta, A, B, C, D = inputs((2,), 4, 8, 3, torch.float32, seed=1)
+    with pytest.raises(RuntimeError, match=r"^tk\.selective_scan: .*'B'"):
+        tk.selective_scan(u, delta, A, B[..., :2, :], C, D)
+    with pytest.raises(RuntimeError, match=r"^tk\.selective_scan: .*'D'"):
+        tk.selective_scan(u, delta, A, B, C, D[:3])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_matches_cpu(dtype):
+    args = [a.requires_grad_() for a in inputs((2,), 64, 128, 16, dtype, seed=3)]
+    cuda = [a.detach().cuda().requires_grad_() for a in args]
+    y, last = tk.selective_scan(*args)
+    yc, lastc = tk.selective_scan(*cuda)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(yc.cpu(), y, **tol)
+    torch.testing.assert_close(lastc.cpu(), last, **tol)
+    g = torch.randn(y.shape, dtype=dtype)
+    got = torch.autograd.grad((yc * g.cuda()).sum(), cuda)
+    want = torch.autograd.grad((y * g).sum(), args)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.cpu().double(), b.double(), rtol=1e-3, atol=1e-3 * b.abs().max().item())
