@@ -388,10 +388,13 @@ static tk_status check_outputs(checker *c) {
         op->out_dtype_root[i] = -1;
         if (p->dtype_of) {
             TRY(resolve_dtype_of(c, p, d->nparams, &op->out_dtype_root[i]));
+        } else if (p->scratch && p->dtype_mask == TK_DTYPES_FLOAT) {   /* 'float': the body's float type */
+            op->out_dtype_root[i] = TK_OUT_BODY_FLOAT;
+            op->out_dtype_fixed[i] = TK_F32;
         } else {
             if (count_bits(p->dtype_mask) != 1)
-                return fail(c, p->dtype_loc, "%s dtype must be one dtype or 'x.dtype'",
-                            p->scratch ? "a scratch tensor's" : "an output's");
+                return fail(c, p->dtype_loc, p->scratch ? "a scratch tensor's dtype must be one dtype, 'x.dtype' or "
+                            "'float' (the body's float type)" : "an output's dtype must be one dtype or 'x.dtype'");
             for (int t = 0; t < TK_DTYPE_COUNT; t++)
                 if (p->dtype_mask == (1u << t)) op->out_dtype_fixed[i] = (tk_dtype)t;
         }

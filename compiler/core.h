@@ -47,7 +47,8 @@ struct tk_op {
     signed char dim_sym[TK_MAX_TENSORS * 4][TK_MAX_DIMS + 1];  /* dims[j]: index in dims[] or -1 */
     int dtype_root[TK_MAX_TENSORS * 4];  /* tensor param whose dtype it shares (itself if a class) */
     int out_slot[TK_MAX_TENSORS];
-    int out_dtype_root[TK_MAX_TENSORS];  /* -1 if a concrete dtype */
+    int out_dtype_root[TK_MAX_TENSORS];  /* -1 if a concrete dtype; TK_OUT_BODY_FLOAT: a scratch tensor
+                                          * declared 'float', the body's float type in each variant */
     tk_dtype out_dtype_fixed[TK_MAX_TENSORS];
     int ntensors, nints, nfloats;        /* input tensor params, int slots used by scalars */
     tk_dimsym dims[TK_MAX_INTS];
@@ -110,6 +111,7 @@ void tk_error_clear(tk_error *e);
 /* Variant v's dtype for tensor parameter p (an input). */
 tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param);
 /* The dtype output i is declared with in variant v. */
+#define TK_OUT_BODY_FLOAT (-2)
 tk_dtype tk_variant_out_decl_dtype(const tk_op *op, int variant, int out);
 /* The dtype variant v's kernel keeps output i in (tk_call.out_dtype): the
  * declared one, except a sum declared float16 or bfloat16, which the kernel

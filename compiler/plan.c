@@ -441,7 +441,7 @@ static void row_text(tk_buf *b, const tk_plan *P) {
 
 /* The scratch tensors (docs/spec.md, Scratch tensors) and the 'mut'
  * parameters (In-place parameters): outputs the op does not return. */
-static void mut_text(tk_buf *b, const tk_opdecl *d) {
+static void unreturned_text(tk_buf *b, const tk_opdecl *d) {
     int n = 0;
     for (int o = d->nreturns; o < d->noutputs; o++)
         if (d->outputs[o].scratch) tk_buf_printf(b, "%s%s", n++ ? ", " : "  scratch: ", d->outputs[o].name);
@@ -459,7 +459,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
     tk_buf_printf(b, "plan %s, variant %s (%d of %d), target %s%s\n", d->name, op->variant_codes[P->variant],
                   P->variant + 1, op->nvariants, gpu ? "cuda" : "cpu", P->plain ? ", plain" : "");
     const tk_param *o = &d->outputs[op->loop_out];
-    mut_text(b, d);
+    unreturned_text(b, d);
     if (P->row_loop) {
         row_text(b, P);
         return;

@@ -36,6 +36,7 @@ tk_dtype tk_variant_dtype(const tk_op *op, int variant, int param) {
 }
 
 tk_dtype tk_variant_out_decl_dtype(const tk_op *op, int variant, int out) {
+    if (op->out_dtype_root[out] == TK_OUT_BODY_FLOAT) return tk_variant_float_type(op, variant);
     if (op->out_dtype_root[out] < 0) return op->out_dtype_fixed[out];
     return tk_variant_dtype(op, variant, op->out_dtype_root[out]);
 }

@@ -208,9 +208,12 @@ static const bad_spec k_bad[] = {
      "bad.tk:2:13: error: 'x' is declared twice (first at line 1)"},
     {"op f(x: float32[N]) -> y: float32[N]:\n    scratch y: float32[N]\n    for i in y:\n        y[i] = 1.0\n",
      "bad.tk:2:13: error: 'y' is declared twice (first at line 1)"},
-    {"op f(x: float[N]) -> y: x.dtype[N]:\n    scratch s: float[N]\n    for i in y:\n        s[i] = 1.0\n"
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    scratch s: int[N]\n    for i in y:\n        s[i] = 1\n"
      "        y[i] = 1.0\n",
-     "bad.tk:2:16: error: a scratch tensor's dtype must be one dtype or 'x.dtype'"},
+     "bad.tk:2:16: error: a scratch tensor's dtype must be one dtype, 'x.dtype' or 'float' (the body's float type)"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    scratch s: float16|float32[N]\n    for i in y:\n        s[i] = 1.0\n"
+     "        y[i] = 1.0\n",
+     "bad.tk:2:16: error: a scratch tensor's dtype must be one dtype, 'x.dtype' or 'float' (the body's float type)"},
     {"op f(x: float32[N]) -> y: float32[N]:\n    scratch s: float32\n    for i in y:\n        y[i] = 1.0\n",
      "bad.tk:2:23: error: expected '[' after the output's dtype, found NEWLINE"},
     {"op f(x: float32[N]) -> y: float32[N]:\n    scratch s: float32[N], t: float32[N]\n    for i in y:\n"
@@ -520,7 +523,7 @@ static const good_spec k_good[] = {
 static void test_scratch_outputs(void) {
     static const char text[] =
         "op sc(x: float[..., N]) -> y: x.dtype[..., N]:\n"
-        "    scratch t: float32[..., N]\n"
+        "    scratch t: float[..., N]\n"
         "    for _ in y:\n"
         "        for i in range(N):\n"
         "            t[i] = x[i]\n"
@@ -543,6 +546,12 @@ static void test_scratch_outputs(void) {
         CHECK(tk_op_noutputs(sc) == 2 && tk_op_nreturns(sc) == 1 && !tk_op_in_place(sc));
         CHECK(!tk_op_output_scratch(sc, 0) && tk_op_output_scratch(sc, 1) && !tk_op_output_scratch(sc, 2));
         CHECK(strcmp(tk_op_output_name(sc, 1), "t") == 0 && tk_op_output_alias(sc, 1) == -1);
+        /* 'float': the body's float type, float32 in the float16 and bfloat16 variants */
+        for (int v = 0; v < tk_op_nvariants(sc); v++) {
+            const char *code = tk_op_variant_code(sc, v);
+            CHECK(tk_op_output_dtype(sc, v, 1) == (strcmp(code, "f64") == 0 ? TK_F64 : TK_F32));
+            CHECK(tk_op_output_dtype(sc, v, 0) != TK_F32 || strcmp(code, "f32") == 0);
+        }
         CHECK(tk_op_noutputs(sm) == 3 && tk_op_nreturns(sm) == 0 && tk_op_in_place(sm));
         CHECK(tk_op_output_scratch(sm, 0) && strcmp(tk_op_output_name(sm, 0), "t") == 0);
         CHECK(tk_op_output_alias(sm, 0) == -1 && tk_op_output_alias(sm, 1) == 0 && tk_op_output_alias(sm, 2) == 1);
