@@ -156,7 +156,7 @@ def row(op, impl, fn, repeat, work, check, tf32=False):
     r = dict(op=op, impl=impl, median_ms=med, times_ms=times, kernels_per_call=len(kernels),
              kernel_names=sorted(set(kernels)), copies_per_call=copies, napkin=napkin, check=check,
              peak_mem_bytes=peak, **work)
-    print(f"  {op:13s} {impl:24s} {med:9.3f} ms  {len(kernels):3d} kernels  {napkin:>14s}  {check}", flush=True)
+    print(f"  {op:22s} {impl:24s} {med:9.3f} ms  {len(kernels):3d} kernels  {napkin:>14s}  {check}", flush=True)
     return r
 
 
@@ -481,14 +481,14 @@ def first_call_latency():
 
 
 def format_table(rows, latency) -> str:
-    head = f"{'op':13s} {'impl':28s} {'median ms':>10s} {'kernels':>8s} {'napkin':>14s} {'peak MB':>8s}  check"
+    head = f"{'op':22s} {'impl':28s} {'median ms':>10s} {'kernels':>8s} {'napkin':>14s} {'peak MB':>8s}  check"
     lines = [head, "-" * len(head)]
     for r in rows:
         mem = "-" if r.get("peak_mem_bytes") is None else f"{r['peak_mem_bytes'] / 1e6:.0f}"
-        lines.append(f"{r['op']:13s} {r['impl']:28s} {r['median_ms']:10.3f} {r['kernels_per_call']:8d} "
+        lines.append(f"{r['op']:22s} {r['impl']:28s} {r['median_ms']:10.3f} {r['kernels_per_call']:8d} "
                      f"{r['napkin']:>14s} {mem:>8s}  {r['check']}")
     for r in latency:
-        lines.append(f"{r['op']:13s} {'first call cold / warm':28s} {r['cold_first_ms']:8.1f} / "
+        lines.append(f"{r['op']:22s} {'first call cold / warm':28s} {r['cold_first_ms']:8.1f} / "
                      f"{r['warm_first_ms']:.1f} ms (steady {r['steady_ms']:.3f} ms)")
     return "\n".join(lines)
 
@@ -543,6 +543,10 @@ def summary(rows) -> list:
         if a and c:   # the opt-in cooperative form against the default: decides whether it becomes one
             out.append(f"{op}: tk coop=32 (a warp a row) {c:.3f} ms = {c / a:.2f}x a thread a row" +
                        (f", {c / b:.2f}x {ref_impl}" if b else ""))
+    for op in ("selective scan", "selective scan fwd+bwd"):
+        a, b = ms(op, "tk"), ms(op, "torch loop over t")
+        if a and b:   # (the backward's B and C gradients run B*N threads: where the time goes on a GPU)
+            out.append(f"{op}: tk {a:.3f} ms, {b / a:.1f}x the torch loop over t (mamba_ssm's reference)")
     for op, tk_impl, ref_impl in (("brick_pad", "tk", "torch_pad (seed)"),
                                   ("rwkv_forward", "tk", "F.conv1d (tf32 off)")):
         m = {r["impl"]: r.get("peak_mem_bytes") for r in rows if r["op"] == op}

@@ -129,12 +129,14 @@ def test_gpu_bench_dry_run_on_cpu(lib_path, tmp_path):
                  ("rwkv_backward", "F.conv1d autograd (tf32 off)"), ("rwkv_backward", "tk rwkv_backward_w alone"),
                  ("rwkv_backward", "tk rwkv_backward_k alone"), ("rwkv_forward", "tk bfloat16"),
                  ("rwkv_forward", "tk float16"), ("per call", "tk rwkv_forward (8 el.)"),
-                 ("softmax 64x128", "tk"), ("softmax 64x128", "tk coop=32"), ("layernorm", "tk coop=32")]:
+                 ("softmax 64x128", "tk"), ("softmax 64x128", "tk coop=32"), ("layernorm", "tk coop=32"),
+                 ("adamw step", "tk adamw_"), ("selective scan", "tk"), ("selective scan fwd+bwd", "tk"),
+                 ("selective scan fwd+bwd", "torch loop over t")]:
         assert case in cases, case
     assert all(row["median_ms"] > 0 for row in res["results"])
     summary = "\n".join(res["summary"])
     for target in ("<= 40 us", ">= 85%", ">= 300x", "<= 0.30 ms", "<= 0.70 ms", "bfloat16", "float16", "per call",
-                   "layernorm: tk coop=32 (a warp a row)"):
+                   "layernorm: tk coop=32 (a warp a row)", "selective scan fwd+bwd: tk"):
         assert target in summary, target
     assert "bit-equal to torch_pad" in r.stdout
 
