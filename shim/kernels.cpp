@@ -166,6 +166,21 @@ bool stageable(const tk_op* op, size_t i, const at::Tensor& t, int64_t numel) {
   return !tk_op_param_mut(op, static_cast<int>(i)) && worth_staging(t, numel);
 }
 
+// The elements a bound call computes, to weigh a copy against: its index
+// space, or for a row loop (whose iterations each walk rows) its largest
+// output, scratch tensors included. The selective scan's B and C, [N, L] a
+// batch row against u's [E, L], passed as transposed views: 74 ms strided,
+// 20 ms staged (B 1, E 1536, L 512, N 16; bench/LOG.md, 2026-12-07).
+int64_t staging_work(const tk_call& call) {
+  int64_t work = call.kargs.numel;
+  for (int o = 0; o < call.noutputs; ++o) {
+    int64_t n = 1;
+    for (int d = 0; d < call.out_ndim[o]; ++d) n *= call.out_sizes[o][d];
+    work = std::max(work, n);
+  }
+  return work;
+}
+
 // The last few successful binds of this thread, with their arguments: a
 // training loop calls an op with the same shapes again and again, and a
 // bind depends only on the arguments' kinds, values, dtypes, sizes, strides
@@ -240,8 +255,9 @@ void bind_args(const c10::OperatorHandle& handle, const torch::jit::Stack& stack
   }
   if (rebind(c, args.data(), n)) return;
   TORCH_CHECK(tk_bind(c.op, args.data(), static_cast<int>(n), &c.call) == TK_OK, c.call.msg);
+  const int64_t work = device.is_cpu() ? staging_work(c.call) : 0;
   for (size_t i = 0; device.is_cpu() && i < n; ++i)
-    c.stage = c.stage || (values[i].isTensor() && stageable(c.op, i, values[i].toTensor(), c.call.kargs.numel));
+    c.stage = c.stage || (values[i].isTensor() && stageable(c.op, i, values[i].toTensor(), work));
   if (!c.stage) remember(c, args.data(), n);
 }
 
@@ -253,8 +269,9 @@ void stage_inputs(const c10::OperatorHandle& handle, const torch::jit::Stack& st
   if (!c.stage) return;
   const auto& params = handle.schema().arguments();
   auto values = torch::jit::last(stack, c.nargs);
+  const int64_t work = staging_work(c.call);
   for (size_t i = 0; i < c.nargs; ++i) {
-    if (!values[i].isTensor() || !stageable(c.op, i, values[i].toTensor(), c.call.kargs.numel)) continue;
+    if (!values[i].isTensor() || !stageable(c.op, i, values[i].toTensor(), work)) continue;
     c.staged.push_back(values[i].toTensor().contiguous());
     c.args[i] = tk_arg_tensor(to_view(c.staged.back(), false, Where{tk_op_name(c.op), params[i].name().c_str()}));
   }

@@ -84,3 +84,31 @@ def test_rwkv_transposed_weight(tk, B, staged):
     want.backward(g)
     torch.testing.assert_close(w.grad, w2.grad, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(k.grad, k2.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_row_loop_staging_weighs_the_outputs(tk):
+    """A row loop's index space is its iterations (the selective scan's: batch
+    x E), but each walks a row: the copy is weighed against its largest output
+    (y, batch x E x L). B and C ([N, L] a batch row, 1/8 of y when E = 8 N)
+    passed transposed are copied; u, as large as y, is read in place."""
+    import os
+    import torch_tk
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    torch_tk.load(os.path.join(root, "examples", "specs", "selective_scan.tk"))
+    gen = torch.Generator().manual_seed(3)
+    E, L, N = 32, 24, 4
+    u, delta = torch.randn(2, E, L, generator=gen), torch.rand(2, E, L, generator=gen) * 0.5
+    A, D = -torch.rand(E, N, generator=gen), torch.randn(E, generator=gen)
+    B, C = torch.randn(2, N, L, generator=gen), torch.randn(2, N, L, generator=gen)
+
+    def transposed(t):
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+    want = tk.selective_scan(u, delta, A, B, C, D)
+    for args, staged in (((u, delta, A, transposed(B), transposed(C), D), 2),
+                         ((u, delta, A, transposed(B), C, D), 1),
+                         ((transposed(u), delta, A, B, C, D), 0)):
+        (y, last), copies = copies_in(lambda: tk.selective_scan(*args))
+        assert copies == staged
+        torch.testing.assert_close(y, want[0], rtol=1e-6, atol=1e-6)   # (the strided body sums in another order)
+        torch.testing.assert_close(last, want[1], rtol=1e-6, atol=1e-6)
