@@ -203,6 +203,27 @@ def test_gpu_static_report_shows_the_tiles(lib_path, tmp_path):
     assert "tk_rwkv_forward__f32" in r.stdout
 
 
+def test_scratch_specs_compile_for_the_gpu(lib_path, tmp_path):
+    """The ops with scratch tensors (the selective scan and its backward ops,
+    tests/specs/scratch.tk) compile with NVRTC for the GPU (no GPU needed),
+    every kernel without spills; test_variants runs the same CUDA sources on
+    the CPU, and tests/python/test_selective_scan.py runs them on a GPU."""
+    tkc = os.path.join(os.path.dirname(lib_path), "tkc")
+    if not os.path.exists(tkc):
+        pytest.fail(f"no tkc next to {lib_path}: build the project first")
+    out = tmp_path / "static.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_static.py"), "--tkc", tkc, "--only", "f32",
+                        "--json", str(out), os.path.join(ROOT, "examples", "specs", "selective_scan.tk"),
+                        os.path.join(ROOT, "tests", "specs", "scratch.tk")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    import json
+    rows = {k["kernel"]: k for k in json.loads(out.read_text())["kernels"]}
+    for op in ("selective_scan", "selective_scan_backward_ue", "selective_scan_backward_bc", "scratch_softmax",
+               "scratch_state", "scratch_flat"):
+        k = rows[f"tk_{op}__f32"]
+        assert k["regs"] > 0 and k.get("spill_st", 0) == 0 and k.get("spill_ld", 0) == 0, k
+
+
 def test_gpu_static_register_cap(lib_path, tmp_path):
     """TK_CUDA_TUNE=regs=128 (schedule regs=128) emits __maxnreg__(128): ptxas
     keeps rwkv_forward f32 at 128 registers a thread (16 warps an SM in
