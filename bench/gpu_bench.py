@@ -368,11 +368,30 @@ def bench_optim(repeat):
     return rows, ok
 
 
+def coop_copy(path, name, coop):
+    """The ops of spec file `path` renamed `name`_coop<coop>... with a
+    'schedule coop=<coop>' line each (before its first scratch line), loaded:
+    the cooperative form (opt-in, untimed) beside the default one."""
+    out, seen = [], False
+    for line in open(path).read().replace(name, f"{name}_coop{coop}").splitlines():
+        if line.startswith("op "):
+            seen = False
+        if line.startswith("    scratch ") and not seen:
+            out.append(f"    schedule coop={coop}")
+            seen = True
+        out.append(line)
+    torch_tk.kernel("\n".join(out) + "\n", file=f"{name}_coop{coop}.tk")
+
+
 def bench_selective_scan(repeat):
     """Mamba's selective scan (examples/specs/selective_scan.tk), forward and
     forward + backward, against mamba_ssm's reference formulation in torch (a
-    loop over t), Mamba-130M's inner width; checked against it first."""
-    torch_tk.load(os.path.join(HERE, "..", "examples", "specs", "selective_scan.tk"))
+    loop over t), Mamba-130M's inner width; checked against it first. Also in
+    the cooperative form (schedule coop=16: 16 lanes a (batch row, channel),
+    the loops over the state dealt over them; opt-in until this decides)."""
+    spec = os.path.join(HERE, "..", "examples", "specs", "selective_scan.tk")
+    torch_tk.load(spec)
+    coop_copy(spec, "selective_scan", 16)
     tk = torch.ops.tk
     B, E, L, N = (1, 8, 32, 4) if SMALL else (2, 1536, 1024, 16)
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -399,8 +418,17 @@ def bench_selective_scan(repeat):
                     f"rel err {err:.2g} vs the loop"),
                 row("selective scan", "torch loop over t", lambda: ref.selective_scan_loop(*args), slow, work,
                     "reference (mamba_ssm's selective_scan_ref)")]
+    y16 = tk.selective_scan_coop16(*args)[0]
+    err16 = rel_err(y16, want.detach().double())
+    gerr16 = max(rel_err(a, b.double()) for a, b in zip(torch.autograd.grad(y16, args, gy), want_g))
+    ok = ok and err16 < 1e-4 and gerr16 < 1e-3
+    with torch.no_grad():
+        rows.append(row("selective scan", "tk coop=16", lambda: tk.selective_scan_coop16(*args), repeat, work,
+                        f"rel err {err16:.2g}; 16 lanes an iteration"))
     rows += [row("selective scan fwd+bwd", "tk", both(tk.selective_scan), max(repeat // 5, 3), work,
                  f"grads rel err {gerr:.2g} vs the loop's"),
+             row("selective scan fwd+bwd", "tk coop=16", both(tk.selective_scan_coop16), max(repeat // 5, 3), work,
+                 f"grads rel err {gerr16:.2g}; 16 lanes an iteration"),
              row("selective scan fwd+bwd", "torch loop over t", both(ref.selective_scan_loop), slow, work,
                  "reference")]
     return rows, ok
@@ -547,6 +575,9 @@ def summary(rows) -> list:
         a, b = ms(op, "tk"), ms(op, "torch loop over t")
         if a and b:   # (the backward's B and C gradients run B*N threads: where the time goes on a GPU)
             out.append(f"{op}: tk {a:.3f} ms, {b / a:.1f}x the torch loop over t (mamba_ssm's reference)")
+        c = ms(op, "tk coop=16")
+        if a and c:   # the opt-in cooperative form against the default: decides whether it becomes one
+            out.append(f"{op}: tk coop=16 (16 lanes an iteration) {c:.3f} ms = {c / a:.2f}x a thread an iteration")
     for op, tk_impl, ref_impl in (("brick_pad", "tk", "torch_pad (seed)"),
                                   ("rwkv_forward", "tk", "F.conv1d (tf32 off)")):
         m = {r["impl"]: r.get("peak_mem_bytes") for r in rows if r["op"] == op}

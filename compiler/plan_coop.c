@@ -26,9 +26,12 @@
  * index that moves with its variable (a*i + terms that are the same in
  * every iteration, a != 0: no two iterations write one element), and every
  * output it both stores and reads it reads at the element it stores.
- * The form is refused, the plan saying why, when a store sits in a loop
- * that is not dealt (a scan's running sum: cumsum, wkv's recurrence), or
- * when no loop is dealt. It is opt-in because no GPU has timed it yet. */
+ * A loop that is not dealt may store (lane 0 does) and carry state from one
+ * iteration to the next (the selective scan's walk over t, whose loops over
+ * the state's components are dealt). The form is refused, the plan saying
+ * why, when no loop is dealt (a scan's running sum alone: cumsum, wkv's
+ * recurrence: the lanes would only repeat one another). It is opt-in
+ * because no GPU has timed it yet. */
 #include <stdio.h>
 #include <string.h>
 
@@ -299,9 +302,9 @@ typedef struct coop_walk_state {
     char first_why[256];            /* why the first loop found was not dealt */
 } coop_walk_state;
 
-/* Deals the loops of body that can be dealt; seq: the innermost loop around
- * body that is not (NULL: none), whose stores refuse the form. */
-static void coop_walk(coop_walk_state *st, tk_stmt **body, int n, const tk_stmt *seq) {
+/* Deals the loops of body that can be dealt; those that cannot run on every
+ * lane, and the loops inside them are walked. */
+static void coop_walk(coop_walk_state *st, tk_stmt **body, int n) {
     tk_plan *P = st->P;
     const tk_op *op = P->op;
     for (int i = 0; i < n && !st->fail; i++) {
@@ -321,18 +324,10 @@ static void coop_walk(coop_walk_state *st, tk_stmt **body, int n, const tk_stmt 
             }
             if (!st->first_why[0]) snprintf(st->first_why, sizeof st->first_why, "the loop over %s at line %d: %s",
                                             s->name, s->loc.line, why);
-            coop_walk(st, s->body, s->nbody, s);
+            coop_walk(st, s->body, s->nbody);
         } else if (s->kind == TK_S_IF) {
-            coop_walk(st, s->body, s->nbody, seq);
-            coop_walk(st, s->orelse, s->norelse, seq);
-        } else if (s->kind == TK_S_STORE && seq) {
-            tk_coop_loop cl;
-            char why[200] = "";
-            dealable(op, seq, &cl, why, sizeof why);
-            snprintf(P->coop_why, sizeof P->coop_why,
-                     "the loop over %s at line %d stores %s (line %d) but its lanes cannot share it: %s", seq->name,
-                     seq->loc.line, s->name, s->loc.line, why);
-            st->fail = 1;
+            coop_walk(st, s->body, s->nbody);
+            coop_walk(st, s->orelse, s->norelse);
         }
     }
 }
@@ -360,7 +355,7 @@ int coop_plan(tk_plan *P) {
     coop_walk_state st;
     memset(&st, 0, sizeof st);
     st.P = P;
-    coop_walk(&st, d->body, d->nbody, NULL);
+    coop_walk(&st, d->body, d->nbody);
     if (!st.fail && P->ncoop == 0) {
         snprintf(P->coop_why, sizeof P->coop_why, "no loop of the body has independent iterations%s%s",
                  st.first_why[0] ? "; " : "", st.first_why);
