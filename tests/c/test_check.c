@@ -518,6 +518,18 @@ static const good_spec k_good[] = {
      "scan(Tensor k) -> (Tensor, Tensor)"},
 };
 
+/* A context holding spec `text`, loaded as `file`; NULL (the error printed,
+ * the check failed) when it does not load. */
+static tk_ctx *load_good(const char *file, const char *text) {
+    tk_ctx *ctx = tk_ctx_new();
+    int st = tk_load_spec(ctx, file, text, strlen(text));
+    if (st != TK_OK) fprintf(stderr, "%s: %s\n", file, tk_ctx_error(ctx));
+    CHECK(st == TK_OK);
+    if (st == TK_OK) return ctx;
+    tk_ctx_free(ctx);
+    return NULL;
+}
+
 /* Scratch tensors are outputs after the returned ones and before the 'mut'
  * parameters'; an op with one is not in place (tk_op_in_place). */
 static void test_scratch_outputs(void) {
@@ -537,11 +549,8 @@ static void test_scratch_outputs(void) {
         "        for i in range(N):\n"
         "            p[i] = t[N - 1 - i]\n"
         "            q[i] = t[i]\n";
-    tk_ctx *ctx = tk_ctx_new();
-    int st = tk_load_spec(ctx, "sc.tk", text, strlen(text));
-    if (st != TK_OK) fprintf(stderr, "sc.tk: %s\n", tk_ctx_error(ctx));
-    CHECK(st == TK_OK);
-    if (st == TK_OK) {
+    tk_ctx *ctx = load_good("sc.tk", text);
+    if (ctx) {
         const tk_op *sc = tk_op_find(ctx, "sc"), *sm = tk_op_find(ctx, "sm");
         CHECK(tk_op_noutputs(sc) == 2 && tk_op_nreturns(sc) == 1 && !tk_op_in_place(sc));
         CHECK(!tk_op_output_scratch(sc, 0) && tk_op_output_scratch(sc, 1) && !tk_op_output_scratch(sc, 2));
@@ -576,11 +585,8 @@ static void test_output_written(void) {
         "        if x[i] > 1.0:\n"
         "            d[i] = 4.0\n"
         "        d[i] = 5.0\n";
-    tk_ctx *ctx = tk_ctx_new();
-    int st = tk_load_spec(ctx, "ow.tk", text, strlen(text));
-    if (st != TK_OK) fprintf(stderr, "ow.tk: %s\n", tk_ctx_error(ctx));
-    CHECK(st == TK_OK);
-    if (st == TK_OK) {
+    tk_ctx *ctx = load_good("ow.tk", text);
+    if (ctx) {
         const tk_op *op = tk_op_at(ctx, 0);
         CHECK(tk_op_output_written(op, 0) == 1);   /* a: top level */
         CHECK(tk_op_output_written(op, 1) == 0);   /* b: both branches, but under an if */
@@ -599,11 +605,8 @@ static void test_output_written(void) {
                                  "            for j in range(2):\n                s += 1.0\n        y[i] = s\n";
     const char *texts[2] = {flat, nested};
     for (int t = 0; t < 2; t++) {
-        ctx = tk_ctx_new();
-        st = tk_load_spec(ctx, "lf.tk", texts[t], strlen(texts[t]));
-        if (st != TK_OK) fprintf(stderr, "lf.tk %d: %s\n", t, tk_ctx_error(ctx));
-        CHECK(st == TK_OK);
-        if (st == TK_OK) CHECK(tk_op_loop_free(tk_op_at(ctx, 0)) == (t == 0));
+        ctx = load_good("lf.tk", texts[t]);
+        if (ctx) CHECK(tk_op_loop_free(tk_op_at(ctx, 0)) == (t == 0));
         tk_ctx_free(ctx);
     }
     /* a row loop: never loop-free (index i does not write element i), and a
@@ -611,11 +614,8 @@ static void test_output_written(void) {
      * its dims (last[c, b]; y's owned dim t: no) */
     static const char row[] = "op row(k: float32[B, T, C]) -> (y: float32[B, T, C], last: float32[C, B]):\n"
                               "    for b, _, c in y:\n        y[b, 0, c] = k[b, 0, c]\n        last[c, b] = 1.0\n";
-    ctx = tk_ctx_new();
-    st = tk_load_spec(ctx, "row.tk", row, strlen(row));
-    if (st != TK_OK) fprintf(stderr, "row.tk: %s\n", tk_ctx_error(ctx));
-    CHECK(st == TK_OK);
-    if (st == TK_OK) {
+    ctx = load_good("row.tk", row);
+    if (ctx) {
         const tk_op *op = tk_op_at(ctx, 0);
         CHECK(tk_op_loop_free(op) == 0);
         CHECK(tk_op_output_written(op, 0) == 0 && tk_op_output_written(op, 1) == 1);
