@@ -569,12 +569,15 @@ static tk_status make_variants(checker *c, tk_arena *a) {
     op->variant_codes = tk_arena_alloc(a, sizeof(*op->variant_codes) * (size_t)n);
     if (!op->kernel_names || !op->cpu_fns || !op->cpu_parts || !op->variant_codes) return TK_ERR_NOMEM;
     for (int i = 0; i < op->nvariants; i++) {
-        char code[64] = "";
+        char code[TK_VARIANT_CODE] = "";
         size_t len = 0;
         for (int v = 0; v < op->ndvars; v++) {
             const char *dc = tk_dtype_code(tk_variant_dtype(op, i, op->dvars[v]));
             int w = snprintf(code + len, sizeof code - len, "%s%s", v ? "_" : "", dc);
-            if (w > 0) len += (size_t)w;
+            if (w < 0 || (size_t)w >= sizeof code - len)   /* (cannot happen: see TK_VARIANT_CODE) */
+                return fail(c, op->decl->loc, "internal error: a variant code longer than %d characters",
+                            TK_VARIANT_CODE - 1);
+            len += (size_t)w;
         }
         if (op->ndvars == 0) snprintf(code, sizeof code, "k");
         memcpy(op->variant_codes[i], code, sizeof code);

@@ -10,6 +10,9 @@
 
 #define TK_MAX_VARIANTS 256
 #define TK_MAX_LOCALS 256
+#define TK_VARIANT_CODE 96   /* a variant's code: a dtype code (at most 4 chars) and '_' a dtype variable,
+                              * at most TK_MAX_TENSORS - 1 of them, and a NUL */
+typedef char tk_variant_code_fits[TK_VARIANT_CODE >= 5 * (TK_MAX_TENSORS - 1) + 1 ? 1 : -1];
 
 /* What a name in an op resolves to. */
 typedef enum tk_sym_kind {
@@ -78,7 +81,7 @@ struct tk_op {
     tk_cpu_fn *cpu_fns;                  /* per variant, NULL if none */
     tk_cpu_fn *cpu_parts;                /* per variant: cpu_fns' kernel when it runs its row loop in
                                           * parts (tk_op_set_cpu_parts), else NULL */
-    char (*variant_codes)[64];           /* per variant: "f32", "f16_i64"... */
+    char (*variant_codes)[TK_VARIANT_CODE];  /* per variant: "f32", "f16_i64"... */
     /* per parameter: where the loop body reads tensor parameter i in every
      * iteration (outside every `for` and `if`, the arms of a conditional
      * expression and the right side of and/or): its first such read; line

@@ -338,7 +338,9 @@ static void coop_text(tk_buf *b, const tk_plan *P) {
         tk_buf_puts(b, "\n");
     }
     tk_buf_puts(b, "    other statements: on every lane (the same values); their stores by lane 0\n");
-    if (P->coop_sync) tk_buf_puts(b, "    __syncwarp before and after the stores: the body reads outputs back\n");
+    if (P->coop_sync)
+        tk_buf_puts(b, "    __syncwarp before and after the stores: the body reads outputs back (or stores one from "
+                       "the lanes and from lane 0)\n");
     tk_buf_printf(b, "    threads an iteration: %d (the launcher's grid is the domain's size times that)\n", P->coop);
 }
 

@@ -149,7 +149,8 @@ typedef struct tk_plan {
     int coop;
     int ncoop;
     tk_coop_loop coop_loops[TK_COOP_LOOPS];
-    int coop_sync;                      /* the body reads outputs back: __syncwarp around the stores */
+    int coop_sync;                      /* the body reads outputs back, or stores one both from dealt loops
+                                         * and from lane 0: __syncwarp around the stores */
     char coop_why[512];
     /* CUDA, a row loop with sums ('+=', any number of iterations) or one in
      * parts (rows.parts), with 'parts=N' (schedule line or TK_CUDA_TUNE;

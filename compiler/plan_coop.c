@@ -27,11 +27,14 @@
  * every iteration, a != 0: no two iterations write one element), and every
  * output it both stores and reads it reads at the element it stores.
  * A loop that is not dealt may store (lane 0 does) and carry state from one
- * iteration to the next (the selective scan's walk over t, whose loops over
- * the state's components are dealt). The form is refused, the plan saying
- * why, when no loop is dealt (a scan's running sum alone: cumsum, wkv's
- * recurrence: the lanes would only repeat one another). It is opt-in
- * because no GPU has timed it yet. */
+ * iteration to the next when some loop inside it is dealt (the selective
+ * scan's walk over t, whose loops over the state's components are dealt);
+ * where an output is stored both inside dealt loops and by lane 0,
+ * __syncwarp orders the stores too. The form is refused, the plan saying
+ * why, when a loop that stores has no dealt loop inside it (a scan's
+ * running sum: cumsum, wkv's recurrence: the lanes would only repeat one
+ * another), or when no loop is dealt. It is opt-in because no GPU has
+ * timed it yet. */
 #include <stdio.h>
 #include <string.h>
 
@@ -296,6 +299,56 @@ static int dealable(const tk_op *op, const tk_stmt *L, tk_coop_loop *cl, char *w
     return 1;
 }
 
+/* The first store in body, at any depth; NULL if none. */
+static const tk_stmt *first_store(tk_stmt *const *body, int n) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i], *f;
+        if (s->kind == TK_S_STORE) return s;
+        if ((f = first_store(s->body, s->nbody)) != NULL || (f = first_store(s->orelse, s->norelse)) != NULL)
+            return f;
+    }
+    return NULL;
+}
+
+/* Whether loop s is one the plan deals over the lanes. */
+static int is_dealt(const tk_plan *P, const tk_stmt *s) {
+    for (int k = 0; k < P->ncoop; k++)
+        if (P->coop_loops[k].loop == s) return 1;
+    return 0;
+}
+
+/* The names body stores, into names[*n] (at most 64: *full set beyond),
+ * those inside dealt loops (inside) or those outside them. */
+static void stored_names(const tk_plan *P, tk_stmt *const *body, int n, int inside, int in_dealt,
+                         const char **names, int *count, int *full) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (s->kind == TK_S_STORE && in_dealt == inside) {
+            if (*count == 64) *full = 1;
+            else names[(*count)++] = s->name;
+        }
+        int d = in_dealt || (s->kind == TK_S_FOR && is_dealt(P, s));
+        stored_names(P, s->body, s->nbody, inside, d, names, count, full);
+        stored_names(P, s->orelse, s->norelse, inside, d, names, count, full);
+    }
+}
+
+/* 1 when some output is stored both inside a dealt loop (by any lane) and
+ * outside one (by lane 0): __syncwarp orders those stores as the spec
+ * orders them, even where nothing reads them back. */
+static int mixed_stores(const tk_plan *P) {
+    const tk_opdecl *d = P->op->decl;
+    const char *in[64], *out[64];
+    int nin = 0, nout = 0, full = 0;
+    stored_names(P, d->body, d->nbody, 1, 0, in, &nin, &full);
+    stored_names(P, d->body, d->nbody, 0, 0, out, &nout, &full);
+    if (full) return 1;
+    for (int i = 0; i < nin; i++)
+        for (int j = 0; j < nout; j++)
+            if (strcmp(in[i], out[j]) == 0) return 1;
+    return 0;
+}
+
 typedef struct coop_walk_state {
     tk_plan *P;
     int fail;
@@ -324,7 +377,16 @@ static void coop_walk(coop_walk_state *st, tk_stmt **body, int n) {
             }
             if (!st->first_why[0]) snprintf(st->first_why, sizeof st->first_why, "the loop over %s at line %d: %s",
                                             s->name, s->loc.line, why);
+            const int dealt_before = P->ncoop;
             coop_walk(st, s->body, s->nbody);
+            const tk_stmt *store = first_store(s->body, s->nbody);
+            if (!st->fail && store && P->ncoop == dealt_before) {   /* the lanes would only repeat one another */
+                snprintf(P->coop_why, sizeof P->coop_why,
+                         "the loop over %s at line %d stores %s (line %d) but its lanes cannot share it: %s; "
+                         "and no loop inside it can be dealt", s->name, s->loc.line, store->name, store->loc.line,
+                         why);
+                st->fail = 1;
+            }
         } else if (s->kind == TK_S_IF) {
             coop_walk(st, s->body, s->nbody);
             coop_walk(st, s->orelse, s->norelse);
@@ -366,6 +428,6 @@ int coop_plan(tk_plan *P) {
         return 0;
     }
     P->coop = S;
-    P->coop_sync = reads_back(d->body, d->nbody);
+    P->coop_sync = reads_back(d->body, d->nbody) || mixed_stores(P);
     return 1;
 }

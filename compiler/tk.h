@@ -153,7 +153,8 @@ int tk_op_param_optional(const tk_op *op, int i);
 int tk_op_noutputs(const tk_op *op);
 const char *tk_op_output_name(const tk_op *op, int i);
 /* In-place parameters (docs/spec.md): a tensor parameter declared 'mut' is
- * also an output, after the declared ones, of its name: the kernel loads and
+ * also an output, after the declared ones and the scratch tensors, of its
+ * name: the kernel loads and
  * stores it through that output's slot. Set that output (tk_set_output) to
  * the same tensor as the parameter, which must not overlap itself (no
  * stride-0 dims) nor any other argument. The op returns its first

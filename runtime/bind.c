@@ -570,22 +570,26 @@ static const char *sources_text(const binder *b, const int *seen, char *buf, siz
 
 /* A row loop's index space: the batch dims (the first nb) and the dims the
  * loop names of the loop output; the '_' dims are walked inside an iteration.
- * Empty when every output is (no iteration would write anything). The
- * caller checked that the whole loop output's element count fits. */
+ * Empty when every output is (no iteration would write anything; scratch
+ * tensors do not count: nothing would see them); -1 when the count
+ * overflows (the loop output may be empty through an owned dim, T = 0, while
+ * its other dims are huge). */
 static int64_t row_domain(const tk_op *op, const tk_call *call, int nb) {
     const tk_opdecl *d = op->decl;
     const int lo = op->loop_out;
     int any = 0;
     for (int o = 0; o < d->noutputs && !any; o++) {
+        if (d->outputs[o].scratch) continue;
         int empty = 0;
         for (int j = 0; j < call->out_ndim[o]; j++) empty |= call->out_sizes[o][j] == 0;
         any = !empty;
     }
     if (!any) return 0;
     int64_t n = 1;
-    for (int j = 0; j < nb; j++) n *= call->out_sizes[lo][j];
+    for (int j = 0; j < nb; j++)
+        if (__builtin_mul_overflow(n, call->out_sizes[lo][j], &n)) return -1;
     for (int i = 0; i < d->nloop; i++)
-        if (!tk_owned_dim(d->loop_vars[i])) n *= call->out_sizes[lo][nb + i];
+        if (!tk_owned_dim(d->loop_vars[i]) && __builtin_mul_overflow(n, call->out_sizes[lo][nb + i], &n)) return -1;
     return n;
 }
 
@@ -668,6 +672,9 @@ static tk_status bind_outputs(binder *b) {
         if (st != TK_OK) return st;
         int64_t all = numel;
         numel = row_domain(op, call, nb);
+        if (numel < 0)
+            return call_fail(call, "output '%s': the row loop over it has too many iterations (their count "
+                                   "overflows)", d->outputs[lo].name);
         call->index_work = numel > 0 && all / numel > 1 ? all / numel : 1;
     }
     for (int o = 0; o < d->noutputs && !op->row_loop; o++) {

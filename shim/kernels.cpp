@@ -138,7 +138,7 @@ const tk_op* find_op(const c10::OperatorHandle& handle) {
 // One call in flight: the op, its bound arguments, its outputs.
 struct Call {
   const tk_op* op = nullptr;
-  tk_call call;  // tk_bind and tk_bind_types fill it in whole (2.6 KB: not zeroed twice)
+  tk_call call;  // tk_bind and tk_bind_types fill it in whole (4.8 KB: not zeroed twice)
   std::vector<at::Tensor> outputs;
   std::vector<at::Tensor> staged;  // contiguous copies of small strided inputs
   std::array<tk_arg, kMaxArgs> args;  // the first nargs are bound (8 KB: not zeroed per call)
@@ -168,14 +168,16 @@ bool stageable(const tk_op* op, size_t i, const at::Tensor& t, int64_t numel) {
 
 // The elements a bound call computes, to weigh a copy against: its index
 // space, or for a row loop (whose iterations each walk rows) its largest
-// output, scratch tensors included. The selective scan's B and C, [N, L] a
-// batch row against u's [E, L], passed as transposed views: 74 ms strided,
-// 20 ms staged (B 1, E 1536, L 512, N 16; bench/LOG.md, 2026-12-07).
+// output, scratch tensors included (a count past int64 saturates). The
+// selective scan's B and C, [N, L] a batch row against u's [E, L], passed as
+// transposed views: 74 ms strided, 17 ms staged (B 1, E 1536, L 512, N 16;
+// bench/LOG.md, 2026-12-07).
 int64_t staging_work(const tk_call& call) {
   int64_t work = call.kargs.numel;
   for (int o = 0; o < call.noutputs; ++o) {
     int64_t n = 1;
-    for (int d = 0; d < call.out_ndim[o]; ++d) n *= call.out_sizes[o][d];
+    for (int d = 0; d < call.out_ndim[o]; ++d)
+      if (__builtin_mul_overflow(n, call.out_sizes[o][d], &n)) n = INT64_MAX;
     work = std::max(work, n);
   }
   return work;

@@ -530,6 +530,23 @@ static tk_ctx *load_good(const char *file, const char *text) {
     return NULL;
 }
 
+/* A row loop whose output is empty through its owned dim (T = 0) while its
+ * parallel dims are huge: the iteration count overflows, an error, not
+ * signed overflow (the fuzzer's finding, regressions/bind-row-domain-overflow-fuzz.tk). */
+static void test_row_domain_overflow(void) {
+    tk_ctx *ctx = load_good("rd.tk", "op rd(k: float32[B, T, C]) -> (y: float32[B, T, C], last: float32[C, B]):\n"
+                                     "    for b, _, c in y:\n        last[c, b] = 1.0\n"
+                                     "        for t in range(T):\n            y[b, t, c] = k[b, t, c]\n");
+    if (!ctx) return;
+    int64_t sizes[3] = {3037000500, 0, (int64_t)1 << 62}, strides[3] = {0, 0, 0};
+    tk_arg arg = tk_arg_tensor(tk_view(NULL, TK_F32, 3, sizes, strides));
+    tk_call call;
+    CHECK(tk_bind(tk_op_at(ctx, 0), &arg, 1, &call) != TK_OK);
+    CHECK(strstr(call.msg, "output 'y': the row loop over it has too many iterations") != NULL);
+    if (!strstr(call.msg, "too many iterations")) fprintf(stderr, "rd.tk: %s\n", call.msg);
+    tk_ctx_free(ctx);
+}
+
 /* Scratch tensors are outputs after the returned ones and before the 'mut'
  * parameters'; an op with one is not in place (tk_op_in_place). */
 static void test_scratch_outputs(void) {
@@ -549,6 +566,19 @@ static void test_scratch_outputs(void) {
         "        for i in range(N):\n"
         "            p[i] = t[N - 1 - i]\n"
         "            q[i] = t[i]\n";
+    /* 15 inputs, each its own dtype variable: the longest variant code (74
+     * characters), whole in the kernel's name */
+    char wide[2048] = "op wide(";
+    for (int i = 0; i < 15; i++)
+        snprintf(wide + strlen(wide), sizeof wide - strlen(wide), "%sa%d: bfloat16[N]", i ? ", " : "", i);
+    snprintf(wide + strlen(wide), sizeof wide - strlen(wide), ") -> y: float32[N]:\n    for i in y:\n"
+             "        y[i] = float32(a0[i]) + float32(a14[i])\n");
+    tk_ctx *wctx = load_good("wide.tk", wide);
+    if (wctx) {
+        const char *code = tk_op_variant_code(tk_op_find(wctx, "wide"), 0);
+        CHECK(code && strlen(code) == 74 && strncmp(code + 70, "bf16", 4) == 0);
+    }
+    tk_ctx_free(wctx);
     tk_ctx *ctx = load_good("sc.tk", text);
     if (ctx) {
         const tk_op *sc = tk_op_find(ctx, "sc"), *sm = tk_op_find(ctx, "sm");
@@ -653,6 +683,7 @@ static void test_error_from_message(void) {
 int main(void) {
     test_output_written();
     test_scratch_outputs();
+    test_row_domain_overflow();
     test_error_from_message();
     CHECK(tk_ctx_last_error(NULL)->status == TK_ERR_INVALID);
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {

@@ -167,6 +167,23 @@ def test_scratch_in_an_in_place_op():
     assert x._version > v
 
 
+def test_an_empty_call_with_scratch_runs_nothing():
+    """Returned outputs all empty: nothing runs, however large the scratch
+    (x, read in every iteration, may then be empty)."""
+    f = torch_tk.kernel("""
+        op scratch_only(x: float32[R, N], w: float32[M]) -> y: float32[R, N]:
+            scratch t: float32[R, M]
+            for r, _ in y:
+                for j in range(M):
+                    t[r, j] = w[j]
+                s = x[r, 0]
+                for i in range(N):
+                    y[r, i] = s + t[r, 0]
+        """)
+    assert f(torch.randn(3, 0), torch.randn(4)).shape == (3, 0)
+    torch.testing.assert_close(f(torch.ones(2, 3), torch.full((4,), 2.0)), torch.full((2, 3), 3.0))
+
+
 def test_errors():
     u, delta, A, B, C, D = inputs((2,), 4, 8, 3, torch.float32, seed=1)
     with pytest.raises(RuntimeError, match=r"^tk\.selective_scan: .*'B'"):
