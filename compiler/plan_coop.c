@@ -317,7 +317,7 @@ static int is_dealt(const tk_plan *P, const tk_stmt *s) {
     return 0;
 }
 
-/* The names body stores, into names[*n] (at most 64: *full set beyond),
+/* The names body stores, into names[*count] (at most 64: *full set beyond),
  * those inside dealt loops (inside) or those outside them. */
 static void stored_names(const tk_plan *P, tk_stmt *const *body, int n, int inside, int in_dealt,
                          const char **names, int *count, int *full) {
