@@ -550,45 +550,6 @@ static tk_status check_loop(checker *c) {
     return TK_OK;
 }
 
-/* ---- variants ----------------------------------------------------------- */
-
-/* Allocates per-variant names: tk_<op>__<code>_<code>... */
-static tk_status make_variants(checker *c, tk_arena *a) {
-    tk_op *op = c->op;
-    long n = 1;
-    for (int v = 0; v < op->ndvars; v++) {
-        n *= count_bits(op->decl->params[op->dvars[v]].dtype_mask);
-        if (n > TK_MAX_VARIANTS)
-            return fail(c, op->decl->loc, "more than %d dtype combinations; tie dtypes together "
-                                          "with 'x.dtype'", TK_MAX_VARIANTS);
-    }
-    op->nvariants = (int)n;
-    op->kernel_names = tk_arena_alloc(a, sizeof(char *) * (size_t)n);
-    op->cpu_fns = tk_arena_alloc(a, sizeof(tk_cpu_fn) * (size_t)n);
-    op->cpu_parts = tk_arena_alloc(a, sizeof(tk_cpu_fn) * (size_t)n);
-    op->variant_codes = tk_arena_alloc(a, sizeof(*op->variant_codes) * (size_t)n);
-    if (!op->kernel_names || !op->cpu_fns || !op->cpu_parts || !op->variant_codes) return TK_ERR_NOMEM;
-    for (int i = 0; i < op->nvariants; i++) {
-        char code[TK_VARIANT_CODE] = "";
-        size_t len = 0;
-        for (int v = 0; v < op->ndvars; v++) {
-            const char *dc = tk_dtype_code(tk_variant_dtype(op, i, op->dvars[v]));
-            int w = snprintf(code + len, sizeof code - len, "%s%s", v ? "_" : "", dc);
-            if (w < 0 || (size_t)w >= sizeof code - len)   /* (cannot happen: see TK_VARIANT_CODE) */
-                return fail(c, op->decl->loc, "internal error: a variant code longer than %d characters",
-                            TK_VARIANT_CODE - 1);
-            len += (size_t)w;
-        }
-        if (op->ndvars == 0) snprintf(code, sizeof code, "k");
-        memcpy(op->variant_codes[i], code, sizeof code);
-        size_t nl = strlen(op->decl->name) + strlen(code) + 8;
-        op->kernel_names[i] = tk_arena_alloc(a, nl);
-        if (!op->kernel_names[i]) return TK_ERR_NOMEM;
-        snprintf(op->kernel_names[i], nl, "tk_%s__%s", op->decl->name, code);
-    }
-    return TK_OK;
-}
-
 /* ---- body --------------------------------------------------------------- */
 
 static tk_vtype elem_vtype(tk_dtype d) {
@@ -1200,7 +1161,7 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     TRY(check_mut_params(&c));
     TRY(check_loop(&c));
     TRY(check_loop_vars_readonly(&c, decl->body, decl->nbody, NULL, 0));
-    tk_status st = make_variants(&c, &ctx->arena);
+    tk_status st = tk_make_variants(op, &ctx->arena, err);
     if (st == TK_ERR_NOMEM) return out_of_memory(err, decl);
     if (st != TK_OK) return st;
     TRY(check_variants(op, err));

@@ -123,6 +123,10 @@ tk_dtype tk_variant_out_decl_dtype(const tk_op *op, int variant, int out);
 tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out);
 /* The op's float type in variant v: TK_F64 if a float tensor input is float64. */
 tk_dtype tk_variant_float_type(const tk_op *op, int variant);
+/* Allocates op's variants (one per combination of its dvars' dtypes) and
+ * names them tk_<op>__<code>_<code>...; TK_ERR_CHECK (in err, at the op)
+ * beyond TK_MAX_VARIANTS, TK_ERR_NOMEM when out of memory. */
+tk_status tk_make_variants(tk_op *op, tk_arena *a, tk_error *err);
 /* Variant index of a tuple of dvar dtypes; -1 if not allowed. */
 int tk_variant_index(const tk_op *op, const tk_dtype *dvar_dtypes);
 
