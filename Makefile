@@ -5,7 +5,7 @@
 #                and test-fuzz (docs/reliability.md)
 #   make test-asan  ASan + UBSan build in build-asan/: C tests, fuzz corpus
 #                replay, Python tests under LD_PRELOAD=libasan
-#   make test-fuzz  libFuzzer build (clang) in build-fuzz/: fuzz_smoke (~1 min)
+#   make test-fuzz  libFuzzer build (clang) in build-fuzz/: fuzz_smoke (~30 s)
 #   make demo    setup, build, run `python -m torch_tk demo`
 #   make golden  regenerate the golden files under tests/golden
 #   make clean   remove build/
