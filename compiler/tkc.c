@@ -23,10 +23,9 @@
  *                                   CPU one thread after another;
  *                                   --table: NAME_specs... instead of tk_builtin_*;
  *                                   --parts N: the kernels go to N files
- *                                   OUT.part0.c ... (kernels balanced by
- *                                   source size, so a parallel build compiles
- *                                   them side by side; .cc with --cuda-emu)
- *                                   and OUT keeps the tables)
+ *                                   OUT.part0.c ... (ops balanced by source
+ *                                   size, so a parallel build compiles them
+ *                                   side by side) and OUT keeps the tables)
  *
  * CUDA kernels (emit-cuda, plan --target cuda, gen-builtin --cuda-emu) take
  * the schedule of TK_CUDA_TUNE (compiler/schedule.c) over the specs' own.
@@ -129,8 +128,10 @@ static int load_all(tk_ctx *ctx, int n, char **paths, char **texts) {
     return 0;
 }
 
-/* Writes the source of every op (or its variant coded dtype). */
-static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, const char *dtype, FILE *out) {
+/* Writes the source of every op; emu: CUDA kernels become static functions
+ * (the same names as the CPU kernels they are tested against). */
+static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, int emu, const char *dtype, FILE *out) {
+    static const char head[] = "extern \"C\" __global__ ";
     for (int i = 0; i < tk_op_count(ctx); i++) {
         char *src;
         const tk_op *op = tk_op_at(ctx, i);
@@ -147,61 +148,15 @@ static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, const char *d
             fprintf(stderr, "%s\n", tk_ctx_error(ctx));
             return 1;
         }
-        fputs(src, out);
+        const char *p = src, *q;
+        while (emu && (q = strstr(p, head)) != NULL) {
+            fwrite(p, 1, (size_t)(q - p), out);
+            fputs("static __global__ ", out);
+            p = q + sizeof head - 1;
+        }
+        fputs(p, out);
         tk_free(src);
     }
-    return 0;
-}
-
-/* The name of what table's entry for kernel k calls, into buf: the kernel
- * itself, its plain form, or the launch function of its emulated CUDA kernel
- * (named for the table: two tables hold the same kernels in two shapes). */
-static const char *entry_name(char *buf, size_t n, const char *table, const char *k, unsigned flags, int emu) {
-    if (emu) snprintf(buf, n, "%s_%s", table, k);
-    else snprintf(buf, n, "%s%s", k, flags & TK_EMIT_PLAIN ? "_plain" : "");
-    return buf;
-}
-
-/* The source of one kernel of table, op's variant v, into *out (the caller
- * frees it): its C kernel, or (emu) its CUDA kernel as a static function
- * (the name of the CPU kernel it is tested against) followed by the
- * function the table calls (entry_name), a launch of the whole index space,
- * which is extern "C" when the kernel goes to a part file. 0, or 1 with a
- * message. */
-static int kernel_source(tk_ctx *ctx, const tk_op *op, int v, unsigned flags, int emu, const char *table,
-                         int in_part, char **out) {
-    static const char head[] = "extern \"C\" __global__ ";
-    char *src = NULL;
-    if (tk_emit_scheduled(ctx, op, v, v + 1, emu ? TK_TARGET_CUDA : TK_TARGET_C, flags, emu ? &g_sched : NULL,
-                          &src, NULL) != TK_OK) {
-        fprintf(stderr, "%s\n", tk_ctx_error(ctx));
-        return 1;
-    }
-    if (!emu) {
-        *out = src;
-        return 0;
-    }
-    tk_buf b = {0};
-    const char *p = src, *q;
-    while ((q = strstr(p, head)) != NULL) {
-        tk_buf_printf(&b, "%.*sstatic __global__ ", (int)(q - p), p);
-        p = q + sizeof head - 1;
-    }
-    tk_buf_puts(&b, p);
-    /* threads as fibers only where they exchange values or meet (warp shuffles, __syncwarp) */
-    int fibers = strstr(src, "__shfl") != NULL || strstr(src, "__syncwarp") != NULL;
-    const char *k = tk_op_kernel_name(op, v);
-    char name[1024];
-    tk_buf_printf(&b, "%s void %s(const tk_kargs *a, tk_i64 begin, tk_i64 end) "
-                      "{ tk_emu_launch(%s, a, begin, end, %d); }\n",
-                  in_part ? "extern \"C\"" : "static", entry_name(name, sizeof name, table, k, 0, 1), k, fibers);
-    tk_free(src);
-    if (b.oom) {
-        free(b.p);
-        fputs("tkc: out of memory\n", stderr);
-        return 1;
-    }
-    *out = b.p;
     return 0;
 }
 
@@ -217,40 +172,37 @@ static void put_c_string(FILE *out, const char *s) {
     fputs("\"", out);
 }
 
-/* The name of part k of OUT, of OUT's extension: "gen/tkv_opt.c" ->
- * "gen/tkv_opt.part2.c", "gen/tkv_cuda.cc" -> "gen/tkv_cuda.part2.cc". */
+/* The name of part k of OUT: "gen/tkv_opt.c" -> "gen/tkv_opt.part2.c". */
 static char *part_path(const char *outpath, int k) {
-    const char *dot = strrchr(outpath, '.'), *slash = strrchr(outpath, '/');
-    if (!dot || (slash && dot < slash)) dot = outpath + strlen(outpath);
-    size_t len = strlen(outpath) + 32;
-    char *p = malloc(len);
-    if (p) snprintf(p, len, "%.*s.part%d%s", (int)(dot - outpath), outpath, k, *dot ? dot : ".c");
+    size_t len = strlen(outpath);
+    if (len >= 2 && strcmp(outpath + len - 2, ".c") == 0) len -= 2;
+    char *p = malloc(len + 32);
+    if (p) snprintf(p, len + 32, "%.*s.part%d.c", (int)len, outpath, k);
     return p;
 }
 
-/* Writes the kernels of every op (kernel_source) into nparts files next to
- * outpath: each kernel (an op's variant) goes whole to the part with the
- * least source so far, largest first (the compile time roughly follows the
- * source size; one op's four variants took 112 s of one part's compile as a
- * whole). Part files left by an earlier run with more parts are not
- * removed; the build names its own. */
-static int write_parts(tk_ctx *ctx, unsigned flags, int emu, const char *table, const char *outpath,
-                       int nparts) {
-    int nops = tk_op_count(ctx), nk = 0, rc = 0, written = 0;
-    for (int i = 0; i < nops; i++) nk += tk_op_nvariants(tk_op_at(ctx, i));
-    char **src = calloc((size_t)nk + 1, sizeof *src);
-    int *part = calloc((size_t)nk + 1, sizeof *part);
-    size_t *len = calloc((size_t)nk + 1, sizeof *len), *load = calloc((size_t)nparts, sizeof *load);
+/* Writes the C kernels of every op into nparts files next to outpath: each
+ * op goes whole to the part with the least source so far, largest op first
+ * (the compile time follows the source size). Part files left by an
+ * earlier run with more parts are not removed; the build names its own. */
+static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int nparts) {
+    int nops = tk_op_count(ctx), rc = 0, written = 0;
+    char **src = calloc((size_t)nops + 1, sizeof *src);
+    int *part = calloc((size_t)nops + 1, sizeof *part);
+    size_t *len = calloc((size_t)nops + 1, sizeof *len), *load = calloc((size_t)nparts, sizeof *load);
     if (!src || !part || !len || !load) rc = 2;
-    for (int i = 0, k = 0; i < nops && rc == 0; i++)   /* kernel k: op i's variant v, in table order */
-        for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)) && rc == 0; v++, k++) {
-            rc = kernel_source(ctx, tk_op_at(ctx, i), v, flags, emu, table, 1, &src[k]);
-            if (rc == 0) len[k] = strlen(src[k]);
+    for (int i = 0; i < nops && rc == 0; i++) {
+        if (tk_emit_ex(ctx, tk_op_at(ctx, i), TK_TARGET_C, flags, &src[i]) != TK_OK) {
+            fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+            rc = 1;
+        } else {
+            len[i] = strlen(src[i]);
         }
-    for (int done = 0; done < nk && rc == 0; done++) {
-        int big = -1;                   /* the largest kernel not yet placed */
-        for (int k = 0; k < nk; k++)
-            if (part[k] == 0 && (big < 0 || len[k] > len[big])) big = k;
+    }
+    for (int done = 0; done < nops && rc == 0; done++) {
+        int big = -1;                   /* the largest op not yet placed */
+        for (int i = 0; i < nops; i++)
+            if (part[i] == 0 && (big < 0 || len[i] > len[big])) big = i;
         int least = 0;
         for (int k = 1; k < nparts; k++)
             if (load[k] < load[least]) least = k;
@@ -266,9 +218,9 @@ static int write_parts(tk_ctx *ctx, unsigned flags, int emu, const char *table, 
         } else {
             const char *base = strrchr(outpath, '/');
             fprintf(f, "/* Generated by tkc gen-builtin: part %d of %d of the kernels of %s. Do not edit. */\n"
-                       "#include \"%s\"\n", k, nparts, base ? base + 1 : outpath, emu ? "cuda_emu.h" : "tk.h");
-            for (int j = 0; j < nk; j++)
-                if (part[j] == k + 1) fputs(src[j], f);
+                       "#include \"tk.h\"\n", k, nparts, base ? base + 1 : outpath);
+            for (int i = 0; i < nops; i++)
+                if (part[i] == k + 1) fputs(src[i], f);
             written++;
             rc = finish_new(f, tmp, path, rc);
         }
@@ -279,12 +231,18 @@ static int write_parts(tk_ctx *ctx, unsigned flags, int emu, const char *table, 
         if (path) remove(path);
         free(path);
     }
-    for (int k = 0; k < nk && src; k++) tk_free(src[k]);
+    for (int i = 0; i < nops && src; i++) tk_free(src[i]);
     free(src);
     free(part);
     free(len);
     free(load);
     return rc;
+}
+
+/* What the table's entry for a kernel calls: the kernel itself, its plain
+ * form, or the launch wrapper of its emulated CUDA kernel. */
+static const char *kernel_suffix(unsigned flags, int emu) {
+    return emu ? "_emu" : flags & TK_EMIT_PLAIN ? "_plain" : "";
 }
 
 static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned flags, int emu,
@@ -296,26 +254,31 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
     else
         fputs("/* Generated by tkc gen-builtin: the built-in ops of libtk. Do not edit. */\n"
               "#include \"tk.h\"\n", out);
-    int rc = 0;
-    char name[1024];
+    int rc;
     if (nparts > 0) {   /* the kernels are in the parts: declare them here */
-        rc = write_parts(ctx, flags, emu, table, outpath, nparts);
+        rc = write_parts(ctx, flags, outpath, nparts);
         for (int i = 0; i < tk_op_count(ctx) && rc == 0; i++)
             for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++)
-                fprintf(out, "%svoid %s(const tk_kargs *a, tk_i64 begin, tk_i64 end);\n", ext,
-                        entry_name(name, sizeof name, table, tk_op_kernel_name(tk_op_at(ctx, i), v), flags, emu));
-    } else if (emu) {
-        for (int i = 0; i < tk_op_count(ctx) && rc == 0; i++)
-            for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)) && rc == 0; v++) {
-                char *src = NULL;
-                rc = kernel_source(ctx, tk_op_at(ctx, i), v, flags, emu, table, 0, &src);
-                if (rc == 0) fputs(src, out);
-                tk_free(src);
-            }
+                fprintf(out, "void %s%s(const tk_kargs *a, tk_i64 begin, tk_i64 end);\n",
+                        tk_op_kernel_name(tk_op_at(ctx, i), v), kernel_suffix(flags, 0));
     } else {
-        rc = emit_all(ctx, TK_TARGET_C, flags, NULL, out);
+        rc = emit_all(ctx, emu ? TK_TARGET_CUDA : TK_TARGET_C, flags, emu, NULL, out);
     }
     if (rc) return rc;
+    if (emu) {   /* each kernel behind the CPU kernel type: a launch of the whole index space */
+        for (int i = 0; i < tk_op_count(ctx); i++)
+            for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++) {
+                const char *k = tk_op_kernel_name(tk_op_at(ctx, i), v);
+                /* threads as fibers only where they exchange values or meet (warp shuffles, __syncwarp) */
+                char *src = NULL;
+                if (tk_emit_scheduled(ctx, tk_op_at(ctx, i), v, v + 1, TK_TARGET_CUDA, 0, &g_sched, &src, NULL) != TK_OK)
+                    return 1;
+                int fibers = strstr(src, "__shfl") != NULL || strstr(src, "__syncwarp") != NULL;
+                free(src);
+                fprintf(out, "static void %s_emu(const tk_kargs *a, tk_i64 begin, tk_i64 end) "
+                             "{ tk_emu_launch(%s, a, begin, end, %d); }\n", k, k, fibers);
+            }
+    }
     fprintf(out, "\n%sconst tk_builtin_spec %s_specs[] = {\n", ext, table);
     for (int i = 0; i < n; i++) {
         fprintf(out, "    {\"%s\",\n", paths[i]);
@@ -331,7 +294,7 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
             /* (an emulated CUDA kernel in parts takes kargs.nparts as a CPU kernel in parts does) */
             int parts = emu ? tk_emit_cuda_parts(ctx, tk_op_at(ctx, i), v, &g_sched, NULL, NULL) > 1
                             : tk_emit_cpu_parts(ctx, tk_op_at(ctx, i), v, flags);
-            fprintf(out, "    {\"%s\", %s, %d},\n", k, entry_name(name, sizeof name, table, k, flags, emu), parts);
+            fprintf(out, "    {\"%s\", %s%s, %d},\n", k, k, kernel_suffix(flags, emu), parts);
         }
     fprintf(out, "};\n%sconst int %s_nkernels = %d;\n", ext, table, nk);
     return 0;
@@ -417,7 +380,7 @@ int main(int argc, char **argv) {
                 nparts = (int)v;
             } else return usage();
         }
-        if (!outpath || first >= argc || (emu && flags)) return usage();
+        if (!outpath || first >= argc || (emu && (flags || nparts))) return usage();
     } else if (strcmp(cmd, "check") && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda")) {
         return usage();
     } else if (strcmp(cmd, "check")) {   /* emit-c, emit-cuda */
@@ -459,7 +422,7 @@ int main(int argc, char **argv) {
                 rc = finish_new(out, tmp, outpath, rc);
             }
         } else {
-            rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, flags, dtype, stdout);
+            rc = emit_all(ctx, strcmp(cmd, "emit-c") == 0 ? TK_TARGET_C : TK_TARGET_CUDA, flags, 0, dtype, stdout);
         }
     }
     for (int i = 0; i < n; i++) free(texts[i]);

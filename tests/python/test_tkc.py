@@ -54,48 +54,8 @@ def test_parts_hold_every_kernel_once(tkc, tmp_path, plain):
     assert max(sizes) < 2 * min(sizes), sizes
 
 
-# an emulated CUDA kernel (static) and the function the table calls, named
-# for the table (extern "C" in a part, static in a single file)
-EMU_KERNEL = re.compile(r"^static __global__ void (tk_\w+)\(const tk_kargs a\)", re.M)
-EMU_CALL = re.compile(r'^(static|extern "C") void (\w+)\(const tk_kargs \*a, tk_i64 begin, tk_i64 end\) '
-                      r'\{ tk_emu_launch\((tk_\w+), a, begin, end, [01]\); \}', re.M)
-
-
-def test_cuda_emu_parts(tkc, tmp_path):
-    """--cuda-emu --parts: C++ parts (.cc) each holding whole kernels with
-    the functions that launch them; the main file declares those."""
-    whole = tmp_path / "whole.cc"
-    assert gen(tkc, whole, "--cuda-emu", "--table", "emu_t").returncode == 0
-    main = tmp_path / "split.cc"
-    r = gen(tkc, main, "--cuda-emu", "--table", "emu_t", "--parts", "3")
-    assert r.returncode == 0, r.stderr
-    parts = [tmp_path / f"split.part{k}.cc" for k in range(3)]
-    assert all(p.exists() for p in parts), sorted(os.listdir(tmp_path))
-    assert not (tmp_path / "split.part3.cc").exists()
-
-    expected = EMU_CALL.findall(whole.read_text())
-    assert len(expected) > 20 and {link for link, _, _ in expected} == {"static"}
-    assert all(call == "emu_t_" + k for _, call, k in expected)
-    found = []
-    for p in parts:
-        text = p.read_text()
-        assert text.count('#include "cuda_emu.h"') == 1
-        calls = EMU_CALL.findall(text)
-        assert calls and {link for link, _, _ in calls} == {'extern "C"'}
-        # each kernel beside its launch function, in the same part
-        assert set(EMU_KERNEL.findall(text)) == {k for _, _, k in calls}
-        found += [(call, k) for _, call, k in calls]
-    assert sorted(found) == sorted((call, k) for _, call, k in expected)
-    text = main.read_text()
-    assert EMU_CALL.findall(text) == [] and EMU_KERNEL.findall(text) == []
-    for call, _ in found:
-        assert f'extern "C" void {call}(const tk_kargs *a, tk_i64 begin, tk_i64 end);' in text, call
-    table = lambda s: s[s.index("extern \"C\" const tk_builtin_spec"):]
-    assert table(text) == table(whole.read_text())
-
-
 @pytest.mark.parametrize("flags", [["--parts", "0"], ["--parts", "65"], ["--parts", "two"], ["--parts"],
-                                   ["--cuda-emu", "--plain", "--parts", "2"]])
+                                   ["--cuda-emu", "--parts", "2"]])
 def test_parts_usage_errors(tkc, tmp_path, flags):
     r = gen(tkc, tmp_path / "x.c", *flags)
     assert r.returncode == 2 and "usage: tkc" in r.stderr, (r.returncode, r.stderr)
