@@ -69,7 +69,7 @@ test-asan: setup
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS)
 
-# libFuzzer over the front end and both emitters, about a minute.
+# libFuzzer over the front end and both emitters, two processes for 30 s.
 test-fuzz: setup
 	@if ! command -v clang >/dev/null; then echo "test-fuzz: clang not found (make setup installs it as root): skipped"; exit 0; fi; \
 	if [ ! -f $(FUZZ_BUILD)/build.ninja ]; then \
