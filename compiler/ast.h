@@ -114,9 +114,9 @@ typedef struct tk_param {
     tk_loc dtype_loc;
     tk_expr **dims;             /* TK_E_NAME, TK_E_INT or TK_E_ELLIPSIS (inputs); any expr (outputs) */
     int ndims;
-    /* scalars */
-    int optional;               /* 'int?' */
-    tk_expr *default_value;     /* NULL if none */
+    /* scalars, and optional tensors ('bias: x.dtype[N]? = 0': None reads as that value) */
+    int optional;               /* 'int?', 'float?', 'x.dtype[N]?' */
+    tk_expr *default_value;     /* NULL if none; an optional tensor's: what its elements read as */
     /* in-place updates (docs/spec.md, In-place parameters) */
     int mut;                    /* a tensor parameter declared 'mut': the op updates it in place */
     int alias;                  /* an output: 1 + the index of the 'mut' parameter it is (the

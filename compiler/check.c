@@ -261,8 +261,8 @@ static tk_status check_params(checker *c) {
                 return fail(c, p->loc, "too many int parameters (limit %d)", TK_MAX_INTS);
             op->slot[i] = op->nints++;
         }
-        if (p->optional && p->kind != TK_P_INT && p->kind != TK_P_FLOAT)
-            return fail(c, p->loc, "only int and float parameters can be optional ('int?', 'float?')");
+        if (p->optional && p->kind == TK_P_BOOL)
+            return fail(c, p->loc, "a bool parameter cannot be optional (only 'int?', 'float?' and tensors)");
     }
     if (op->ntensors == 0)
         return fail(c, d->loc, "an op needs a tensor parameter: torch picks its CPU or CUDA kernel from "
@@ -348,12 +348,20 @@ static tk_status check_defaults(checker *c) {
             return fail(c, p->loc, "parameter '%s' has no default but follows '%s', which has one: as in "
                                    "Python, parameters with defaults come last", p->name, first->name);
         if (!e) {
+            if (p->optional && p->kind == TK_P_TENSOR)
+                return fail(c, p->loc, "optional tensor '%s' needs a default, the value its elements read as "
+                                       "when it is None: '%s: x.dtype[N]? = 0'", p->name, p->name);
             if (p->optional && p->kind == TK_P_FLOAT)
                 return fail(c, p->loc, "optional float '%s' needs a default, which None then means: "
                                        "'%s: float? = 1e-5'", p->name, p->name);
             continue;
         }
-        if (p->kind == TK_P_TENSOR) return fail(c, e->loc, "a tensor parameter cannot have a default");
+        if (p->kind == TK_P_TENSOR) {   /* (an optional one's: tk_check_optional_tensors) */
+            if (!p->optional)
+                return fail(c, e->loc, "a tensor parameter has a default only when it is optional: '%s: "
+                                       "x.dtype[N]? = 0' takes None, whose elements then read as 0", p->name);
+            continue;
+        }
         if (p->kind == TK_P_INT && p->optional) {
             TRY(check_int_expr(c, e, i, "a default"));
             continue;
@@ -1156,6 +1164,7 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     TRY(check_unique(&c));
     TRY(check_params(&c));
     TRY(check_defaults(&c));
+    TRY(tk_check_optional_tensors(op, err));
     TRY(check_outputs(&c));
     TRY(check_asserts(&c));
     TRY(check_mut_params(&c));

@@ -147,6 +147,15 @@ tk_status tk_check_body(tk_op *op, int variant, tk_error *err);
  * number literal, possibly negated, as tk_check_op checked). */
 double tk_float_default(const tk_param *p);
 
+/* optional.c: checks the optional tensor parameters of op (docs/spec.md,
+ * Optional tensors) once its parameters and defaults are checked: each has
+ * one dtype or that of a tensor that is not optional, dims that such a
+ * tensor names (their symbols then bind to it), a default its dtypes hold;
+ * TK_ERR_CHECK (in err, at its file:line:col) if not. */
+tk_status tk_check_optional_tensors(tk_op *op, tk_error *err);
+/* What every element of optional tensor p reads as when it is None. */
+double tk_tensor_fill(const tk_param *p);
+
 /* schema.c: the torch schema of decl ("f(Tensor x, SymInt n=3) -> Tensor",
  * no namespace), in a's memory; NULL when out of memory. */
 char *tk_make_schema(const tk_opdecl *d, tk_arena *a);

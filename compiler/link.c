@@ -151,9 +151,14 @@ static tk_status link_param(tk_ctx *ctx, const tk_op *op, int b, const tk_param 
         return link_fail(ctx, op, b, "parameter '%s' is %s but '%s' is %s in '%s'", bp->name, kinds[bp->kind],
                          fp->name, kinds[fp->kind], op->decl->name);
     if (fp->optional && !bp->optional)
-        return link_fail(ctx, op, b, "parameter '%s' must be '%s?' like '%s' of '%s' (it may be None)",
-                         bp->name, bp->kind == TK_P_FLOAT ? "float" : "int", fp->name, op->decl->name);
+        return link_fail(ctx, op, b, "parameter '%s' must be %s like '%s' of '%s' (it may be None)", bp->name,
+                         bp->kind == TK_P_FLOAT ? "'float?'" : bp->kind == TK_P_INT ? "'int?'" : "optional ('[...]? = 0')",
+                         fp->name, op->decl->name);
     /* None reaches both ops: it must mean one value */
+    if (fp->kind == TK_P_TENSOR && fp->optional && tk_tensor_fill(fp) != tk_tensor_fill(bp))
+        return link_fail(ctx, op, b, "parameter '%s' defaults to %g but '%s' of '%s' to %g (None passed "
+                                     "for it must mean one value)", bp->name, tk_tensor_fill(bp), fp->name,
+                         op->decl->name, tk_tensor_fill(fp));
     if (fp->kind == TK_P_FLOAT && fp->optional && bp->optional &&
         tk_float_default(fp) != tk_float_default(bp))
         return link_fail(ctx, op, b, "parameter '%s' defaults to %g but '%s' of '%s' to %g (None passed "

@@ -681,7 +681,7 @@ static void parse_dims(parser *p, tk_param *prm, int is_output) {
     }
 }
 
-/* param := NAME ':' scalar ['?'] ['=' expr] | NAME ':' dtypes '[' dims ']'
+/* param := NAME ':' scalar ['?'] ['=' expr] | NAME ':' ['mut'] dtypes '[' dims ']' ['?'] ['=' expr]
  * outparam := NAME ':' dtypes '[' dim {',' dim} ']' */
 static void parse_param(parser *p, tk_param *prm, int is_output) {
     char what[96];
@@ -713,6 +713,9 @@ static void parse_param(parser *p, tk_param *prm, int is_output) {
     prm->kind = TK_P_TENSOR;
     if (check(p, TK_T_LBRACKET)) {
         parse_dims(p, prm, is_output);
+        if (is_output) return;
+        if (accept(p, TK_T_QUESTION)) prm->optional = 1;        /* 'bias: x.dtype[N]? = 0' */
+        if (accept(p, TK_T_ASSIGN)) prm->default_value = parse_expr(p);
         return;
     }
     if (is_output || sk < 0)

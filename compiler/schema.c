@@ -48,7 +48,7 @@ char *tk_make_schema(const tk_opdecl *d, tk_arena *a) {
         tk_buf_printf(&b, "%s%s", i ? ", " : "", types[p->kind]);
         if (p->mut) tk_buf_printf(&b, "(%c!)", 'a' + nmut++);   /* updated in place: alias set a, b, ... */
         tk_buf_printf(&b, "%s %s", p->optional ? "?" : "", p->name);
-        if (p->optional && p->kind == TK_P_INT) tk_buf_puts(&b, "=None");
+        if (p->optional && (p->kind == TK_P_INT || p->kind == TK_P_TENSOR)) tk_buf_puts(&b, "=None");
         else if (p->default_value) {
             tk_buf_puts(&b, "=");
             schema_default(&b, p);

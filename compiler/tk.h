@@ -92,7 +92,7 @@ typedef struct tk_tensor_view {
 
 typedef struct tk_arg {
     int kind;           /* tk_param_kind: TENSOR, INT, FLOAT, BOOL (ast.h order) */
-    int is_none;        /* an optional int passed as None */
+    int is_none;        /* an optional parameter passed as None (tk_arg_none) */
     int64_t i;          /* INT and BOOL */
     double f;           /* FLOAT */
     tk_tensor_view t;   /* TENSOR */
@@ -322,6 +322,7 @@ typedef struct tk_call {
                                                  * kargs.numel covers: 1, or a row loop's row */
     char msg[512];                              /* error of the last call on this struct */
     int bound;                                  /* 1 once tk_bind succeeded (tk_set_output, tk_run_cpu) */
+    unsigned none;                              /* bit kargs slot: an optional tensor passed as None */
 } tk_call;
 
 /* Checks args against the op (count, kinds, dtypes, ranks, symbolic dims,
@@ -343,6 +344,17 @@ int tk_arg_same_binding(const tk_arg *a, const tk_arg *b);
  * with tk_arg_same_binding). Sets the tensor parameters' data pointers and
  * clears the outputs, which tk_set_output then attaches again. */
 tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs);
+/* Optional tensors (docs/spec.md, Optional tensors: 'bias: x.dtype[N]? = 0'):
+ * tk_arg_none() binds as a tensor of the declared dims every element of
+ * which is the default, read from one row the caller provides on the call's
+ * device. tk_call_fill: whether parameter `param` of a bound call is such a
+ * None, and then what that row is: numel elements of dtype, each value.
+ * tk_set_fill attaches it (after tk_bind, tk_rebind_data; before running):
+ *
+ *     if (tk_call_fill(&call, 2, &dt, &n, &v)) { fill n elements of dt at row with v;
+ *                                                tk_set_fill(&call, 2, row); } */
+int tk_call_fill(const tk_call *call, int param, tk_dtype *dtype, int64_t *numel, double *value);
+tk_status tk_set_fill(tk_call *call, int param, void *data);
 /* Attaches output i (shape and dtype must be those tk_bind computed). */
 tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v);
 /* Runs elements [begin, end) of the index space with the op's CPU kernel.

@@ -168,6 +168,17 @@ static const char *device_text(tk_device d, int index, char *buf, size_t n) {
     return buf;
 }
 
+/* The dtype of tensor argument i: a None optional one's is its declared
+ * one, or that of the tensor its 'x.dtype' names (not optional: checked). */
+static tk_dtype arg_dtype(const binder *b, int i) {
+    if (!b->args[i].is_none) return b->args[i].t.dtype;
+    const tk_param *p = &b->op->decl->params[i];
+    if (p->dtype_of) return arg_dtype(b, b->op->dtype_src[i]);
+    for (int t = 0; t < TK_DTYPE_COUNT; t++)
+        if (p->dtype_mask == (1u << t)) return (tk_dtype)t;
+    return TK_DTYPE_COUNT;
+}
+
 static tk_status bind_dtype(binder *b, int i) {
     const tk_op *op = b->op;
     const tk_param *p = &op->decl->params[i];
@@ -243,6 +254,35 @@ static tk_status broadcast_batch(binder *b, int i, int nb) {
     return TK_OK;
 }
 
+/* None for optional tensor i (docs/spec.md, Optional tensors): its kernel
+ * view has the sizes the tensors before it gave its dims (no sizes when
+ * types_only), stride 1 along its innermost dim and 0 along the others, so
+ * that one row holding the default serves every element; its data comes
+ * with tk_set_fill. ('...': no batch dims, expand_batch broadcasts it.) */
+static tk_status bind_none(binder *b, int i) {
+    const tk_op *op = b->op;
+    const tk_param *p = &op->decl->params[i];
+    if (!p->optional) return call_fail(b->call, "argument '%s': expected a tensor, got None", p->name);
+    tk_ktensor *kt = &b->call->kargs.t[op->slot[i]];
+    memset(kt, 0, sizeof *kt);
+    b->call->none |= 1u << op->slot[i];
+    int nexp = tk_explicit_dims(p), ell = p->ndims - nexp;
+    kt->ndim = nexp;
+    for (int k = 0; k < nexp && !b->types_only; k++) {
+        const tk_expr *e = p->dims[ell + k];
+        if (e->kind == TK_E_INT) {
+            kt->size[k] = e->ival;
+        } else {
+            int slot = op->dims[op->dim_sym[i][ell + k]].slot;
+            if (!b->ibound[slot])   /* (the tensors that give it come first: they have no default) */
+                return call_fail(b->call, "argument '%s' is None and nothing before it gave dim %s", p->name, e->name);
+            kt->size[k] = b->call->kargs.i[slot];
+        }
+        kt->stride[k] = k == nexp - 1;
+    }
+    return TK_OK;
+}
+
 /* Once every argument is bound: each '...' input's kernel view gets all nb
  * batch dims, of the broadcast sizes, with stride 0 where it has size 1 or
  * lacks the dim (read in place, nothing copied). A 'mut' input is written:
@@ -252,6 +292,22 @@ static tk_status expand_batch(binder *b) {
     for (int i = 0; i < op->decl->nparams; i++) {
         const tk_param *p = &op->decl->params[i];
         if (p->kind != TK_P_TENSOR || !(p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS)) continue;
+        if (b->args[i].is_none) {   /* (none of the batch dims: every one broadcast) */
+            tk_ktensor *kt = &b->call->kargs.t[op->slot[i]];
+            if (b->nb + kt->ndim > TK_MAX_DIMS)
+                return call_fail(b->call, "argument '%s': with the broadcast batch dims it would have %d dims, more "
+                                 "than the %d supported", p->name, b->nb + (int)kt->ndim, TK_MAX_DIMS);
+            for (int k = (int)kt->ndim - 1; k >= 0; k--) {
+                kt->size[b->nb + k] = kt->size[k];
+                kt->stride[b->nb + k] = kt->stride[k];
+            }
+            for (int k = 0; k < b->nb; k++) {
+                kt->size[k] = b->bsize[b->nb - 1 - k];
+                kt->stride[k] = 0;
+            }
+            kt->ndim += b->nb;
+            continue;
+        }
         const tk_tensor_view *v = &b->args[i].t;
         int nexp = tk_explicit_dims(p), nbv = v->ndim - nexp, same = nbv == b->nb;
         for (int j = 0; same && j < nbv; j++) same = v->sizes[nbv - 1 - j] == b->bsize[j];
@@ -705,9 +761,11 @@ static tk_status check_empty_inputs(binder *b) {
     for (int i = 0; i < d->nparams; i++) {
         tk_loc at = b->op->read_always[i];
         if (d->params[i].kind != TK_P_TENSOR || at.line == 0) continue;
+        const tk_ktensor *kt = &b->call->kargs.t[b->op->slot[i]];   /* (a None one's: its dims) */
         const tk_tensor_view *v = &b->args[i].t;
-        for (int k = 0; k < v->ndim; k++)
-            if (v->sizes[k] == 0)
+        int none = b->args[i].is_none, n = none ? (int)kt->ndim : v->ndim;
+        for (int k = 0; k < n; k++)
+            if ((none ? kt->size[k] : v->sizes[k]) == 0)
                 return call_fail(b->call, "argument '%s' has no elements (dim %d is 0) but the output is not "
                                           "empty, and every element reads it (%s:%d:%d)",
                                  d->params[i].name, k, d->file, at.line, at.col);
@@ -728,7 +786,7 @@ static void fill_tensor(tk_ktensor *kt, const tk_tensor_view *v) {
 static tk_status pick_variant(binder *b) {
     const tk_op *op = b->op;
     tk_dtype dv[TK_MAX_TENSORS];
-    for (int v = 0; v < op->ndvars; v++) dv[v] = b->args[op->dvars[v]].t.dtype;
+    for (int v = 0; v < op->ndvars; v++) dv[v] = arg_dtype(b, op->dvars[v]);
     b->call->variant = tk_variant_index(op, dv);
     if (b->call->variant < 0) return call_fail(b->call, "no kernel for these dtypes");
     b->call->float_type = tk_variant_float_type(op, b->call->variant);
@@ -756,6 +814,10 @@ static tk_status bind_args(const tk_op *op, const tk_arg *args, int nargs, tk_ca
     for (int i = 0; i < d->nparams; i++) {
         tk_status st;
         if (d->params[i].kind == TK_P_TENSOR) {
+            if (args[i].is_none) {
+                if ((st = bind_none(b, i))) return st;
+                continue;
+            }
             if (args[i].kind != TK_P_TENSOR) return call_fail(call, "argument '%s': expected a tensor", d->params[i].name);
             if ((st = bind_dtype(b, i)) || (st = bind_device(b, i)) || (st = bind_shape(b, i))) return st;
             fill_tensor(&call->kargs.t[op->slot[i]], &args[i].t);
@@ -847,11 +909,39 @@ tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs) {
     if (nargs != d->nparams) return call_fail(call, "expected %d arguments, got %d", d->nparams, nargs);
     for (int i = 0; i < d->nparams; i++) {
         if (d->params[i].kind != TK_P_TENSOR) continue;
+        if (args[i].is_none != !!(call->none >> op->slot[i] & 1u))
+            return call_fail(call, "argument '%s': None where the call was bound with a tensor, or the other way",
+                             d->params[i].name);
+        if (args[i].is_none) {   /* (its fill: tk_set_fill again) */
+            call->kargs.t[op->slot[i]].data = NULL;
+            continue;
+        }
         if (args[i].kind != TK_P_TENSOR) return call_fail(call, "argument '%s': expected a tensor", d->params[i].name);
         call->kargs.t[op->slot[i]].data = args[i].t.data;
     }
     for (int o = 0; o < call->noutputs; o++) call->kargs.t[op->out_slot[o]].data = NULL;
     call->msg[0] = 0;
+    return TK_OK;
+}
+
+int tk_call_fill(const tk_call *call, int param, tk_dtype *dtype, int64_t *numel, double *value) {
+    if (!call || !call->op || !call->bound || param < 0 || param >= call->op->decl->nparams) return 0;
+    const tk_op *op = call->op;
+    const tk_param *p = &op->decl->params[param];
+    if (p->kind != TK_P_TENSOR || !(call->none >> op->slot[param] & 1u)) return 0;
+    const tk_ktensor *kt = &call->kargs.t[op->slot[param]];
+    if (dtype) *dtype = tk_variant_dtype(op, call->variant, param);
+    if (numel) *numel = kt->ndim > 0 && tk_explicit_dims(p) > 0 ? kt->size[kt->ndim - 1] : 1;
+    if (value) *value = tk_tensor_fill(p);
+    return 1;
+}
+
+tk_status tk_set_fill(tk_call *call, int param, void *data) {
+    if (!call || !call->op) return TK_ERR_INVALID;
+    if (!call->bound) return not_bound(call);
+    if (!tk_call_fill(call, param, NULL, NULL, NULL))
+        return call_fail(call, "parameter %d is not an optional tensor passed as None", param);
+    call->kargs.t[call->op->slot[param]].data = data;
     return TK_OK;
 }
 
@@ -880,7 +970,9 @@ tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     for (int i = 0; i < call->op->decl->nparams; i++)   /* (an empty input may have none) */
         if (call->op->decl->params[i].kind == TK_P_TENSOR && !call->kargs.t[call->op->slot[i]].data &&
             !ktensor_empty(&call->kargs.t[call->op->slot[i]]))
-            return call_fail(call, "argument '%s' has elements but no data", call->op->decl->params[i].name);
+            return call_fail(call, call->none >> call->op->slot[i] & 1u ? "argument '%s' is None, and the memory of "
+                             "its default is not attached (tk_set_fill)" : "argument '%s' has elements but no data",
+                             call->op->decl->params[i].name);
     for (int o = 0; o < call->noutputs; o++)   /* (an empty output may have no memory: a row loop's T = 0) */
         if (!call->kargs.t[call->op->out_slot[o]].data && call->kargs.numel > 0 &&
             !ktensor_empty(&call->kargs.t[call->op->out_slot[o]]))

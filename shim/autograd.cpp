@@ -233,7 +233,8 @@ variable_list run_backward(const Plan& plan, const Wanted& wanted, const Arg& ar
       bw.handle.callBoxed(stack);
     }
     TORCH_INTERNAL_ASSERT(stack.size() == bw.targets.size(), "tk.", bw.name, ": unexpected outputs");
-    for (size_t j = 0; j < stack.size(); ++j) result[edge_of(plan, bw.targets[j])] = stack[j].toTensor();
+    for (size_t j = 0; j < stack.size(); ++j)   // (one nobody wants, as an optional tensor's passed as None, is dropped)
+      if (wanted(edge_of(plan, bw.targets[j]))) result[edge_of(plan, bw.targets[j])] = stack[j].toTensor();
   }
   return result;
 }
@@ -245,6 +246,7 @@ struct TkBackward : torch::autograd::Node {
   const Plan* plan;
   std::vector<c10::IValue> params;         // forward scalar arguments the backward ops take
   std::vector<SavedVariable> saved_params; // forward tensor arguments the backward ops take
+  std::vector<bool> none_params;           // per forward parameter: an optional tensor passed as None
   std::vector<SavedVariable> saved_outputs;
   std::vector<bool> differentiable;        // per forward output
 
@@ -368,7 +370,7 @@ struct TkBackward : torch::autograd::Node {
     if (src == TK_GRAD_FROM_GRAD) return grads[index];
     if (src == TK_GRAD_FROM_OUTPUT) return saved_outputs[index].unpack(getptr());
     if (tk_op_param_kind(plan->op, static_cast<int>(index)) == 0 /* TK_P_TENSOR */)
-      return saved_params[index].unpack();
+      return none_params[index] ? c10::IValue() : c10::IValue(saved_params[index].unpack());
     return params[index];
   }
 };
@@ -377,11 +379,14 @@ struct TkBackward : torch::autograd::Node {
 void record(const Plan& plan, std::vector<c10::IValue>&& inputs, torch::jit::Stack* stack) {
   auto node = NodeHolder<TkBackward>::make(&plan);
   std::vector<at::Tensor> edges;
-  for (int p : plan.tensor_params) edges.push_back(inputs[static_cast<size_t>(p)].toTensor());
+  for (int p : plan.tensor_params)   // (an optional one passed as None: no edge)
+    edges.push_back(inputs[static_cast<size_t>(p)].isTensor() ? inputs[static_cast<size_t>(p)].toTensor() : at::Tensor());
   node->set_next_edges(torch::autograd::collect_next_edges(edges));
   node->params.resize(inputs.size());
   node->saved_params.resize(inputs.size());
+  node->none_params.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
+    node->none_params[i] = inputs[i].isNone();
     if (!plan.save_param[i]) continue;
     if (!inputs[i].isTensor()) {
       node->params[i] = inputs[i];

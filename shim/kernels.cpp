@@ -285,6 +285,22 @@ void stage_inputs(const c10::OperatorHandle& handle, const torch::jit::Stack& st
   }
 }
 
+// Attaches the memory of each optional tensor passed as None (docs/spec.md,
+// Optional tensors): one row of its default on the call's device, which the
+// kernel reads with stride 0 along every other dim; kept until the call ends.
+void attach_fills(Call& c, const c10::Device& device) {
+  if (c.call.none == 0) return;
+  for (size_t i = 0; i < c.nargs; ++i) {
+    tk_dtype dtype = TK_F32;
+    int64_t numel = 0;
+    double value = 0.0;
+    if (!tk_call_fill(&c.call, static_cast<int>(i), &dtype, &numel, &value)) continue;
+    c.staged.push_back(at::full({std::max<int64_t>(numel, 1)}, value,
+                                at::TensorOptions().dtype(to_scalar_type(dtype)).device(device)));
+    TORCH_CHECK(tk_set_fill(&c.call, static_cast<int>(i), c.staged.back().mutable_data_ptr()) == TK_OK, c.call.msg);
+  }
+}
+
 // Transparent huge pages for a large CPU output (Linux), opt-in with
 // TK_HUGEPAGES=1. A fresh output is memory the process has never touched:
 // the kernel's first write to each 4 KiB page takes a page fault, and for a
@@ -715,6 +731,7 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
     ensure_cpu_kernel(c.op, c.call.variant);  // a run-time op's first CPU call in this dtype: compile it
   allocate_outputs(c, device, torch::jit::last(*stack, handle.schema().arguments().size()));
   if (execute && device.is_cpu()) stage_inputs(handle, *stack, c);
+  if (execute) attach_fills(c, device);
   if (execute) zero_sums(c);
   if (execute && device.is_cuda()) {
     run_on_cuda(c, torch::jit::last(*stack, handle.schema().arguments().size()));

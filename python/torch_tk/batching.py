@@ -57,7 +57,7 @@ def _rule(info: OpInfo, op):
         n = vinfo.batch_size
         # per sample: each '...' tensor's batch rank, and the most of them
         ranks = {i: args[i].dim() - (d is not None) - info.params[i].explicit_dims
-                 for i, d in enumerate(in_dims) if batch_params[i]}
+                 for i, d in enumerate(in_dims) if batch_params[i] and args[i] is not None}
         most = max(ranks.values(), default=0)
         if (not fused or any(d is not None and not batch_params[i] for i, d in enumerate(in_dims))
                 or any(most + 1 + info.params[i].explicit_dims > _MAX_DIMS for i in ranks)):

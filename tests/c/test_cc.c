@@ -6,7 +6,8 @@
  * another context's op served from the emitted source); the errors for a
  * missing compiler, a failing compile and a spec error; a kernel that runs
  * its row loop in parts (its mark found, parts adding up to the whole loop,
- * parts of another kernel refused). Needs `cc` on PATH.
+ * parts of another kernel refused); optional tensors passed as None
+ * through the C API (tk_call_fill, tk_set_fill). Needs `cc` on PATH.
  * Usage: test_cc OPS_DIR TESTS_DIR */
 #define _GNU_SOURCE
 #include <math.h>
@@ -288,6 +289,62 @@ done:
     tk_ctx_free(ctx);
 }
 
+/* An optional tensor passed as None (tk_arg_none) reads as its default
+ * from the row the caller attaches (tk_set_fill); before that the call is
+ * refused, and a tensor where one is needed cannot be None. */
+static void test_optional_tensors(void) {
+    static const char *spec =
+        "op scale_shift(x: float[B, N], w: x.dtype[N]? = 2, b: float64[B, N]? = -0.5) -> y: x.dtype[B, N]:\n"
+        "    for r, i in y:\n"
+        "        y[r, i] = x[r, i] * w[i] + b[r, i]\n";
+    char dir[300], msg[16384];
+    snprintf(dir, sizeof dir, "%s/optional", cache_root);
+    tk_ctx *ctx = tk_ctx_new();
+    tk_cc *cc = new_cc(NULL, dir);
+    tk_status st = tk_cc_load_spec(cc, ctx, "opt.tk", spec, strlen(spec), msg, sizeof msg);
+    if (st != TK_OK) fprintf(stderr, "%s\n", msg);
+    CHECK(st == TK_OK);
+    const tk_op *op = tk_op_find(ctx, "scale_shift");
+    CHECK(op != NULL && strcmp(tk_op_schema(op), "scale_shift(Tensor x, Tensor? w=None, Tensor? b=None) -> Tensor") == 0);
+    if (!op) return;
+    float x[12], w[4] = {1, -1, 3, 0.25f}, y[12];
+    for (int i = 0; i < 12; i++) x[i] = (float)i - 5.0f;
+    int64_t sz[2] = {3, 4}, st2[2] = {4, 1}, n = 4, one = 1;
+    for (int given = 0; given < 2; given++) {
+        tk_arg args[3] = {tk_arg_tensor(tk_view(x, TK_F32, 2, sz, st2)),
+                          given ? tk_arg_tensor(tk_view(w, TK_F32, 1, &n, &one)) : tk_arg_none(), tk_arg_none()};
+        tk_call call;
+        CHECK(tk_bind(op, args, 3, &call) == TK_OK);
+        for (int i = 0; i < 12; i++) y[i] = NAN;
+        CHECK(tk_set_output(&call, 0, tk_view(y, TK_F32, 2, sz, st2)) == TK_OK);
+        CHECK(tk_run_cpu(&call, 0, call.kargs.numel) == TK_ERR_ARG);
+        CHECK(strcmp(call.msg, given ? "tk.scale_shift: argument 'b' is None, and the memory of its default is not "
+                                       "attached (tk_set_fill)"
+                                     : "tk.scale_shift: argument 'w' is None, and the memory of its default is not "
+                                       "attached (tk_set_fill)") == 0);
+        tk_dtype dt = TK_BOOL;
+        int64_t numel = 0;
+        double value = 0;
+        CHECK(tk_call_fill(&call, 0, &dt, &numel, &value) == 0);   /* a tensor */
+        CHECK(tk_call_fill(&call, 1, &dt, &numel, &value) == !given);
+        if (!given) CHECK(dt == TK_F32 && numel == 4 && value == 2.0);
+        float wrow[4] = {2, 2, 2, 2};
+        if (!given) CHECK(tk_set_fill(&call, 1, wrow) == TK_OK);
+        else CHECK(tk_set_fill(&call, 1, wrow) == TK_ERR_ARG);
+        CHECK(tk_call_fill(&call, 2, &dt, &numel, &value) == 1 && dt == TK_F64 && numel == 4 && value == -0.5);
+        double brow[4] = {-0.5, -0.5, -0.5, -0.5};
+        CHECK(tk_set_fill(&call, 2, brow) == TK_OK);
+        CHECK(tk_run_cpu(&call, 0, call.kargs.numel) == TK_OK);
+        for (int i = 0; i < 12; i++) CHECK(y[i] == x[i] * (given ? w[i % 4] : 2.0f) - 0.5f);
+    }
+    tk_arg bad[3] = {tk_arg_none(), tk_arg_none(), tk_arg_none()};
+    tk_call call;
+    CHECK(tk_bind(op, bad, 3, &call) == TK_ERR_ARG);
+    CHECK(strcmp(call.msg, "tk.scale_shift: argument 'x': expected a tensor, got None") == 0);
+    tk_cc_free(cc);
+    tk_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
@@ -302,6 +359,7 @@ int main(int argc, char **argv) {
     test_compile_variant();
     test_errors();
     test_parts();
+    test_optional_tensors();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);
     if (system(cmd) != 0) fprintf(stderr, "test_cc: could not remove %s\n", cache_root);

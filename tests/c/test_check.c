@@ -93,7 +93,7 @@ static const bad_spec k_bad[] = {
     {"op f(x: float32[N, ...]) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:20: error: '...' may only be the first dim of 'x'"},
     {"op f(x: float32[N], h: bool? = True) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
-     "bad.tk:1:21: error: only int and float parameters can be optional ('int?', 'float?')"},
+     "bad.tk:1:21: error: a bool parameter cannot be optional (only 'int?', 'float?' and tensors)"},
     /* float defaults: a number literal, possibly negated, required for 'float?' */
     {"op f(x: float32[N], h: float? = N) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:33: error: the default of float 'h' must be a number such as 1e-5 or -0.5, not an expression"},
@@ -243,8 +243,18 @@ static const bad_spec k_bad[] = {
 #define FWD "op f(x: float[N], n: int? = N) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n        y[i] = x[i]\n"
 #define BW(params, outs) "op f_bw(" params ") -> " outs ":\n    for i in grad_x:\n        grad_x[i] = 0.0\n"
 
+#define FWD_OPT "op f(x: float[N], w: x.dtype[N]? = 1) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n" \
+    "        y[i] = x[i] * w[i]\n"
+
 static const bad_spec k_bad_link[] = {
     {FWD, "bad.tk:2:14: error: backward op 'f_bw' of 'f': no such op (is its spec file loaded?)"},
+    /* an optional tensor: the backward op takes None too, and it must mean the same there */
+    {FWD_OPT BW("grad_y: float[N], w: grad_y.dtype[N]", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'w' must be optional ('[...]? = 0') like 'w' of 'f' "
+     "(it may be None)"},
+    {FWD_OPT BW("grad_y: float[N], w: grad_y.dtype[N]? = 0", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'w' defaults to 0 but 'w' of 'f' to 1 (None passed "
+     "for it must mean one value)"},
     /* a forward op's scratch tensor is not an output a backward op can take */
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward f_bw\n    scratch s: x.dtype[N]\n    for i in y:\n"
      "        s[i] = x[i]\n        y[i] = x[i]\n"

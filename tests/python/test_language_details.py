@@ -105,7 +105,7 @@ BAD_DEFAULTS = [
      "bad.tk:1:31: error: the default of int 'n' must be an integer such as 3 or -1 (use 'n: int? = expr' for one "
      "computed from dims)"),
     ("op bd_f(x: float[N], f: bool? = True) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
-     "bad.tk:1:22: error: only int and float parameters can be optional ('int?', 'float?')"),
+     "bad.tk:1:22: error: a bool parameter cannot be optional (only 'int?', 'float?' and tensors)"),
 ]
 
 
