@@ -24,7 +24,8 @@ static int optional_tensor(const tk_opdecl *d, int i) {
 
 /* Points dim symbol k at the first tensor parameter that is not optional
  * and names it (the one whose size gives it when optional ones are None);
- * 0 when there is none. */
+ * 0 when there is none. (Optional ones come after the others, having a
+ * default, so such a tensor already binds it when there is one.) */
 static int bind_to_required(tk_op *op, int k) {
     const tk_opdecl *d = op->decl;
     for (int i = 0; i < d->nparams; i++) {

@@ -28,7 +28,7 @@ DIM_BATCH, DIM_NAME, DIM_FIXED = 0, 1, 2    # tk_op_param_dim
 class Param:
     name: str
     kind: str                       # "tensor", "int", "float" or "bool"
-    optional: bool = False          # 'int?' or 'float?': may be None
+    optional: bool = False          # 'int?', 'float?' or an optional tensor ('x.dtype[N]? = 0'): may be None
     dtypes: tuple = ()              # allowed torch dtypes (tensors)
     dtype_group: int = -1           # the parameter whose dtype this one shares (itself if a class)
     dims: tuple = ()                # per declared dim: "...", a dim name, or an int
@@ -68,7 +68,8 @@ def _param(lib, op, i) -> Param:
         dname, value = ctypes.c_char_p(), ctypes.c_int64()
         k = lib.tk_op_param_dim(op, i, j, ctypes.byref(dname), ctypes.byref(value))
         dims.append("..." if k == DIM_BATCH else dname.value.decode() if k == DIM_NAME else value.value)
-    return Param(name, kind, dtypes=tuple(d for t, d in enumerate(DTYPES) if mask >> t & 1),
+    return Param(name, kind, optional=bool(lib.tk_op_param_optional(op, i)),
+                 dtypes=tuple(d for t, d in enumerate(DTYPES) if mask >> t & 1),
                  dtype_group=lib.tk_op_param_dtype_group(op, i), dims=tuple(dims),
                  mut=bool(lib.tk_op_param_mut(op, i)))
 

@@ -94,6 +94,38 @@ static const bad_spec k_bad[] = {
      "bad.tk:1:20: error: '...' may only be the first dim of 'x'"},
     {"op f(x: float32[N], h: bool? = True) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:21: error: a bool parameter cannot be optional (only 'int?', 'float?' and tensors)"},
+    /* optional tensors (docs/spec.md, Optional tensors) */
+    {"op f(x: float[N], b: x.dtype[N]? ) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:19: error: optional tensor 'b' needs a default, the value its elements read as when it is None: "
+     "'b: x.dtype[N]? = 0'"},
+    {"op f(x: float[N], b: x.dtype[N] = 0) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:35: error: a tensor parameter has a default only when it is optional: 'b: x.dtype[N]? = 0' "
+     "takes None, whose elements then read as 0"},
+    {"op f(x: float[N], b: float[M]? = 0) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:22: error: optional tensor 'b' needs one dtype or 'x.dtype' of a tensor that is not optional: "
+     "when it is None nothing picks among several"},
+    {"op f(x: float[N], b: x.dtype[M]? = 0) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:30: error: dim 'M' is named only by optional tensor 'b': when it is None nothing gives M (name "
+     "it in a tensor that is not optional)"},
+    {"op f(x: float32[N]? = 0) -> y: float32[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:4: error: every tensor parameter of 'f' is optional: it needs one that is not (torch picks the "
+     "CPU or CUDA kernel from it, and the optional ones take their dims from it)"},
+    {"op f(x: float[N], b: x.dtype[N]? = 0, c: b.dtype[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:39: error: parameter 'c' has no default but follows 'b', which has one: as in Python, "
+     "parameters with defaults come last"},
+    {"op f(x: float[N], b: x.dtype[N]? = 0, c: b.dtype[N]? = 1) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:42: error: 'b.dtype': 'b' is optional, and None has no dtype: name a tensor that is not optional"},
+    {"op f(x: float[N], b: int64[N]? = 0.5) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:34: error: the default of 'b' must be an integer: 'b' may have an integer or bool dtype"},
+    {"op f(x: float[N], b: bool[N]? = 2) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:33: error: the default of bool tensor 'b' must be True or False"},
+    {"op f(x: float[N], b: x.dtype[N]? = True) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:36: error: the default of 'b' is True or False only for a bool tensor: give a number"},
+    {"op f(x: float[N], b: x.dtype[N]? = N) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:36: error: the default of optional tensor 'b' must be a number such as 0, 1 or -0.5 (what each "
+     "of its elements reads as when it is None), not an expression"},
+    {"op f(x: float[N], b: mut x.dtype[N]? = 0):\n    for i in b:\n        b[i] = x[i]\n",
+     "bad.tk:1:19: error: 'mut' tensor 'b' cannot be optional: the op writes it"},
     /* float defaults: a number literal, possibly negated, required for 'float?' */
     {"op f(x: float32[N], h: float? = N) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:33: error: the default of float 'h' must be a number such as 1e-5 or -0.5, not an expression"},
@@ -461,6 +493,12 @@ typedef struct good_spec {
 } good_spec;
 
 static const good_spec k_good[] = {
+    /* optional tensors: 'Tensor? b=None', with '...', with no dims, with a dtype of its own */
+    {"op ot(x: float[..., N], b: x.dtype[N]? = -1.5, m: bool[..., N]? = True, s: float64[]? = 2, k: int32[N]? = 0)\n"
+     "        -> y: x.dtype[..., N]:\n"
+     "    for i in y:\n"
+     "        y[i] = x[i] * s[] + b[i] + float(k[i]) if m[i] else 0.0\n",
+     "ot(Tensor x, Tensor? b=None, Tensor? m=None, Tensor? s=None, Tensor? k=None) -> Tensor"},
     /* scratch tensors: not in the schema's returns */
     {"op sc(x: float[..., N]) -> (y: x.dtype[..., N], m: x.dtype[..., 1]):\n"
      "    scratch t: float32[..., N]\n"
