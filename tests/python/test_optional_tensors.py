@@ -9,7 +9,7 @@ default (schema `Tensor? bias=None`).
   dims, a dtype of its own, bool and int64 ones) against torch, each given
   or None, on fresh random inputs;
 * torch.compile (dynamic shapes: the symbolic Meta kernel), TorchScript,
-  opcheck and vmap with None;
+  opcheck, compiled autograd and vmap with None;
 * what is not allowed is a load error at file:line:col (two here, the rest
   in tests/c/test_check.c), and None where a tensor is needed an error
   naming the op and the argument.
@@ -147,6 +147,28 @@ def test_compile_script_and_opcheck_with_none():
     for args in ((x, None, b, 1e-5), (x, None, None, 1e-5), (x.requires_grad_(), b, None, 1e-5)):
         torch.library.opcheck(tk.layernorm.default, args)
     torch.library.opcheck(tk.opt_mix.default, (some(2, 3, 4, seed=20), None, None, torch.ones(4, dtype=torch.bool)))
+
+
+@pytest.mark.skipif(torch.__version__ < (2, 13), reason="compiled autograd through tk's node needs torch >= 2.13")
+def test_compiled_autograd_with_none():
+    """The node packs None for the weight (shim/autograd.cpp, apply_with_saved):
+    the traced backward passes it on, and gives x and bias eager's gradients."""
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.reset()
+    x0, b0, g = some(5, 12, seed=23), some(12, seed=24), some(5, 12, seed=25)
+    grads = []
+    for compiled in (False, True):
+        x, b = x0.clone().requires_grad_(), b0.clone().requires_grad_()
+        loss = (tk.layernorm(x, None, b) * g).sum()
+        if compiled:
+            with compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
+                loss.backward()
+        else:
+            loss.backward()
+        grads.append((x.grad, b.grad))
+    for a, e in zip(*grads):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
 
 
 def test_vmap_with_none():
