@@ -285,6 +285,30 @@ void stage_inputs(const c10::OperatorHandle& handle, const torch::jit::Stack& st
   }
 }
 
+// A row of n elements of dtype, each value, on device. On the CPU the last
+// few rows this thread made are reused (nothing writes them): a fresh row
+// a call made layernorm(x) at (64, 128) about 6 us against 5 with tensors
+// of ones and zeros; reused, 5.1 against 5.1 (bench/optional_tensors.py,
+// bench/LOG.md). On CUDA a fresh one, filled on the current stream before
+// the kernel reads it.
+at::Tensor fill_row(tk_dtype dtype, int64_t n, double value, const c10::Device& device) {
+  const auto options = at::TensorOptions().dtype(to_scalar_type(dtype)).device(device);
+  if (!device.is_cpu()) return at::full({n}, value, options);
+  struct Row {
+    tk_dtype dtype;
+    int64_t n;
+    double value;
+    at::Tensor t;
+  };
+  thread_local std::array<Row, 4> rows{};
+  thread_local size_t next = 0;
+  for (const Row& r : rows)
+    if (r.t.defined() && r.dtype == dtype && r.n == n && std::memcmp(&r.value, &value, sizeof value) == 0) return r.t;
+  Row& r = rows[next++ % rows.size()];
+  r = Row{dtype, n, value, at::full({n}, value, options)};
+  return r.t;
+}
+
 // Attaches the memory of each optional tensor passed as None (docs/spec.md,
 // Optional tensors): one row of its default on the call's device, which the
 // kernel reads with stride 0 along every other dim; kept until the call ends.
@@ -295,8 +319,7 @@ void attach_fills(Call& c, const c10::Device& device) {
     int64_t numel = 0;
     double value = 0.0;
     if (!tk_call_fill(&c.call, static_cast<int>(i), &dtype, &numel, &value)) continue;
-    c.staged.push_back(at::full({std::max<int64_t>(numel, 1)}, value,
-                                at::TensorOptions().dtype(to_scalar_type(dtype)).device(device)));
+    c.staged.push_back(fill_row(dtype, std::max<int64_t>(numel, 1), value, device));
     TORCH_CHECK(tk_set_fill(&c.call, static_cast<int>(i), c.staged.back().mutable_data_ptr()) == TK_OK, c.call.msg);
   }
 }
