@@ -107,6 +107,27 @@ static tk_arg scalar_arg(const tk_op *op, int i, int set, rng *r) {
     return tk_arg_int(x);
 }
 
+/* Each optional tensor bound as None reads inside the row its caller
+ * attaches (tk_call_fill's numel): its farthest element, when it has any,
+ * is before the row's end. (Tensor parameter k has kernel slot k.) */
+static void check_fills(const tk_op *op, const tk_call *call, int n) {
+    for (int i = 0, slot = 0; i < n; i++) {
+        if (tk_op_param_kind(op, i) != 0) continue;
+        int64_t numel = 0;
+        int none = tk_call_fill(call, i, NULL, &numel, NULL);
+        if (none != (int)(call->none >> slot & 1u) || (none && (!tk_op_param_optional(op, i) || numel < 1))) abort();
+        const tk_ktensor *t = &call->kargs.t[slot++];
+        if (!none) continue;
+        int64_t last = 0;
+        int empty = 0;
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->size[d] == 0) empty = 1;
+            else last += (t->size[d] - 1) * t->stride[d];
+        }
+        if (!empty && (last < 0 || last >= numel)) abort();
+    }
+}
+
 /* Binds op against each argument set; only the status matters. */
 static void fuzz_bind(const tk_op *op, rng *r) {
     enum { MAX_ARGS = TK_MAX_TENSORS * 4 };
@@ -115,8 +136,11 @@ static void fuzz_bind(const tk_op *op, rng *r) {
     int n = tk_op_nparams(op);
     if (n > MAX_ARGS) return;
     for (int set = 0; set < NSETS; set++) {
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             args[i] = tk_op_param_kind(op, i) == 0 ? tensor_arg(op, i, set, r, args) : scalar_arg(op, i, set, r);
+            if (tk_op_param_kind(op, i) == 0 && next(r) % 3 == 0 && (tk_op_param_optional(op, i) || set != PLAUSIBLE))
+                args[i] = tk_arg_none();   /* an optional tensor's None (or, hostile, one where it is not allowed) */
+        }
         int nargs = n - (set != PLAUSIBLE && next(r) % 16 == 0);
         (void)tk_bind_types(op, args, nargs, &call);
         if (tk_bind(op, args, nargs, &call) == TK_OK) {
@@ -124,6 +148,7 @@ static void fuzz_bind(const tk_op *op, rng *r) {
             for (int o = 0; o < call.noutputs; o++)
                 if (call.out_ndim[o] < 0 || call.out_ndim[o] > TK_MAX_DIMS) abort();
             if (call.kargs.numel < 0) abort();
+            check_fills(op, &call, n);
         }
     }
 }
