@@ -3,6 +3,9 @@
  * tensor of those dims every element of which reads as the default. Here:
  * the checks that make None bindable (every dim and the dtype known from
  * the other arguments) and the default's value. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core.h"
@@ -55,10 +58,36 @@ static tk_loc dim_loc(const tk_op *op, int i, int k) {
 /* Whether every bit of mask is among `of`. */
 static int within(unsigned mask, unsigned of) { return mask != 0 && (mask & ~of) == 0; }
 
+/* Whether number v (a default: an integer, or with a fraction only for
+ * floats) is exactly a value of dtype t, or for floats within its finite
+ * range or infinite (rounded to it, as torch.full rounds): integers within
+ * their type, int64 within 2^53 (the default travels as a double). */
+static int fits(double v, tk_dtype t) {
+    static const double lim[TK_DTYPE_COUNT][2] = {   /* ORDER DTYPE */
+        [TK_U8] = {0, 255}, [TK_I8] = {-128, 127}, [TK_I16] = {-32768, 32767},
+        [TK_I32] = {-2147483648.0, 2147483647.0}, [TK_I64] = {-9007199254740992.0, 9007199254740992.0},
+        [TK_F16] = {-65504.0, 65504.0}, [TK_BF16] = {-3.3895313892515355e38, 3.3895313892515355e38},
+        [TK_F32] = {-3.4028234663852886e38, 3.4028234663852886e38}, [TK_F64] = {-1.79769313486231570e308, 1.79769313486231570e308}};
+    if (t == TK_BOOL) return v == 0.0 || v == 1.0;
+    if (t >= TK_F16 && isinf(v)) return 1;
+    return v >= lim[t][0] && v <= lim[t][1];
+}
+
+/* The default of p as an exact integer when it is an integer literal
+ * (possibly negated); 0 otherwise. */
+static int int_default(const tk_param *p, int64_t *out) {
+    const tk_expr *e = p->default_value;
+    int neg = e->kind == TK_E_UNARY && e->op == TK_OPC_NEG;
+    const tk_expr *lit = neg ? e->args[0] : e;
+    if (lit->kind != TK_E_INT) return 0;
+    *out = neg ? -lit->ival : lit->ival;
+    return 1;
+}
+
 /* Checks optional tensor i's default: a number literal (possibly negated),
  * or True/False, that every dtype it may have holds: an integer one for
  * any dtype (0 or 1 for bool), one with a fraction or exponent only for
- * floats, True/False only for bool. */
+ * floats, True/False only for bool; in each dtype's range (fits). */
 static tk_status check_fill(const tk_op *op, tk_error *err, int i) {
     const tk_param *p = &op->decl->params[i];
     const tk_expr *e = p->default_value;
@@ -79,6 +108,20 @@ static tk_status check_fill(const tk_op *op, tk_error *err, int i) {
                     "dtype", p->name, p->name);
     if (within(mask, 1u << TK_BOOL) && (neg || lit->ival > 1))
         return fail(op, err, e->loc, "the default of bool tensor '%s' must be True or False", p->name);
+    double v = tk_tensor_fill(p);
+    int64_t iv = 0;
+    int is_int = int_default(p, &iv);
+    char text[48];
+    if (is_int) snprintf(text, sizeof text, "%lld", (long long)iv);
+    else snprintf(text, sizeof text, "%.17g", v);
+    for (int t = 0; t < TK_DTYPE_COUNT; t++) {
+        if (!(mask >> t & 1u) || t == TK_BOOL) continue;
+        int ok = t == TK_I64 && is_int ? iv >= -(INT64_C(1) << 53) && iv <= (INT64_C(1) << 53) : fits(v, (tk_dtype)t);
+        if (!ok)
+            return fail(op, err, e->loc, "the default of '%s', %s, is outside the %s of %s, a dtype '%s' may have",
+                        p->name, text, t == TK_I64 ? "integers a double holds exactly (2^53)" : t >= TK_F16 ?
+                        "finite range" : "range", tk_dtype_name((tk_dtype)t), p->name);
+    }
     return TK_OK;
 }
 

@@ -355,6 +355,9 @@ tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs);
  *                                                tk_set_fill(&call, 2, row); } */
 int tk_call_fill(const tk_call *call, int param, tk_dtype *dtype, int64_t *numel, double *value);
 tk_status tk_set_fill(tk_call *call, int param, void *data);
+/* The first such parameter whose row is not attached while it has elements
+ * (tk_run_cpu and tk_cuda_launch refuse the call then), -1 if none. */
+int tk_call_unfilled(const tk_call *call);
 /* Attaches output i (shape and dtype must be those tk_bind computed). */
 tk_status tk_set_output(tk_call *call, int i, tk_tensor_view v);
 /* Runs elements [begin, end) of the index space with the op's CPU kernel.

@@ -924,6 +924,24 @@ tk_status tk_rebind_data(tk_call *call, const tk_arg *args, int nargs) {
     return TK_OK;
 }
 
+/* Whether t has no elements (a dim of size 0). */
+static int ktensor_empty(const tk_ktensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->size[d] == 0) return 1;
+    return 0;
+}
+
+int tk_call_unfilled(const tk_call *call) {
+    if (!call || !call->op || !call->none) return -1;
+    for (int i = 0; i < call->op->decl->nparams; i++) {
+        const tk_ktensor *t = &call->kargs.t[call->op->slot[i]];
+        if (call->op->decl->params[i].kind == TK_P_TENSOR && (call->none >> call->op->slot[i] & 1u) && !t->data &&
+            !ktensor_empty(t))
+            return i;
+    }
+    return -1;
+}
+
 int tk_call_fill(const tk_call *call, int param, tk_dtype *dtype, int64_t *numel, double *value) {
     if (!call || !call->op || !call->bound || param < 0 || param >= call->op->decl->nparams) return 0;
     const tk_op *op = call->op;
@@ -945,12 +963,6 @@ tk_status tk_set_fill(tk_call *call, int param, void *data) {
     return TK_OK;
 }
 
-/* Whether t has no elements (a dim of size 0). */
-static int ktensor_empty(const tk_ktensor *t) {
-    for (int d = 0; d < t->ndim; d++)
-        if (t->size[d] == 0) return 1;
-    return 0;
-}
 
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (!call || !call->op) return TK_ERR_INVALID;
@@ -967,12 +979,14 @@ tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (begin < 0 || end > call->kargs.numel || begin > end)
         return call_fail(call, "range [%lld, %lld) is outside the index space [0, %lld)", (long long)begin,
                          (long long)end, (long long)call->kargs.numel);
+    int unfilled = tk_call_unfilled(call);
+    if (unfilled >= 0)
+        return call_fail(call, "argument '%s' is None, and the memory of its default is not attached (tk_set_fill)",
+                         call->op->decl->params[unfilled].name);
     for (int i = 0; i < call->op->decl->nparams; i++)   /* (an empty input may have none) */
         if (call->op->decl->params[i].kind == TK_P_TENSOR && !call->kargs.t[call->op->slot[i]].data &&
             !ktensor_empty(&call->kargs.t[call->op->slot[i]]))
-            return call_fail(call, call->none >> call->op->slot[i] & 1u ? "argument '%s' is None, and the memory of "
-                             "its default is not attached (tk_set_fill)" : "argument '%s' has elements but no data",
-                             call->op->decl->params[i].name);
+            return call_fail(call, "argument '%s' has elements but no data", call->op->decl->params[i].name);
     for (int o = 0; o < call->noutputs; o++)   /* (an empty output may have no memory: a row loop's T = 0) */
         if (!call->kargs.t[call->op->out_slot[o]].data && call->kargs.numel > 0 &&
             !ktensor_empty(&call->kargs.t[call->op->out_slot[o]]))

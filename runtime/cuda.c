@@ -565,6 +565,12 @@ tk_status tk_cuda_launch(tk_cuda *cu, tk_ctx *ctx, const tk_call *call, void *st
         return TK_ERR_INVALID;
     }
     if (call->kargs.numel <= 0) return TK_OK;
+    int unfilled = tk_call_unfilled(call);
+    if (unfilled >= 0) {
+        tk_put(msg, msglen, "tk.%s: argument '%s' is None, and the memory of its default is not attached (tk_set_fill)",
+               tk_op_name(call->op), tk_op_param_name(call->op, unfilled));
+        return TK_ERR_INVALID;
+    }
     const device *d;
     kernel *k = ready_kernel(cu, ctx, call, &d, msg, msglen);
     if (!k) return TK_ERR_NOTFOUND;

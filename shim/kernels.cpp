@@ -286,14 +286,18 @@ void stage_inputs(const c10::OperatorHandle& handle, const torch::jit::Stack& st
 }
 
 // A row of n elements of dtype, each value, on device. On the CPU the last
-// few rows this thread made are reused (nothing writes them): a fresh row
+// few rows of at most kFillCacheBytes this thread made are reused (nothing
+// writes them; a longer row is made for its call alone): a fresh row
 // a call made layernorm(x) at (64, 128) about 6 us against 5 with tensors
 // of ones and zeros; reused, 5.1 against 5.1 (bench/optional_tensors.py,
 // bench/LOG.md). On CUDA a fresh one, filled on the current stream before
 // the kernel reads it.
+constexpr int64_t kFillCacheBytes = 65536;
+
 at::Tensor fill_row(tk_dtype dtype, int64_t n, double value, const c10::Device& device) {
   const auto options = at::TensorOptions().dtype(to_scalar_type(dtype)).device(device);
-  if (!device.is_cpu()) return at::full({n}, value, options);
+  if (!device.is_cpu() || n * static_cast<int64_t>(tk_dtype_size(dtype)) > kFillCacheBytes)
+    return at::full({n}, value, options);
   struct Row {
     tk_dtype dtype;
     int64_t n;
@@ -754,7 +758,7 @@ void boxed(const c10::OperatorHandle& handle, torch::jit::Stack* stack, c10::Dev
     ensure_cpu_kernel(c.op, c.call.variant);  // a run-time op's first CPU call in this dtype: compile it
   allocate_outputs(c, device, torch::jit::last(*stack, handle.schema().arguments().size()));
   if (execute && device.is_cpu()) stage_inputs(handle, *stack, c);
-  if (execute) attach_fills(c, device);
+  if (execute && c.call.kargs.numel > 0) attach_fills(c, device);   // (an empty call reads nothing)
   if (execute) zero_sums(c);
   if (execute && device.is_cuda()) {
     run_on_cuda(c, torch::jit::last(*stack, handle.schema().arguments().size()));

@@ -126,6 +126,15 @@ static const bad_spec k_bad[] = {
      "of its elements reads as when it is None), not an expression"},
     {"op f(x: float[N], b: mut x.dtype[N]? = 0):\n    for i in b:\n        b[i] = x[i]\n",
      "bad.tk:1:19: error: 'mut' tensor 'b' cannot be optional: the op writes it"},
+    {"op f(x: float[N], b: int8[N]? = 1000) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:33: error: the default of 'b', 1000, is outside the range of int8, a dtype 'b' may have"},
+    {"op f(x: float[N], b: uint8[N]? = -1) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:34: error: the default of 'b', -1, is outside the range of uint8, a dtype 'b' may have"},
+    {"op f(x: float16|float32[N], b: x.dtype[N]? = 1e6) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:46: error: the default of 'b', 1000000, is outside the finite range of float16, a dtype 'b' may have"},
+    {"op f(x: float[N], b: int64[N]? = 9007199254740993) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:1:34: error: the default of 'b', 9007199254740993, is outside the integers a double holds exactly "
+     "(2^53) of int64, a dtype 'b' may have"},
     /* float defaults: a number literal, possibly negated, required for 'float?' */
     {"op f(x: float32[N], h: float? = N) -> y: float32[N]:\n    for i in y:\n        y[i] = 0.0\n",
      "bad.tk:1:33: error: the default of float 'h' must be a number such as 1e-5 or -0.5, not an expression"},
@@ -499,6 +508,11 @@ static const good_spec k_good[] = {
      "    for i in y:\n"
      "        y[i] = x[i] * s[] + b[i] + float(k[i]) if m[i] else 0.0\n",
      "ot(Tensor x, Tensor? b=None, Tensor? m=None, Tensor? s=None, Tensor? k=None) -> Tensor"},
+    {"op oi(x: float[T, T], bias: x.dtype[T, T]? = -inf, u: uint8[T]? = 255, k: int64[T]? = -9007199254740992)\n"
+     "        -> y: x.dtype[T, T]:\n"
+     "    for i, j in y:\n"
+     "        y[i, j] = x[i, j] + bias[i, j] + float(u[j] + k[i])\n",
+     "oi(Tensor x, Tensor? bias=None, Tensor? u=None, Tensor? k=None) -> Tensor"},
     /* scratch tensors: not in the schema's returns */
     {"op sc(x: float[..., N]) -> (y: x.dtype[..., N], m: x.dtype[..., 1]):\n"
      "    scratch t: float32[..., N]\n"

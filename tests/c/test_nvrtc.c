@@ -500,6 +500,22 @@ static void test_no_driver(tk_ctx *ctx) {
     /* a CPU call is refused */
     call.device = TK_CPU;
     CHECK(tk_cuda_launch(cu, ctx, &call, NULL, msg, sizeof msg) == TK_ERR_INVALID);
+    /* so is one with an optional tensor passed as None whose row is not attached (tk_set_fill) */
+    static const char *opt_spec = "op nvrtc_opt(x: float32[N], b: float32[N]? = 1) -> y: float32[N]:\n"
+                                  "    for i in y:\n        y[i] = x[i] + b[i]\n";
+    tk_ctx *octx = tk_ctx_new();
+    CHECK(tk_load_spec(octx, "opt.tk", opt_spec, strlen(opt_spec)) == TK_OK);
+    static float dev[8];   /* (never read: no driver) */
+    int64_t n = 8, one = 1;
+    tk_tensor_view xv = tk_view(dev, TK_F32, 1, &n, &one);
+    xv.device = TK_CUDA;
+    tk_arg args[2] = {tk_arg_tensor(xv), tk_arg_none()};
+    tk_call oc;
+    CHECK(tk_bind(tk_op_find(octx, "nvrtc_opt"), args, 2, &oc) == TK_OK);
+    CHECK(tk_cuda_launch(cu, octx, &oc, NULL, msg, sizeof msg) == TK_ERR_INVALID);
+    CHECK(contains(msg, "tk.nvrtc_opt: argument 'b' is None, and the memory of its default is not attached"));
+    CHECK(tk_set_fill(&oc, 1, dev) == TK_OK && tk_cuda_launch(cu, octx, &oc, NULL, msg, sizeof msg) == TK_ERR_NOTFOUND);
+    tk_ctx_free(octx);
     tk_cuda_free(cu);
 
     /* this machine's own libcuda, when it has none (CI) */
