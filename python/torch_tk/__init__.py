@@ -29,6 +29,10 @@ cmake_prefix_path = os.path.dirname(os.path.abspath(__file__))
 
 _load_library()
 
+from . import compile_cache as _compile_cache  # noqa: E402
+
+_compile_cache.note_library(library_path())   # torch.compile's disk caches see which libtk (torch_tk.compile_cache)
+
 from . import batching as _batching  # noqa: E402  (needs the ops loaded)
 from . import specinfo as _specinfo  # noqa: E402
 

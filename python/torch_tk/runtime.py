@@ -97,8 +97,9 @@ def _register_spec(text: str, file: str, checked: bool | None = None) -> list[st
     names = result.split()
     if not names:
         raise SpecError(f"{file}:1:1: error: the spec defines no op", file, 1, 1, "the spec defines no op")
-    from . import batching, specinfo
+    from . import batching, compile_cache, specinfo
     batching.register(specinfo.text_ops(file, text).values())   # vmap rules (torch_tk.batching)
+    compile_cache.note_spec(file, text)   # torch.compile's disk caches see the spec (torch_tk.compile_cache)
     with _lock:
         _names_by_text[key] = names
     return names

@@ -123,7 +123,27 @@ def test_compile_and_opcheck():
     for a, b in zip(eager, comp):
         torch.testing.assert_close(a.grad, b.grad)
     torch.library.opcheck(tk.selective_scan.default, args)
-    torch.library.opcheck(tk.selective_scan_backward_ue.default, (*args, torch.randn(2, 4, 16)))
+    torch.library.opcheck(tk.selective_scan_backward_ue.default, (*args[:5], torch.randn(2, 4, 16), args[5]))
+    torch.library.opcheck(tk.selective_scan.default, (*args[:5], None))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 5e-5), (torch.float64, 1e-11)])
+def test_without_d(dtype, tol):
+    """D=None (mamba_ssm's default): no skip term, and no gradient for it."""
+    args = [a.requires_grad_() for a in inputs((2,), 5, 23, 4, dtype, seed=71)[:5]]
+    ref_args = [a.detach().double().requires_grad_() for a in args]
+    zero_d = torch.zeros(5, dtype=torch.float64)
+    for call in (lambda: tk.selective_scan(*args), lambda: tk.selective_scan(*args, None),
+                 lambda: tk.selective_scan(*args, D=None)):
+        y, last = call()
+        want_y, want_last = reference(*ref_args, zero_d)
+        torch.testing.assert_close(y.double(), want_y.detach(), rtol=tol, atol=tol * max(1.0, want_y.abs().max().item()))
+        torch.testing.assert_close(last.double(), want_last.detach(), rtol=tol, atol=tol)
+        g = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(72))
+        got = torch.autograd.grad((y.double() * g).sum(), args)
+        want = torch.autograd.grad((want_y * g).sum(), ref_args)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.double(), b, rtol=tol * 10, atol=tol * 10 * max(1.0, b.abs().max().item()))
 
 
 def test_vmap_and_func_grad():
