@@ -9,7 +9,7 @@ default (schema `Tensor? bias=None`).
   dims, a dtype of its own, bool and int64 ones) against torch, each given
   or None, on fresh random inputs;
 * torch.compile (dynamic shapes: the symbolic Meta kernel), TorchScript,
-  opcheck, compiled autograd and vmap with None;
+  torch.export (save and load), opcheck, compiled autograd and vmap with None;
 * what is not allowed is a load error at file:line:col (two here, the rest
   in tests/c/test_check.c), and None where a tensor is needed an error
   naming the op and the argument.
@@ -172,6 +172,31 @@ def test_compiled_autograd_with_none():
         grads.append((x.grad, b.grad))
     for a, e in zip(*grads):
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
+
+
+def test_export_with_none():
+    """torch.export keeps the call with None in the graph; the program runs
+    with a dynamic row count, survives save/load, and matches eager."""
+    import io
+
+    class Norm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(some(16, seed=26))
+
+        def forward(self, x):
+            return tk.layernorm(x, None, self.bias)
+
+    model = Norm()
+    ep = torch.export.export(model, (some(4, 16, seed=27),), dynamic_shapes={"x": {0: torch.export.Dim("R", min=1)}})
+    assert "torch.ops.tk.layernorm.default" in ep.graph_module.code
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    buf.seek(0)
+    loaded = torch.export.load(buf)
+    x = some(9, 16, seed=28)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.module()(x), model(x), rtol=0, atol=0)
 
 
 def test_vmap_with_none():
