@@ -56,3 +56,17 @@ def test_each_registration_changes_the_tag():
     torch_tk.kernel("op cc_g(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n", file="cc_g.tk")
     after = torch.compiler.config.cache_key_tag
     assert "tk-" in before and after != before and after.endswith("tk-" + torch_tk.compile_cache.digest())
+
+
+def test_a_registration_does_not_recompile_what_is_compiled():
+    """The tag is part of the keys on disk, not of dynamo's guards: a spec
+    registered between two calls of a compiled function recompiles nothing."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.ops.tk.brick_pad(x, 2, 1, 1) * 2, fullgraph=True)
+    x = torch.randn(3, 4)
+    f(x)
+    before = torch.compiler.config.cache_key_tag
+    torch_tk.kernel("op cc_h(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n", file="cc_h.tk")
+    assert torch.compiler.config.cache_key_tag != before
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        torch.testing.assert_close(f(x), torch.ops.tk.brick_pad(x, 2, 1, 1) * 2)
