@@ -934,10 +934,9 @@ static int ktensor_empty(const tk_ktensor *t) {
 int tk_call_unfilled(const tk_call *call) {
     if (!call || !call->op || !call->none) return -1;
     for (int i = 0; i < call->op->decl->nparams; i++) {
+        if (call->op->decl->params[i].kind != TK_P_TENSOR) continue;   /* (a scalar's slot is not a tensor's) */
         const tk_ktensor *t = &call->kargs.t[call->op->slot[i]];
-        if (call->op->decl->params[i].kind == TK_P_TENSOR && (call->none >> call->op->slot[i] & 1u) && !t->data &&
-            !ktensor_empty(t))
-            return i;
+        if ((call->none >> call->op->slot[i] & 1u) && !t->data && !ktensor_empty(t)) return i;
     }
     return -1;
 }
@@ -962,7 +961,6 @@ tk_status tk_set_fill(tk_call *call, int param, void *data) {
     call->kargs.t[call->op->slot[param]].data = data;
     return TK_OK;
 }
-
 
 tk_status tk_run_cpu(tk_call *call, int64_t begin, int64_t end) {
     if (!call || !call->op) return TK_ERR_INVALID;

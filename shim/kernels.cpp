@@ -296,7 +296,7 @@ constexpr int64_t kFillCacheBytes = 65536;
 
 at::Tensor fill_row(tk_dtype dtype, int64_t n, double value, const c10::Device& device) {
   const auto options = at::TensorOptions().dtype(to_scalar_type(dtype)).device(device);
-  if (!device.is_cpu() || n * static_cast<int64_t>(tk_dtype_size(dtype)) > kFillCacheBytes)
+  if (!device.is_cpu() || n > kFillCacheBytes / static_cast<int64_t>(tk_dtype_size(dtype)))
     return at::full({n}, value, options);
   struct Row {
     tk_dtype dtype;
