@@ -22,7 +22,8 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
                 forward B=8, T=1024, C=768 vs a PyTorch loop over t (napkin:
                 bytes of k, v and y / time, next to the device copy's
                 bandwidth); softmax (4096, 1024) and (64, 32768) vs
-                torch.softmax; layernorm (4096, 1024) vs F.layer_norm; rmsnorm
+                torch.softmax; layernorm (4096, 1024) vs F.layer_norm, also
+                with weight and bias None (optional tensors); rmsnorm
                 vs its torch composite; cumsum (4096, 1024) vs torch.cumsum;
                 each checked against the torch result first; softmax and
                 layernorm also in the cooperative form (tests/specs/
@@ -325,6 +326,13 @@ def bench_row_loops(repeat):
     rows.append(row("layernorm", "tk coop=32", lambda: tk.coop_layernorm(x, wt, bs, eps), repeat, work,
                     f"rel err {err:.2g}; a warp a row"))
     rows.append(row("layernorm", "F.layer_norm", lambda: F.layer_norm(x, (N,), wt, bs, eps), repeat, work, "reference"))
+    # weight and bias None (docs/spec.md, Optional tensors): on CUDA a row of each default is filled a call
+    err = rel_err(tk.layernorm(x), F.layer_norm(x.double(), (N,)))
+    ok = ok and err < 1e-4
+    rows.append(row("layernorm, no weight/bias", "tk (None)", lambda: tk.layernorm(x), repeat, work,
+                    f"rel err {err:.2g}; a row of each default filled a call"))
+    rows.append(row("layernorm, no weight/bias", "F.layer_norm", lambda: F.layer_norm(x, (N,)), repeat, work,
+                    "reference"))
     rms = lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * wt  # noqa: E731
     err = rel_err(tk.rmsnorm(x, wt, eps), rms().double())
     ok = ok and err < 1e-4

@@ -13,7 +13,8 @@
 #              float16 vs float32, per-call launch overhead vs torch.add, peak
 #              memory, kernels per call (profiler), NVRTC cold / warm first-call
 #              latency, the row-loop examples (wkv vs a loop over t, softmax
-#              at (4096, 1024) and (64, 32768), layernorm, rmsnorm, cumsum vs
+#              at (4096, 1024) and (64, 32768), layernorm (also with weight
+#              and bias None: optional tensors), rmsnorm, cumsum vs
 #              torch; softmax and layernorm also with schedule coop=32, a warp
 #              a row, opt-in until this measures it against a thread a row);
 #              an AdamW step updating in place (examples/specs/optim.tk) vs

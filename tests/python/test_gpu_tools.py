@@ -130,6 +130,7 @@ def test_gpu_bench_dry_run_on_cpu(lib_path, tmp_path):
                  ("rwkv_backward", "tk rwkv_backward_k alone"), ("rwkv_forward", "tk bfloat16"),
                  ("rwkv_forward", "tk float16"), ("per call", "tk rwkv_forward (8 el.)"),
                  ("softmax 64x128", "tk"), ("softmax 64x128", "tk coop=32"), ("layernorm", "tk coop=32"),
+                 ("layernorm, no weight/bias", "tk (None)"),
                  ("adamw step", "tk adamw_"), ("selective scan", "tk"), ("selective scan fwd+bwd", "tk"),
                  ("selective scan fwd+bwd", "torch loop over t")]:
         assert case in cases, case
