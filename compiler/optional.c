@@ -25,28 +25,6 @@ static int optional_tensor(const tk_opdecl *d, int i) {
     return i >= 0 && i < d->nparams && d->params[i].kind == TK_P_TENSOR && d->params[i].optional;
 }
 
-/* Points dim symbol k at the first tensor parameter that is not optional
- * and names it (the one whose size gives it when optional ones are None);
- * 0 when there is none. (Optional ones come after the others, having a
- * default, so such a tensor already binds it when there is one.) */
-static int bind_to_required(tk_op *op, int k) {
-    const tk_opdecl *d = op->decl;
-    for (int i = 0; i < d->nparams; i++) {
-        const tk_param *p = &d->params[i];
-        if (p->kind != TK_P_TENSOR || p->optional) continue;
-        for (int j = 0, axis = 0; j < p->ndims; j++) {
-            if (p->dims[j]->kind == TK_E_ELLIPSIS) continue;
-            if (op->dim_sym[i][j] == k) {
-                op->dims[k].param = i;
-                op->dims[k].axis = axis;
-                return 1;
-            }
-            axis++;
-        }
-    }
-    return 0;
-}
-
 /* Where dim symbol k is written in parameter i. */
 static tk_loc dim_loc(const tk_op *op, int i, int k) {
     const tk_param *p = &op->decl->params[i];
@@ -58,30 +36,16 @@ static tk_loc dim_loc(const tk_op *op, int i, int k) {
 /* Whether every bit of mask is among `of`. */
 static int within(unsigned mask, unsigned of) { return mask != 0 && (mask & ~of) == 0; }
 
-/* Whether number v (a default: an integer, or with a fraction only for
- * floats) is exactly a value of dtype t, or for floats within its finite
- * range or infinite (rounded to it, as torch.full rounds): integers within
- * their type, int64 within 2^53 (the default travels as a double). */
+/* Whether number v, a default (an integer unless every dtype is a float),
+ * fits dtype t, neither bool nor int64 (checked as integers): an integer
+ * type's range, a float type's finite range (rounded to it, as torch.full
+ * rounds) or infinity. */
 static int fits(double v, tk_dtype t) {
-    static const double lim[TK_DTYPE_COUNT][2] = {   /* ORDER DTYPE */
-        [TK_U8] = {0, 255}, [TK_I8] = {-128, 127}, [TK_I16] = {-32768, 32767},
-        [TK_I32] = {-2147483648.0, 2147483647.0}, [TK_I64] = {-9007199254740992.0, 9007199254740992.0},
-        [TK_F16] = {-65504.0, 65504.0}, [TK_BF16] = {-3.3895313892515355e38, 3.3895313892515355e38},
-        [TK_F32] = {-3.4028234663852886e38, 3.4028234663852886e38}, [TK_F64] = {-1.79769313486231570e308, 1.79769313486231570e308}};
-    if (t == TK_BOOL) return v == 0.0 || v == 1.0;
-    if (t >= TK_F16 && isinf(v)) return 1;
-    return v >= lim[t][0] && v <= lim[t][1];
-}
-
-/* The default of p as an exact integer when it is an integer literal
- * (possibly negated); 0 otherwise. */
-static int int_default(const tk_param *p, int64_t *out) {
-    const tk_expr *e = p->default_value;
-    int neg = e->kind == TK_E_UNARY && e->op == TK_OPC_NEG;
-    const tk_expr *lit = neg ? e->args[0] : e;
-    if (lit->kind != TK_E_INT) return 0;
-    *out = neg ? -lit->ival : lit->ival;
-    return 1;
+    static const double lim[TK_DTYPE_COUNT] = {   /* ORDER DTYPE: the largest magnitude */
+        [TK_U8] = 255, [TK_I8] = 127, [TK_I16] = 32767, [TK_I32] = 2147483647.0, [TK_F16] = 65504.0,
+        [TK_BF16] = 3.3895313892515355e38, [TK_F32] = 3.4028234663852886e38, [TK_F64] = 1.79769313486231570e308};
+    if (t >= TK_F16) return isinf(v) || fabs(v) <= lim[t];
+    return v >= (t == TK_U8 ? 0.0 : -lim[t] - 1.0) && v <= lim[t];
 }
 
 /* Checks optional tensor i's default: a number literal (possibly negated),
@@ -109,14 +73,13 @@ static tk_status check_fill(const tk_op *op, tk_error *err, int i) {
     if (within(mask, 1u << TK_BOOL) && (neg || lit->ival > 1))
         return fail(op, err, e->loc, "the default of bool tensor '%s' must be True or False", p->name);
     double v = tk_tensor_fill(p);
-    int64_t iv = 0;
-    int is_int = int_default(p, &iv);
+    int64_t iv = neg ? -lit->ival : lit->ival;   /* (an integer literal's, exactly) */
     char text[48];
-    if (is_int) snprintf(text, sizeof text, "%lld", (long long)iv);
+    if (lit->kind == TK_E_INT) snprintf(text, sizeof text, "%lld", (long long)iv);
     else snprintf(text, sizeof text, "%.17g", v);
     for (int t = 0; t < TK_DTYPE_COUNT; t++) {
         if (!(mask >> t & 1u) || t == TK_BOOL) continue;
-        int ok = t == TK_I64 && is_int ? iv >= -(INT64_C(1) << 53) && iv <= (INT64_C(1) << 53) : fits(v, (tk_dtype)t);
+        int ok = t == TK_I64 ? iv >= -(INT64_C(1) << 53) && iv <= (INT64_C(1) << 53) : fits(v, (tk_dtype)t);
         if (!ok)
             return fail(op, err, e->loc, "the default of '%s', %s, is outside the %s of %s, a dtype '%s' may have",
                         p->name, text, t == TK_I64 ? "integers a double holds exactly (2^53)" : t >= TK_F16 ?
@@ -172,9 +135,9 @@ tk_status tk_check_optional_tensors(tk_op *op, tk_error *err) {
                     "picks the CPU or CUDA kernel from it, and the optional ones take their dims from it)", d->name);
     tk_status st = check_dtype_sources(op, err);
     if (st != TK_OK) return st;
-    for (int k = 0; k < op->ndims; k++) {
+    for (int k = 0; k < op->ndims; k++) {   /* (a dim binds to the first tensor naming it; the optional come last) */
         int binder = op->dims[k].param;
-        if (!optional_tensor(d, binder) || bind_to_required(op, k)) continue;
+        if (!optional_tensor(d, binder)) continue;
         return fail(op, err, dim_loc(op, binder, k), "dim '%s' is named only by optional tensor '%s': when it is "
                     "None nothing gives %s (name it in a tensor that is not optional)", op->dims[k].name,
                     d->params[binder].name, op->dims[k].name);
