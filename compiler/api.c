@@ -123,20 +123,69 @@ static tk_status append_ops(tk_ctx *ctx, tk_op *const *ops, int n) {
     return TK_OK;
 }
 
-/* Checks every op of m; adds them all, or none on the first error. */
+/* Whether an op named name is loaded or among ops[0..n). */
+static int name_taken(const tk_ctx *ctx, tk_op *const *ops, int n, const char *name) {
+    int dup = find_op(ctx, name) != NULL;
+    for (int j = 0; j < n; j++) dup |= strcmp(ops[j]->decl->name, name) == 0;
+    return dup;
+}
+
+/* 'backward auto': derives op's backward op (compiler/autodiff.c), checks it
+ * into *bw and names it in op's backward clause; ops[0..n): the ops checked
+ * with it, whose names it must not take. */
+static tk_status derive_backward(tk_ctx *ctx, tk_op *op, tk_op *const *ops, int n, tk_op **bw) {
+    tk_opdecl *d = op->decl;
+    char *text = NULL;
+    tk_status st = tk_derive_backward(op, &text, &ctx->error);
+    if (st != TK_OK) return st;
+    size_t len = strlen(d->file) + strlen(d->name) + 32;
+    char *file = tk_arena_alloc(&ctx->arena, len);
+    const char **names = tk_arena_alloc(&ctx->arena, sizeof *names);
+    if (!file || !names) {
+        free(text);
+        return ctx_fail(ctx, TK_ERR_NOMEM, d->file, d->loc, "out of memory");
+    }
+    snprintf(file, len, "%s (backward auto of %s)", d->file, d->name);
+    tk_module *m = tk_parse(&ctx->arena, file, text, strlen(text), &ctx->error);
+    free(text);
+    if (m && m->nops == 1 && name_taken(ctx, ops, n, m->ops[0]->name))
+        return ctx_fail(ctx, TK_ERR_CHECK, d->file, d->backward_locs[0], "backward auto of '%s': op '%s' is "
+                        "already defined (the derived backward op takes that name)", d->name, m->ops[0]->name);
+    st = !m ? (tk_status)ctx->error.status : m->nops == 1 ? tk_check_op(ctx, m->ops[0], bw) : TK_ERR_CHECK;
+    if (st == TK_ERR_NOMEM) return st;
+    if (st != TK_OK) {   /* the derivation made a spec that does not check: tk's bug, not the user's */
+        char why[sizeof ctx->error.text];
+        snprintf(why, sizeof why, "%s", ctx->error.text);
+        return ctx_fail(ctx, TK_ERR_CHECK, d->file, d->backward_locs[0], "backward auto of '%s': the derived "
+                        "op does not check (%s); please report it with the spec", d->name, why);
+    }
+    m->ops[0]->derived_from = d->name;
+    names[0] = m->ops[0]->name;
+    d->backward = names;
+    d->nbackward = 1;
+    return TK_OK;
+}
+
+/* Checks every op of m, and derives the backward ops it asks for; adds
+ * them all, or none on the first error. */
 static tk_status add_module(tk_ctx *ctx, tk_module *m) {
-    tk_op *ops[64];
+    tk_op *ops[128];
+    int n = m->nops;
     if (m->nops > 64) return ctx_fail(ctx, TK_ERR_CHECK, m->ops[64]->file, m->ops[64]->loc, "too many ops in one file (limit 64)");
     for (int i = 0; i < m->nops; i++) {
         tk_opdecl *d = m->ops[i];
-        int dup = find_op(ctx, d->name) != NULL;
-        for (int j = 0; j < i; j++) dup |= strcmp(m->ops[j]->name, d->name) == 0;
-        if (dup)
+        if (name_taken(ctx, ops, i, d->name))
             return ctx_fail(ctx, TK_ERR_CHECK, d->file, d->loc, "op '%s' is already defined", d->name);
         tk_status st = tk_check_op(ctx, d, &ops[i]);
         if (st != TK_OK) return st;
     }
-    return append_ops(ctx, ops, m->nops);
+    for (int i = 0; i < m->nops; i++)
+        if (m->ops[i]->backward_auto) {
+            tk_status st = derive_backward(ctx, ops[i], ops, n, &ops[n]);
+            if (st != TK_OK) return st;
+            n++;
+        }
+    return append_ops(ctx, ops, n);
 }
 
 tk_status tk_load_spec(tk_ctx *ctx, const char *file, const char *text, size_t len) {

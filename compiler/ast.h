@@ -156,6 +156,9 @@ typedef struct tk_opdecl {
     const char **backward;      /* 'backward a, b': the backward ops' names */
     tk_loc *backward_locs;      /* where each name is written */
     int nbackward;
+    int backward_auto;          /* 'backward auto': the loader derives the backward op (autodiff.c)
+                                 * and names it in backward[0] (at backward_locs[0]) */
+    const char *derived_from;   /* a derived backward op: the op it differentiates, else NULL */
     int schedule[TK_SCHED_KEYS]; /* 'schedule lanes=16, ...': the CUDA tile shape, 0: not given */
     tk_loc schedule_loc;        /* the 'schedule' line; line 0: none */
     tk_expr **asserts;          /* 'assert EXPR' lines: int expressions of dims and int/bool

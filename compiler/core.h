@@ -156,6 +156,12 @@ tk_status tk_check_optional_tensors(tk_op *op, tk_error *err);
 /* What every element of optional tensor p reads as when it is None. */
 double tk_tensor_fill(const tk_param *p);
 
+/* autodiff.c: the spec text (malloc'd, in *text) of the backward op of op
+ * ('backward auto', docs/autograd.md), named <op>_backward; TK_ERR_CHECK in
+ * err, at what it cannot differentiate (a row loop, an inner loop, a
+ * gather...), or TK_ERR_NOMEM. op is checked. */
+tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err);
+
 /* schema.c: the torch schema of decl ("f(Tensor x, SymInt n=3) -> Tensor",
  * no namespace), in a's memory; NULL when out of memory. */
 char *tk_make_schema(const tk_opdecl *d, tk_arena *a);

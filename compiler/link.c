@@ -119,11 +119,14 @@ static void rank_text(const tk_param *p, char *buf, size_t n) {
  * for the forward's tensor fp (what = "parameter", "output" or "gradient of
  * output"): refused when no tensor could fit both declared ranks, as every
  * backward call would then fail at run time. '...' takes any number of
- * dims, so a batch-generic backward ([..., N]) serves [N] and [B, N]. */
+ * dims, so a batch-generic backward ([..., N]) serves [N] and [B, N]. A
+ * gradient (out) may have more dims than its parameter: torch's autograd
+ * sums a gradient over the leading dims its input lacks (a broadcast). */
 static tk_status link_rank(tk_ctx *ctx, const tk_op *op, int b, const tk_op *bw, const tk_param *bp, int out,
                            const tk_param *fp, const char *what) {
     int kb, kf, eb = rank_of(bp, &kb), ef = rank_of(fp, &kf);
     int fits = eb && ef ? 1 : eb ? kb <= kf : ef ? kf <= kb : kb == kf;
+    if (out) fits = eb || kb >= kf;   /* a gradient may have more leading dims: torch sums them */
     if (fits) return TK_OK;
     char want[48], got[48];
     rank_text(fp, want, sizeof want);

@@ -810,12 +810,22 @@ static void parse_backward(parser *p, tk_opdecl *op) {
     tk_loc loc = p->tok.loc;
     int cap = 0, lcap = 0;
     next(p);
-    if (op->nbackward > 0)
+    if (op->nbackward > 0 || op->backward_auto)
         error_at(p, loc, "duplicate 'backward' line (list every backward op of '%.40s' "
                  "on one line: backward a, b)", op->name);
     do {
         tk_loc nloc;
         const char *name = expect_name(p, "an op name after 'backward'", &nloc);
+        int is_auto = strcmp(name, "auto") == 0;
+        if (is_auto && op->nbackward == 0 && check(p, TK_T_NEWLINE)) {   /* derived: compiler/autodiff.c */
+            op->backward_auto = 1;
+            op->backward_locs = (tk_loc *)grow(p, op->backward_locs, 0, &lcap, sizeof *op->backward_locs);
+            op->backward_locs[0] = nloc;
+            break;
+        }
+        if (is_auto || op->backward_auto)
+            error_at(p, nloc, "'backward auto' derives every gradient of '%.40s': it stands alone on its line",
+                     op->name);
         for (int i = 0; i < op->nbackward; i++)
             if (strcmp(op->backward[i], name) == 0)
                 error_at(p, nloc, "backward op '%.40s' is listed twice", name);

@@ -1,6 +1,8 @@
 /* tkc.c - the tk spec compiler's command line.
  *
  *   tkc check SPEC...               parse and check; print each op's schema
+ *   tkc derived SPEC...             print the backward ops 'backward auto' derives
+ *                                   (docs/autograd.md), as spec text
  *   tkc emit-c [--plain|--checked] [--dtype CODE] [--cpu base|avx2|avx512] SPEC
  *                                   print the C source of every op in SPEC
  *                                   (--dtype: one variant; --cpu: as compiled
@@ -327,7 +329,7 @@ static int plan_all(tk_ctx *ctx, tk_target target, unsigned flags, const char *d
 }
 
 static int usage(void) {
-    fputs("usage: tkc check SPEC... | emit-c [--plain|--checked] [--dtype CODE] [--cpu base|avx2|avx512] SPEC... |\n"
+    fputs("usage: tkc check SPEC... | derived SPEC... | emit-c [--plain|--checked] [--dtype CODE] [--cpu base|avx2|avx512] SPEC... |\n"
           "       emit-cuda [--plain|--checked] [--dtype CODE] SPEC... |\n"
           "       plan [--target cpu|cuda] [--dtype CODE] [--cpu base|avx2|avx512] [--plain] [--checked] SPEC... |\n"
           "       gen-builtin [--plain | --cuda-emu] [--table NAME] [--parts N] -o OUT SPEC...\n", stderr);
@@ -381,9 +383,9 @@ int main(int argc, char **argv) {
             } else return usage();
         }
         if (!outpath || first >= argc || (emu && (flags || nparts))) return usage();
-    } else if (strcmp(cmd, "check") && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda")) {
+    } else if (strcmp(cmd, "check") && strcmp(cmd, "derived") && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda")) {
         return usage();
-    } else if (strcmp(cmd, "check")) {   /* emit-c, emit-cuda */
+    } else if (strcmp(cmd, "check") && strcmp(cmd, "derived")) {   /* emit-c, emit-cuda */
         for (; first < argc && argv[first][0] == '-'; first++) {
             if (strcmp(argv[first], "--plain") == 0) flags |= TK_EMIT_PLAIN;
             else if (strcmp(argv[first], "--checked") == 0) flags |= TK_EMIT_CHECKED;
@@ -411,6 +413,9 @@ int main(int argc, char **argv) {
             rc = plan_all(ctx, target, flags, dtype);
         } else if (strcmp(cmd, "check") == 0) {
             for (int i = 0; i < tk_op_count(ctx); i++) printf("tk::%s\n", tk_op_schema(tk_op_at(ctx, i)));
+        } else if (strcmp(cmd, "derived") == 0) {
+            for (int i = 0; i < tk_op_count(ctx); i++)
+                if (tk_op_at(ctx, i)->decl->derived_from) printf("%s\n", tk_op_at(ctx, i)->decl->text);
         } else if (outpath) {
             char tmp[4096];
             FILE *out = open_new(outpath, tmp, sizeof tmp);

@@ -352,10 +352,11 @@ static const bad_spec k_bad_link[] = {
     {FWD BW("grad_y: float[..., N, N]", "grad_x: grad_y.dtype[..., N]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'grad_y' (bad.tk:5:9) has '...' and 2 dims but "
      "the gradient of output 'y' of 'f' has 1 dim"},
-    {FWD "op f_bw(grad_y: float[N]) -> grad_x: grad_y.dtype[N, 2]:\n    for i, j in grad_x:\n"
-     "        grad_x[i, j] = 0.0\n",
-     "bad.tk:2:14: error: backward op 'f_bw' of 'f': output 'grad_x' (bad.tk:5:30) has 2 dims but parameter 'x' "
-     "of 'f' has 1 dim"},
+    /* a gradient may have more leading dims than its parameter (torch sums them), never fewer */
+    {"op f(x: float[M, N]) -> y: x.dtype[M, N]:\n    backward f_bw\n    for j, i in y:\n        y[j, i] = x[j, i]\n"
+     "op f_bw(grad_y: float[M, N]) -> grad_x: grad_y.dtype[N]:\n    for i in grad_x:\n        grad_x[i] = 0.0\n",
+     "bad.tk:2:14: error: backward op 'f_bw' of 'f': output 'grad_x' (bad.tk:5:33) has 1 dim but parameter 'x' "
+     "of 'f' has 2 dims"},
     {"op f(x: float[N]) -> (y: x.dtype[N], m: int32[N]):\n    backward f_bw\n    for i in y:\n"
      "        y[i] = x[i]\n        m[i] = i\n"
      BW("grad_y: float[..., N], m: int32[..., 2, N]", "grad_x: grad_y.dtype[..., N]"),

@@ -1,0 +1,825 @@
+/* autodiff.c - 'backward auto': derives the backward op of an element-wise
+ * op as spec text (docs/autograd.md, Derived backward ops).
+ *
+ * The op's body is replayed as straight-line code, one local a value
+ * (a "tape": every operation, read and assignment of the forward gets its own
+ * local), with its `if` statements and conditional expressions turned into
+ * guards: every branch is evaluated, and a value made under a guard passes
+ * gradient only where the guard holds (`(d * b) if g else 0.0`), so a branch
+ * not taken adds exactly zero, never 0 * inf = NaN (torch.where's trap). Then
+ * the adjoints are accumulated in reverse order, each declared by its first
+ * contribution, and every float tensor parameter's adjoint is stored as its
+ * gradient. Lines nothing needs are dropped, so a parameter whose value no
+ * gradient uses is not read (the shim then saves it for its shape alone).
+ *
+ * What it differentiates: the element-wise form, `if`, locals, the
+ * operators and functions of the language; tensors read at the loop's own
+ * index, or (no '...') at its last dims: a broadcast, whose gradient keeps
+ * the loop's dims and which torch sums to the tensor's shape. Everything
+ * else (row loops, inner loops, gathers, 'mut', scratch) is an error at
+ * its place: write those backward ops by hand. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+typedef enum {
+    V_TEMP,     /* an operation of the body: node applied to a[0..na) */
+    V_READ,     /* a float tensor parameter read at the loop's index (one a parameter) */
+    V_LOCAL,    /* a version of a local: a[0] (made under guard), else prev */
+    V_OUT       /* a version of an output element (never replayed: it carries an adjoint) */
+} val_kind;
+
+/* A value's use: a value of the tape (val >= 0) or a leaf's text (a literal,
+ * loop variable, dim, scalar parameter). */
+typedef struct atom {
+    int val;
+    const char *text;
+    int is_float;
+} atom;
+
+typedef struct val {
+    val_kind kind;
+    const char *name;       /* its local in the derived op */
+    int is_float;
+    atom guard;             /* made under this guard (text NULL: always) */
+    const tk_expr *node;    /* V_TEMP: the operation (kind, op, function) */
+    atom a[3];
+    int na;
+    atom g_then, g_else;    /* V_TEMP of a conditional expression: its arms' guards */
+    int prev;               /* V_LOCAL, V_OUT: the version before, -1 none */
+    const char *adj;        /* its adjoint's local, once declared */
+} val;
+
+/* A line of the derived body: it defines key (2 * value, 2 * value + 1 its
+ * adjoint; -1: a store of a gradient, always kept). */
+typedef struct line {
+    const char *text;
+    int key;
+} line;
+
+typedef struct ad {
+    tk_op *op;
+    const tk_opdecl *d;
+    tk_arena mem;           /* every string and array below */
+    tk_error *err;
+    int failed;
+    const char *pre;        /* the prefix of every name the derivation makes */
+    val *vals;
+    int nvals, capv;
+    line *lines;
+    int nlines, capl;
+    int read_val[TK_MAX_TENSORS * 4];   /* per parameter: its V_READ, -1 */
+    int out_val[TK_MAX_TENSORS];        /* per output: its last version, -1 */
+    const char **local_names;           /* the locals' current versions: name -> value */
+    int *local_vals;
+    int nlocal, caplocal;
+    const char *index;      /* "i, j": the loop's variables */
+} ad;
+
+static void fail(ad *s, tk_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(ad *s, tk_loc loc, const char *fmt, ...) {
+    if (s->failed) return;
+    s->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[640];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tk_error_set(s->err, TK_ERR_CHECK, s->d->file, loc, "backward auto of '%s': %s", s->d->name, msg);
+}
+
+static void oom(ad *s) {
+    if (!s->failed) tk_error_set(s->err, TK_ERR_NOMEM, s->d->file, s->d->loc, "out of memory");
+    s->failed = 1;
+}
+
+/* printf into s's arena; "" (and s failed) when memory runs out. */
+static const char *fmt(ad *s, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static const char *fmt(ad *s, const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(NULL, 0, f, ap);
+    va_end(ap);
+    char *p = n >= 0 ? tk_arena_alloc(&s->mem, (size_t)n + 1) : NULL;
+    if (!p) {
+        oom(s);
+        return "";
+    }
+    va_start(ap, f);
+    vsnprintf(p, (size_t)n + 1, f, ap);
+    va_end(ap);
+    return p;
+}
+
+/* Grows *arr (n used, *cap slots of size sz) for one more; 0 when out of memory. */
+static int grow(ad *s, void **arr, int n, int *cap, size_t sz) {
+    if (n < *cap) return 1;
+    int c = *cap ? *cap * 2 : 64;
+    void *p = tk_arena_alloc(&s->mem, sz * (size_t)c);
+    if (!p) {
+        oom(s);
+        return 0;
+    }
+    if (n) memcpy(p, *arr, sz * (size_t)n);
+    *arr = p;
+    *cap = c;
+    return 1;
+}
+
+static int is_float_type(tk_vtype t) { return t == TK_V_F32 || t == TK_V_F64; }
+
+/* ---- exact spec text of header expressions -------------------------------- */
+
+/* Appends e as spec text that parses back to e: every operation in
+ * parentheses, floats to 17 digits. */
+static void print_expr(tk_buf *b, const tk_expr *e) {
+    switch (e->kind) {
+    case TK_E_INT: tk_buf_printf(b, e->ival < 0 ? "(%lld)" : "%lld", (long long)e->ival); return;
+    case TK_E_FLOAT: {
+        if (isinf(e->fval)) {
+            tk_buf_puts(b, e->fval < 0 ? "(-inf)" : "inf");
+            return;
+        }
+        char t[40];
+        snprintf(t, sizeof t, "%.17g", fabs(e->fval));
+        if (!strpbrk(t, ".e")) strcat(t, ".0");
+        tk_buf_printf(b, e->fval < 0 ? "(-%s)" : "%s", t);
+        return;
+    }
+    case TK_E_BOOL: tk_buf_puts(b, e->ival ? "True" : "False"); return;
+    case TK_E_NAME: tk_buf_puts(b, e->name); return;
+    case TK_E_ELLIPSIS: tk_buf_puts(b, "..."); return;
+    case TK_E_UNARY:
+        tk_buf_printf(b, "(%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "");
+        print_expr(b, e->args[0]);
+        tk_buf_puts(b, ")");
+        return;
+    case TK_E_BINARY:
+        tk_buf_puts(b, "(");
+        print_expr(b, e->args[0]);
+        tk_buf_printf(b, " %s ", tk_opc_text(e->op));
+        print_expr(b, e->args[1]);
+        tk_buf_puts(b, ")");
+        return;
+    case TK_E_COND:
+        tk_buf_puts(b, "(");
+        print_expr(b, e->args[0]);
+        tk_buf_puts(b, " if ");
+        print_expr(b, e->args[1]);
+        tk_buf_puts(b, " else ");
+        print_expr(b, e->args[2]);
+        tk_buf_puts(b, ")");
+        return;
+    case TK_E_CALL:
+    case TK_E_INDEX:
+        tk_buf_printf(b, "%s%c", e->name, e->kind == TK_E_CALL ? '(' : '[');
+        for (int i = 0; i < e->nargs; i++) {
+            if (i) tk_buf_puts(b, ", ");
+            print_expr(b, e->args[i]);
+        }
+        tk_buf_puts(b, e->kind == TK_E_CALL ? ")" : "]");
+        return;
+    }
+}
+
+/* e's exact text in s's arena. */
+static const char *expr_str(ad *s, const tk_expr *e) {
+    tk_buf b = {0};
+    print_expr(&b, e);
+    const char *t = b.oom || !b.p ? (oom(s), "") : fmt(s, "%s", b.p);
+    free(b.p);
+    return t;
+}
+
+/* A dtype mask as spec text: a class name or dtypes joined by '|'. */
+static void print_mask(tk_buf *b, unsigned mask) {
+    if (mask == TK_DTYPES_ANY) { tk_buf_puts(b, "any"); return; }
+    if (mask == TK_DTYPES_FLOAT) { tk_buf_puts(b, "float"); return; }
+    if (mask == TK_DTYPES_INT) { tk_buf_puts(b, "int"); return; }
+    const char *sep = "";
+    for (int t = 0; t < TK_DTYPE_COUNT; t++)
+        if (mask & (1u << t)) {
+            tk_buf_printf(b, "%s%s", sep, tk_dtype_name((tk_dtype)t));
+            sep = "|";
+        }
+}
+
+/* The dtype of a tensor whose dtype is tensor parameter root's: its name
+ * when that is one dtype, else `root.dtype`. */
+static void print_root_dtype(tk_buf *b, const tk_opdecl *d, int root) {
+    unsigned m = d->params[root].dtype_mask;
+    if (m && !(m & (m - 1))) print_mask(b, m);
+    else tk_buf_printf(b, "%s.dtype", d->params[root].name);
+}
+
+static void print_dims(tk_buf *b, const tk_param *p) {
+    tk_buf_puts(b, "[");
+    for (int i = 0; i < p->ndims; i++) {
+        if (i) tk_buf_puts(b, ", ");
+        print_expr(b, p->dims[i]);
+    }
+    tk_buf_puts(b, "]");
+}
+
+/* A forward parameter, declared as the forward declares it. */
+static void print_param(tk_buf *b, const tk_param *p) {
+    static const char *const scalars[] = {"", "int", "float", "bool"};   /* ORDER tk_param_kind */
+    tk_buf_printf(b, "%s: ", p->name);
+    if (p->kind != TK_P_TENSOR) {
+        tk_buf_printf(b, "%s%s", scalars[p->kind], p->optional ? "?" : "");
+    } else {
+        if (p->dtype_of) tk_buf_printf(b, "%s.dtype", p->dtype_of);
+        else print_mask(b, p->dtype_mask);
+        print_dims(b, p);
+        if (p->optional) tk_buf_puts(b, "?");
+    }
+    if (p->default_value) {
+        tk_buf_puts(b, " = ");
+        print_expr(b, p->default_value);
+    }
+}
+
+/* ---- the tape ---------------------------------------------------------- */
+
+static int new_val(ad *s, val_kind kind, int is_float, atom guard, const char *local) {
+    if (!grow(s, (void **)&s->vals, s->nvals, &s->capv, sizeof *s->vals)) return -1;
+    int k = s->nvals++;
+    val *v = &s->vals[k];
+    memset(v, 0, sizeof *v);
+    v->kind = kind;
+    v->is_float = is_float;
+    v->guard = guard;
+    v->prev = -1;
+    v->name = local ? fmt(s, "%s%d_%s", s->pre, k, local) : fmt(s, "%s%d", s->pre, k);
+    return k;
+}
+
+static atom val_atom(ad *s, int k) {
+    atom a = {k, k >= 0 ? s->vals[k].name : "", k >= 0 && s->vals[k].is_float};
+    return a;
+}
+
+static atom leaf(const char *text, int is_float) {
+    atom a = {-1, text, is_float};
+    return a;
+}
+
+static void emit(ad *s, int key, const char *text) {
+    if (s->failed || !grow(s, (void **)&s->lines, s->nlines, &s->capl, sizeof *s->lines)) return;
+    s->lines[s->nlines].text = text;
+    s->lines[s->nlines++].key = key;
+}
+
+static int find_local(const ad *s, const char *name) {
+    for (int i = s->nlocal - 1; i >= 0; i--)
+        if (strcmp(s->local_names[i], name) == 0) return i;
+    return -1;
+}
+
+/* Points local name at value k. */
+static void set_local(ad *s, const char *name, int k) {
+    int i = find_local(s, name);
+    if (i < 0) {
+        if (!grow(s, (void **)&s->local_names, s->nlocal, &s->caplocal, sizeof *s->local_names)) return;
+        int c = s->caplocal;
+        int *vals = tk_arena_alloc(&s->mem, sizeof *vals * (size_t)c);
+        if (!vals) { oom(s); return; }
+        if (s->nlocal) memcpy(vals, s->local_vals, sizeof *vals * (size_t)s->nlocal);
+        s->local_vals = vals;
+        i = s->nlocal++;
+        s->local_names[i] = name;
+    }
+    s->local_vals[i] = k;
+}
+
+/* The guard "g and c" (negate: "g and not c"); g's text NULL: always. */
+static atom guard_and(ad *s, atom g, atom c, int negate) {
+    if (!g.text && !negate) return c;
+    int k = new_val(s, V_TEMP, 0, g, NULL);
+    if (k < 0) return g;
+    if (!g.text) emit(s, 2 * k, fmt(s, "%s = not %s", s->vals[k].name, c.text));
+    else emit(s, 2 * k, fmt(s, "%s = %s and %s%s", s->vals[k].name, g.text, negate ? "not " : "", c.text));
+    return val_atom(s, k);
+}
+
+/* Whether returned output o can be a float tensor (it carries a gradient). */
+static int output_float(const tk_op *op, int o) {
+    int root = op->out_dtype_root[o];
+    unsigned m = root >= 0 ? op->decl->params[root].dtype_mask : 1u << op->out_dtype_fixed[o];
+    return (m & TK_DTYPES_FLOAT) != 0;
+}
+
+/* ---- the forward, as a tape --------------------------------------------- */
+
+static atom flatten(ad *s, const tk_expr *e, atom g);
+
+/* The index tensor parameter p is read at: the loop's last variables, one a dim of p. */
+static const char *read_index(ad *s, int p) {
+    int k = tk_explicit_dims(&s->d->params[p]), n = s->d->nloop;
+    const char *t = "";
+    for (int j = n - k; j < n; j++) t = fmt(s, "%s%s%s", t, j > n - k ? ", " : "", s->d->loop_vars[j]);
+    return t;
+}
+
+/* The V_READ of parameter p (made once, at its first read). */
+static atom read_param(ad *s, int p) {
+    if (s->read_val[p] < 0) {
+        atom always = {-1, NULL, 0};
+        int k = new_val(s, V_READ, 1, always, NULL);
+        if (k < 0) return leaf("0.0", 1);
+        s->read_val[p] = k;
+        emit(s, 2 * k, fmt(s, "%s = %s[%s]", s->vals[k].name, s->d->params[p].name, read_index(s, p)));
+    }
+    return val_atom(s, s->read_val[p]);
+}
+
+/* Whether read e (of tensor parameter p) is at the loop's index, or, for a
+ * tensor without '...', at its last dims with the same dim names; else an
+ * error at the read. */
+static int check_read(ad *s, const tk_expr *e, int p) {
+    const tk_opdecl *d = s->d;
+    const tk_param *tp = &d->params[p], *lo = &d->outputs[s->op->loop_out];
+    int batch = tp->ndims > 0 && tp->dims[0]->kind == TK_E_ELLIPSIS;
+    int out_batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
+    int n = d->nloop, k = e->nargs, ok = k <= n && (!batch || (k == n && out_batch));
+    for (int j = 0; ok && j < k; j++) {
+        const tk_expr *ix = e->args[j];
+        ok = ix->kind == TK_E_NAME && strcmp(ix->name, d->loop_vars[n - k + j]) == 0 &&
+             tk_expr_equal(tp->dims[batch + j], lo->dims[out_batch + n - k + j]);
+    }
+    if (ok) return 1;
+    tk_buf b = {0};
+    print_expr(&b, e);
+    fail(s, e->loc, "%s: it differentiates reads at the loop's own index [%s] and, of a tensor without '...', "
+         "at its last dims with the same dim names (a broadcast); write the backward ops of this one",
+         b.p && !b.oom ? b.p : "a read", s->index);
+    free(b.p);
+    return 0;
+}
+
+/* A V_TEMP of node e over atoms a[0..n): its line "t = <e on the atoms>". */
+static atom temp(ad *s, const tk_expr *e, const atom *a, int n, atom g) {
+    int k = new_val(s, V_TEMP, is_float_type(e->vtype), g, NULL);
+    if (k < 0) return leaf("0", 0);
+    val *v = &s->vals[k];
+    v->node = e;
+    v->na = n;
+    for (int i = 0; i < n; i++) v->a[i] = a[i];
+    const char *rhs = "";
+    switch (e->kind) {
+    case TK_E_UNARY:
+        rhs = fmt(s, "%s%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "", a[0].text);
+        break;
+    case TK_E_BINARY: rhs = fmt(s, "%s %s %s", a[0].text, tk_opc_text(e->op), a[1].text); break;
+    case TK_E_COND: rhs = fmt(s, "%s if %s else %s", a[0].text, a[1].text, a[2].text); break;
+    case TK_E_CALL:
+        rhs = n == 1 ? fmt(s, "%s(%s)", e->name, a[0].text) : fmt(s, "%s(%s, %s)", e->name, a[0].text, a[1].text);
+        break;
+    default: break;
+    }
+    emit(s, 2 * k, fmt(s, "%s = %s", v->name, rhs));
+    return val_atom(s, k);
+}
+
+static atom flatten(ad *s, const tk_expr *e, atom g) {
+    atom a[3] = {{-1, "", 0}, {-1, "", 0}, {-1, "", 0}};
+    if (s->failed) return leaf("0", 0);
+    switch (e->kind) {
+    case TK_E_INT: case TK_E_FLOAT: case TK_E_BOOL: case TK_E_ELLIPSIS:
+        return leaf(expr_str(s, e), e->kind == TK_E_FLOAT);
+    case TK_E_NAME: {
+        int i = find_local(s, e->name);
+        return i >= 0 ? val_atom(s, s->local_vals[i]) : leaf(e->name, is_float_type(e->vtype));
+    }
+    case TK_E_INDEX: {
+        int p;
+        if (tk_resolve_header(s->op, e->name, &p) != TK_SYM_TENSOR || !check_read(s, e, p)) {
+            if (!s->failed) fail(s, e->loc, "'%s' is not a tensor parameter read", e->name);
+            return leaf("0", 0);
+        }
+        if (is_float_type(e->vtype)) return read_param(s, p);
+        int k = new_val(s, V_TEMP, 0, g, NULL);
+        if (k < 0) return leaf("0", 0);
+        s->vals[k].node = e;
+        emit(s, 2 * k, fmt(s, "%s = %s[%s]", s->vals[k].name, e->name, read_index(s, p)));
+        return val_atom(s, k);
+    }
+    case TK_E_UNARY:
+        a[0] = flatten(s, e->args[0], g);
+        return temp(s, e, a, 1, g);
+    case TK_E_BINARY:
+        a[0] = flatten(s, e->args[0], g);
+        a[1] = flatten(s, e->args[1], g);
+        return temp(s, e, a, 2, g);
+    case TK_E_COND: {
+        a[1] = flatten(s, e->args[1], g);
+        atom gt = guard_and(s, g, a[1], 0), ge = guard_and(s, g, a[1], 1);
+        a[0] = flatten(s, e->args[0], gt);
+        a[2] = flatten(s, e->args[2], ge);
+        atom t = temp(s, e, a, 3, g);
+        if (t.val >= 0) {
+            s->vals[t.val].g_then = gt;
+            s->vals[t.val].g_else = ge;
+        }
+        return t;
+    }
+    case TK_E_CALL:
+        if (e->nargs < 1 || e->nargs > 2) {
+            fail(s, e->loc, "'%s' takes %d arguments", e->name, e->nargs);
+            return leaf("0", 0);
+        }
+        for (int i = 0; i < e->nargs; i++) a[i] = flatten(s, e->args[i], g);
+        return temp(s, e, a, e->nargs, g);
+    }
+    return leaf("0", 0);
+}
+
+/* `v op= e` as the operation `v op e` (its node made here: the statement has none). */
+static atom augmented(ad *s, const tk_stmt *st, atom v, atom e, atom g) {
+    tk_expr *bin = tk_arena_alloc(&s->mem, sizeof *bin);
+    if (!bin) {
+        oom(s);
+        return e;
+    }
+    bin->kind = TK_E_BINARY;
+    bin->loc = st->loc;
+    bin->op = st->op;
+    bin->vtype = st->op == TK_OPC_DIV || st->op == TK_OPC_POW || v.is_float || e.is_float ? TK_V_F32 : TK_V_INT;
+    atom ab[2] = {v, e};
+    return temp(s, bin, ab, 2, g);
+}
+
+/* Replays statements body[0..n) under guard g. */
+static void walk(ad *s, tk_stmt *const *body, int n, atom g) {
+    for (int i = 0; i < n && !s->failed; i++) {
+        const tk_stmt *st = body[i];
+        switch (st->kind) {
+        case TK_S_PASS: break;
+        case TK_S_FOR:
+            fail(s, st->loc, "an inner 'for' loop: it differentiates the element-wise form without inner "
+                 "loops; write the backward ops of this op");
+            return;
+        case TK_S_IF: {
+            atom c = flatten(s, st->value, g);
+            atom gt = guard_and(s, g, c, 0), ge = guard_and(s, g, c, 1);
+            walk(s, st->body, st->nbody, gt);
+            walk(s, st->orelse, st->norelse, ge);
+            break;
+        }
+        case TK_S_ASSIGN: {
+            int li = find_local(s, st->name), prev = li >= 0 ? s->local_vals[li] : -1;
+            atom r = flatten(s, st->value, g);
+            if (st->op != TK_OPC_NONE && prev >= 0) r = augmented(s, st, val_atom(s, prev), r, g);
+            int is_float = is_float_type(s->op->locals[st->ref].type);
+            int k = new_val(s, V_LOCAL, is_float, g, st->name);
+            if (k < 0) return;
+            val *v = &s->vals[k];
+            v->a[0] = r;
+            v->na = 1;
+            v->prev = prev;
+            if (prev < 0) {
+                emit(s, 2 * k, fmt(s, "%s = %s", v->name, r.text));
+            } else {   /* a copy keeps the local's type, so the value converts as the forward's did */
+                emit(s, 2 * k, fmt(s, "%s = %s", v->name, s->vals[prev].name));
+                emit(s, 2 * k, g.text ? fmt(s, "%s = %s if %s else %s", v->name, r.text, g.text, v->name)
+                                      : fmt(s, "%s = %s", v->name, r.text));
+            }
+            set_local(s, st->name, k);
+            break;
+        }
+        case TK_S_STORE: {
+            int o = st->ref;
+            if (o < 0 || o >= s->d->nreturns || !output_float(s->op, o)) break;
+            atom r = flatten(s, st->value, g);
+            int k = new_val(s, V_OUT, 1, g, NULL);
+            if (k < 0) return;
+            s->vals[k].a[0] = r;
+            s->vals[k].na = 1;
+            s->vals[k].prev = s->out_val[o];
+            s->out_val[o] = k;
+            break;
+        }
+        }
+    }
+}
+
+/* ---- the reverse pass ---------------------------------------------------- */
+
+/* Adds expr (under guard g; negate: where g does not hold) to the adjoint of
+ * target, declaring it at its first contribution. */
+static void contrib(ad *s, atom target, atom g, int negate, const char *expr) {
+    if (target.val < 0 || !s->vals[target.val].is_float || s->failed) return;
+    val *t = &s->vals[target.val];
+    const char *term = !g.text ? expr : negate ? fmt(s, "0.0 if %s else %s", g.text, expr)
+                                               : fmt(s, "%s if %s else 0.0", expr, g.text);
+    if (!t->adj) {
+        t->adj = fmt(s, "%sd%d", s->pre, target.val);
+        emit(s, 2 * target.val + 1, fmt(s, "%s = %s", t->adj, term));
+    } else {
+        emit(s, 2 * target.val + 1, fmt(s, "%s += %s", t->adj, term));
+    }
+}
+
+/* Template tpl with D, T and A (capitals, alone) replaced by d, t and a. */
+static const char *subst(ad *s, const char *tpl, const char *d, const char *t, const char *a) {
+    tk_buf b = {0};
+    for (const char *p = tpl; *p; p++) {
+        const char *r = *p == 'D' ? d : *p == 'T' ? t : *p == 'A' ? a : NULL;
+        if (r) tk_buf_puts(&b, r);
+        else tk_buf_printf(&b, "%c", *p);
+    }
+    const char *out = b.oom || !b.p ? (oom(s), "") : fmt(s, "%s", b.p);
+    free(b.p);
+    return out;
+}
+
+/* The partial derivatives of a function call t = f(A[, B]) with adjoint D. */
+static void call_partials(ad *s, const val *v, const char *T, const char *D) {
+    const char *f = v->node->name, *A = v->a[0].text, *B = v->na > 1 ? v->a[1].text : "";
+    atom a = v->a[0], b = v->na > 1 ? v->a[1] : leaf("", 0), g = v->guard;
+    static const struct { const char *f, *d; } k_one[] = {
+        /* D times d(f(A))/dA, T being f(A) */
+        {"exp", "(D * T)"}, {"log", "(D / A)"}, {"sqrt", "(D / (2.0 * T))"},
+        {"tanh", "(D * (1.0 - T * T))"}, {"sigmoid", "(D * T * (1.0 - T))"},
+        {"sin", "(D * cos(A))"}, {"cos", "(-(D * sin(A)))"}, {"tan", "(D * (1.0 + T * T))"},
+        {"asin", "(D / sqrt(1.0 - A * A))"}, {"acos", "(-(D / sqrt(1.0 - A * A)))"},
+        {"atan", "(D / (1.0 + A * A))"}, {"sinh", "(D * cosh(A))"}, {"cosh", "(D * sinh(A))"},
+        {"erf", "(D * 1.1283791670955126 * exp(-(A * A)))"},      /* 2 / sqrt(pi) */
+        {"erfc", "(-(D * 1.1283791670955126 * exp(-(A * A))))"},
+        {"log1p", "(D / (1.0 + A))"}, {"expm1", "(D * (T + 1.0))"},
+        {"log2", "(D / (A * 0.69314718055994531))"}, {"log10", "(D / (A * 2.3025850929940457))"},
+        {"float", "D"}, {"float32", "D"}, {"float64", "D"},
+        {"abs", "(D if A > 0.0 else (-D if A < 0.0 else 0.0))"},   /* torch.abs's: 0 at 0 */
+    };
+    for (size_t i = 0; i < sizeof k_one / sizeof *k_one; i++)
+        if (strcmp(f, k_one[i].f) == 0) {
+            contrib(s, a, g, 0, subst(s, k_one[i].d, D, T, A));
+            return;
+        }
+    if (strcmp(f, "min") == 0 || strcmp(f, "max") == 0) {   /* torch.minimum/maximum: a tie splits it */
+        const char *lt = f[1] == 'i' ? "<" : ">";
+        contrib(s, a, g, 0, fmt(s, "(%s if %s %s %s else (0.5 * %s if %s == %s else 0.0))", D, A, lt, B, D, A, B));
+        contrib(s, b, g, 0, fmt(s, "(%s if %s %s %s else (0.5 * %s if %s == %s else 0.0))", D, B, lt, A, D, A, B));
+    } else if (strcmp(f, "atan2") == 0) {   /* atan2(A, B): y = A, x = B */
+        contrib(s, a, g, 0, fmt(s, "(%s * %s / (%s * %s + %s * %s))", D, B, A, A, B, B));
+        contrib(s, b, g, 0, fmt(s, "(-(%s * %s / (%s * %s + %s * %s)))", D, A, A, A, B, B));
+    }
+    /* floor, ceil, int, bool (not float), rand, randn (no float argument): none */
+}
+
+/* Passes value k's adjoint to the values it was made of. */
+static void partials(ad *s, int k) {
+    const val *v = &s->vals[k];
+    const char *T = v->name, *D = v->adj;
+    atom g = v->guard;
+    if (v->kind == V_LOCAL || v->kind == V_OUT) {
+        contrib(s, v->a[0], v->prev >= 0 || v->kind == V_OUT ? g : leaf(NULL, 0), 0, D);
+        if (v->prev >= 0 && g.text) contrib(s, val_atom(s, v->prev), g, 1, D);
+        return;
+    }
+    if (v->kind != V_TEMP || !v->node) return;
+    const tk_expr *e = v->node;
+    atom a = v->a[0], b = v->na > 1 ? v->a[1] : leaf("", 0);
+    const char *A = a.text, *B = b.text;
+    if (e->kind == TK_E_UNARY) {
+        if (e->op == TK_OPC_NEG) contrib(s, a, g, 0, fmt(s, "(-%s)", D));
+        else if (e->op == TK_OPC_POS) contrib(s, a, g, 0, D);
+    } else if (e->kind == TK_E_COND) {
+        contrib(s, a, v->g_then, 0, D);
+        contrib(s, v->a[2], v->g_else, 0, D);
+    } else if (e->kind == TK_E_CALL) {
+        call_partials(s, v, T, D);
+    } else if (e->kind == TK_E_BINARY) {
+        switch (e->op) {
+        case TK_OPC_ADD: contrib(s, a, g, 0, D); contrib(s, b, g, 0, D); break;
+        case TK_OPC_SUB: contrib(s, a, g, 0, D); contrib(s, b, g, 0, fmt(s, "(-%s)", D)); break;
+        case TK_OPC_MUL:
+            contrib(s, a, g, 0, fmt(s, "(%s * %s)", D, B));
+            contrib(s, b, g, 0, fmt(s, "(%s * %s)", D, A));
+            break;
+        case TK_OPC_DIV:
+            contrib(s, a, g, 0, fmt(s, "(%s / %s)", D, B));
+            contrib(s, b, g, 0, fmt(s, "(-(%s * %s / %s))", D, T, B));
+            break;
+        case TK_OPC_MOD:   /* A % B = A - B * floor(A / B): torch.remainder's */
+            contrib(s, a, g, 0, D);
+            contrib(s, b, g, 0, fmt(s, "(-(%s * ((%s - %s) / %s)))", D, A, T, B));
+            break;
+        case TK_OPC_POW:   /* torch.pow's: 0 where the exponent is 0; d/dB 0 where A == 0 and B >= 0 */
+            contrib(s, a, g, 0, fmt(s, "(%s * %s * %s ** (%s - 1.0) if %s != 0.0 else 0.0)", D, B, A, B, B));
+            contrib(s, b, g, 0, fmt(s, "(0.0 if %s == 0.0 and %s >= 0.0 else %s * %s * log(%s))", A, B, D, T, A));
+            break;
+        default: break;   /* //, comparisons, and, or: not differentiable */
+        }
+    }
+}
+
+static void reverse(ad *s) {
+    const tk_opdecl *d = s->d;
+    for (int o = 0; o < d->nreturns; o++) {   /* the incoming gradients */
+        int k = s->out_val[o];
+        if (k < 0) continue;
+        s->vals[k].adj = fmt(s, "%sd%d", s->pre, k);
+        emit(s, 2 * k + 1, fmt(s, "%s = grad_%s[%s]", s->vals[k].adj, d->outputs[o].name, s->index));
+    }
+    for (int k = s->nvals - 1; k >= 0 && !s->failed; k--)
+        if (s->vals[k].adj) partials(s, k);
+    for (int p = 0; p < d->nparams; p++)
+        if (s->read_val[p] >= 0) {
+            const char *adj = s->vals[s->read_val[p]].adj;
+            emit(s, -1, fmt(s, "grad_%s[%s] = %s", d->params[p].name, s->index, adj ? adj : "0.0"));
+        }
+}
+
+/* ---- dead lines ------------------------------------------------------------ */
+
+/* The key of name if the derivation made it (pre<k>, pre<k>_x: 2k; pre d<k>: 2k + 1), else -1. */
+static int name_key(const ad *s, const char *p, size_t n) {
+    size_t lp = strlen(s->pre);
+    if (n <= lp || strncmp(p, s->pre, lp) != 0) return -1;
+    p += lp;
+    n -= lp;
+    int adj = *p == 'd';
+    if (adj) p++, n--;
+    long k = 0;
+    size_t i = 0;
+    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) k = k * 10 + (p[i] - '0');
+    if (i == 0 || k >= s->nvals || (i < n && (adj || p[i] != '_'))) return -1;
+    return (int)(2 * k + adj);
+}
+
+/* Marks lines that a gradient store needs, walking back from the stores. */
+static void mark_live(ad *s, char *live_line) {
+    char *live = tk_arena_alloc(&s->mem, 2 * (size_t)s->nvals + 1);
+    if (!live) { oom(s); return; }
+    for (int i = s->nlines - 1; i >= 0; i--) {
+        int key = s->lines[i].key;
+        if (key >= 0 && !live[key]) continue;
+        live_line[i] = 1;
+        for (const char *p = s->lines[i].text; *p;) {
+            if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_') {
+                const char *q = p;
+                while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_') q++;
+                int k = name_key(s, p, (size_t)(q - p));
+                if (k >= 0) live[k] = 1;
+                p = q;
+            } else if (*p >= '0' && *p <= '9') {
+                while ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E') p++;
+            } else {
+                p++;
+            }
+        }
+    }
+}
+
+/* ---- checks and the header -------------------------------------------------- */
+
+/* Whether some name of d starts with prefix pre. */
+static int prefix_taken(const tk_op *op, const char *pre) {
+    const tk_opdecl *d = op->decl;
+    size_t n = strlen(pre);
+    for (int i = 0; i < d->nparams; i++)
+        if (strncmp(d->params[i].name, pre, n) == 0) return 1;
+    for (int i = 0; i < d->noutputs; i++)
+        if (strncmp(d->outputs[i].name, pre, n) == 0) return 1;
+    for (int i = 0; i < d->nloop; i++)
+        if (strncmp(d->loop_vars[i], pre, n) == 0) return 1;
+    for (int i = 0; i < op->ndims; i++)
+        if (strncmp(op->dims[i].name, pre, n) == 0) return 1;
+    for (int i = 0; i < op->nlocals; i++)
+        if (strncmp(op->locals[i].name, pre, n) == 0) return 1;
+    return 0;
+}
+
+/* What makes an op one auto cannot differentiate, found before the body:
+ * an error at its place; 0 then, else 1. */
+static int check_form(ad *s) {
+    const tk_op *op = s->op;
+    const tk_opdecl *d = s->d;
+    int ntensors = 0, ngrads = 0, nin = 0;
+    if (op->row_loop) {
+        fail(s, d->loop_loc, "a row loop ('_' in the loop): it differentiates the element-wise form; write "
+             "the backward ops of this op");
+        return 0;
+    }
+    for (int i = 0; i < d->nparams; i++) {
+        const tk_param *p = &d->params[i];
+        unsigned m = p->kind == TK_P_TENSOR ? d->params[op->dtype_root[i]].dtype_mask : 0;
+        if (p->kind == TK_P_TENSOR) nin++;
+        if (p->mut) fail(s, p->loc, "'mut' parameter '%s': an op that updates in place has no backward", p->name);
+        else if ((m & TK_DTYPES_FLOAT) && (m & ~TK_DTYPES_FLOAT))
+            fail(s, p->loc, "parameter '%s' may be a float or not: give it float dtypes only, or none", p->name);
+        else if (strncmp(p->name, "grad_", 5) == 0)
+            fail(s, p->loc, "parameter '%s' is named like a gradient: rename it", p->name);
+        ngrads += tk_op_param_differentiable(op, i);
+    }
+    for (int o = 0; o < d->noutputs && !s->failed; o++) {
+        const tk_param *p = &d->outputs[o];
+        if (p->scratch) fail(s, p->loc, "scratch tensor '%s': write the backward ops of this op", p->name);
+        if (o >= d->nreturns) continue;
+        for (int j = 0; j < p->ndims; j++)
+            if (p->dims[j]->kind != TK_E_NAME && p->dims[j]->kind != TK_E_INT && p->dims[j]->kind != TK_E_ELLIPSIS)
+                fail(s, p->dims[j]->loc, "output '%s' has a computed dim: its gradient, a parameter of the "
+                     "backward op, needs dims that are names", p->name);
+        if (output_float(op, o)) ntensors++;
+        else if (o == op->loop_out) fail(s, d->loop_loc, "the loop's output '%s' is not a float tensor", p->name);
+    }
+    if (!ngrads) fail(s, d->loc, "'%s' has no float tensor parameter to differentiate", d->name);
+    if (nin + ntensors + ngrads > TK_MAX_TENSORS)
+        fail(s, d->loc, "its backward op would take and return %d tensors (limit %d)", nin + ntensors + ngrads,
+             TK_MAX_TENSORS);
+    return !s->failed;
+}
+
+/* The derived op's header and loop line. */
+static void print_header(ad *s, tk_buf *b) {
+    const tk_opdecl *d = s->d;
+    const tk_param *lo = &d->outputs[s->op->loop_out];
+    tk_buf_printf(b, "op %s_backward(", d->name);
+    for (int i = 0; i < d->nparams; i++)   /* the required ones, the gradients, then those with defaults */
+        if (!d->params[i].default_value && !d->params[i].optional) {
+            print_param(b, &d->params[i]);
+            tk_buf_puts(b, ", ");
+        }
+    const char *sep = "";
+    for (int o = 0; o < d->nreturns; o++) {
+        const tk_param *p = &d->outputs[o];
+        int root = s->op->out_dtype_root[o];
+        if (!output_float(s->op, o)) continue;
+        tk_buf_printf(b, "%sgrad_%s: ", sep, p->name);
+        if (root >= 0) print_root_dtype(b, d, root);
+        else tk_buf_puts(b, tk_dtype_name(s->op->out_dtype_fixed[o]));
+        print_dims(b, p);
+        sep = ", ";
+    }
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].default_value || d->params[i].optional) {
+            tk_buf_puts(b, ", ");
+            print_param(b, &d->params[i]);
+        }
+    tk_buf_puts(b, ")\n        -> (");
+    sep = "";
+    const char *first = NULL;
+    for (int p = 0; p < d->nparams; p++)
+        if (s->read_val[p] >= 0) {
+            tk_buf_printf(b, "%sgrad_%s: ", sep, d->params[p].name);
+            print_root_dtype(b, d, s->op->dtype_root[p]);
+            print_dims(b, lo);
+            sep = ", ";
+            if (!first) first = d->params[p].name;
+        }
+    tk_buf_printf(b, "):\n    for %s in grad_%s:\n", s->index, first);
+}
+
+tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
+    ad s;
+    memset(&s, 0, sizeof s);
+    s.op = op;
+    s.d = op->decl;
+    s.err = err;
+    *text = NULL;
+    tk_status st = tk_check_body(op, 0, err);   /* value types, local slots (any variant: float or not) */
+    if (st != TK_OK) return st;
+    for (int i = 0; i < TK_MAX_TENSORS * 4; i++) s.read_val[i] = -1;
+    for (int i = 0; i < TK_MAX_TENSORS; i++) s.out_val[i] = -1;
+    static const char *const pres[] = {"ad", "tk_ad", "ad_", "zad", "q_ad"};
+    for (size_t i = 0; i < sizeof pres / sizeof *pres && !s.pre; i++)
+        if (!prefix_taken(op, pres[i])) s.pre = pres[i];
+    if (!s.pre) fail(&s, s.d->loc, "its names take every prefix the derivation could use (ad, tk_ad, ad_, zad, q_ad)");
+    check_form(&s);
+    if (!s.failed) {
+        tk_buf ix = {0};
+        for (int i = 0; i < s.d->nloop; i++) tk_buf_printf(&ix, "%s%s", i ? ", " : "", s.d->loop_vars[i]);
+        s.index = ix.p && !ix.oom ? fmt(&s, "%s", ix.p) : (s.d->nloop ? (oom(&s), "") : "");
+        free(ix.p);
+    }
+    atom always = {-1, NULL, 0};
+    if (!s.failed) walk(&s, s.d->body, s.d->nbody, always);
+    int some = 0;
+    for (int p = 0; p < s.d->nparams; p++) some |= s.read_val[p] >= 0;
+    if (!s.failed && !some)
+        fail(&s, s.d->loc, "the body reads no float tensor parameter: there is nothing to differentiate");
+    if (!s.failed) reverse(&s);
+    char *live = s.failed ? NULL : tk_arena_alloc(&s.mem, (size_t)s.nlines + 1);
+    if (!s.failed && !live) oom(&s);
+    if (!s.failed) mark_live(&s, live);
+    if (!s.failed) {
+        tk_buf b = {0};
+        tk_buf_printf(&b, "# derived by 'backward auto' from '%s' (%s:%d)\n", s.d->name, s.d->file, s.d->loc.line);
+        print_header(&s, &b);
+        for (int i = 0; i < s.nlines; i++)
+            if (live[i]) tk_buf_printf(&b, "        %s\n", s.lines[i].text);
+        if (b.oom) {
+            free(b.p);
+            oom(&s);
+        } else {
+            *text = b.p;
+        }
+    }
+    tk_arena_free(&s.mem);
+    return s.failed ? (tk_status)err->status : TK_OK;
+}
