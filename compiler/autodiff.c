@@ -338,25 +338,36 @@ static atom read_param(ad *s, int p) {
 }
 
 /* Whether read e (of tensor parameter p) is at the loop's index, or, for a
- * tensor without '...', at its last dims with the same dim names; else an
- * error at the read. */
+ * tensor without '...', at its last variables, each indexing a dim of the
+ * loop's output of the same name; else an error at the read. */
 static int check_read(ad *s, const tk_expr *e, int p) {
     const tk_opdecl *d = s->d;
     const tk_param *tp = &d->params[p], *lo = &d->outputs[s->op->loop_out];
     int batch = tp->ndims > 0 && tp->dims[0]->kind == TK_E_ELLIPSIS;
     int out_batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
     int n = d->nloop, k = e->nargs, ok = k <= n && (!batch || (k == n && out_batch));
-    for (int j = 0; ok && j < k; j++) {
-        const tk_expr *ix = e->args[j];
-        ok = ix->kind == TK_E_NAME && strcmp(ix->name, d->loop_vars[n - k + j]) == 0 &&
-             tk_expr_equal(tp->dims[batch + j], lo->dims[out_batch + n - k + j]);
+    for (int j = 0; ok && j < k; j++)
+        ok = e->args[j]->kind == TK_E_NAME && strcmp(e->args[j]->name, d->loop_vars[n - k + j]) == 0;
+    if (ok) {
+        for (int j = 0; j < k; j++)
+            if (!tk_expr_equal(tp->dims[batch + j], lo->dims[out_batch + n - k + j])) {
+                tk_buf pd = {0}, od = {0};
+                tk_expr_text(&pd, tp->dims[batch + j], 1);
+                tk_expr_text(&od, lo->dims[out_batch + n - k + j], 1);
+                fail(s, e->loc, "'%s' is read at %s, but its dim '%s' is not dim '%s' of '%s', which %s runs "
+                     "over: name them alike", tp->name, d->loop_vars[n - k + j], pd.p && !pd.oom ? pd.p : "?",
+                     od.p && !od.oom ? od.p : "?", lo->name, d->loop_vars[n - k + j]);
+                free(pd.p);
+                free(od.p);
+                return 0;
+            }
+        return 1;
     }
-    if (ok) return 1;
     tk_buf b = {0};
-    print_expr(&b, e);
-    fail(s, e->loc, "%s: it differentiates reads at the loop's own index [%s] and, of a tensor without '...', "
-         "at its last dims with the same dim names (a broadcast); write the backward ops of this one",
-         b.p && !b.oom ? b.p : "a read", s->index);
+    tk_expr_text(&b, e, 1);
+    fail(s, e->loc, "%s: it differentiates reads at the loop's index [%s] and, of a tensor without '...', at "
+         "its last variables (a broadcast); write the backward ops of this op", b.p && !b.oom ? b.p : "a read",
+         s->index);
     free(b.p);
     return 0;
 }
