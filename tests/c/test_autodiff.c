@@ -1,0 +1,198 @@
+/* test_autodiff.c - 'backward auto' (compiler/autodiff.c): what cannot be
+ * derived is a load error with its exact "file:line:col: error: message" and
+ * adds no op; what can is a checked op named <op>_backward that the forward
+ * names and links, whose text is fixed (a golden), deterministic, loads as a
+ * spec of its own, and whose names never take the spec's. The values of
+ * derived gradients are tests/python/test_backward_auto.py's; their kernels
+ * in every form, test_variants' (tests/specs/autodiff.tk).
+ * Usage: test_autodiff OPS TESTS */
+#include "core.h"
+#include "tk.h"
+#include "tk_test.h"
+
+typedef struct bad_spec {
+    const char *text;
+    const char *error;      /* expected tk_ctx_error, exactly */
+} bad_spec;
+
+#define OP "op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+
+static const bad_spec k_bad[] = {
+    {OP "        y[i] = x[(i + 1) % N]\n",
+     "bad.tk:4:16: error: backward auto of 'f': x[((i + 1) % N)]: it differentiates reads at the loop's index [i] "
+     "and, of a tensor without '...', at its last variables (a broadcast); write the backward ops of this op"},
+    {OP "        s = 0.0\n        for j in range(3):\n            s += x[i]\n        y[i] = s\n",
+     "bad.tk:5:9: error: backward auto of 'f': an inner 'for' loop: it differentiates the element-wise form "
+     "without inner loops; write the backward ops of this op"},
+    {"op f(x: float[..., N]) -> y: x.dtype[..., N]:\n    backward auto\n    for _ in y:\n"
+     "        for i in range(N):\n            y[i] = x[i]\n",
+     "bad.tk:3:14: error: backward auto of 'f': a row loop ('_' in the loop): it differentiates the element-wise "
+     "form; write the backward ops of this op"},
+    {"op f(x: mut float[N], d: x.dtype[N]):\n    backward auto\n    for i in x:\n        x[i] = x[i] + d[i]\n",
+     "bad.tk:1:6: error: backward auto of 'f': 'mut' parameter 'x': an op that updates in place has no backward"},
+    {OP "        y[i] = x[i]\nop f_backward(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:14: error: backward auto of 'f': op 'f_backward' is already defined (the derived backward op "
+     "takes that name)"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto, g\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:14: error: 'backward auto' derives every gradient of 'f': it stands alone on its line"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward g, auto\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:17: error: 'backward auto' derives every gradient of 'f': it stands alone on its line"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    backward g\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:3:5: error: duplicate 'backward' line (list every backward op of 'f' on one line: backward a, b)"},
+    {"op f(x: any[N]) -> y: float32[N]:\n    backward auto\n    for i in y:\n        y[i] = float32(x[i])\n",
+     "bad.tk:1:6: error: backward auto of 'f': parameter 'x' may be a float or not: give it float dtypes only, "
+     "or none"},
+    {"op f(x: int32[N]) -> y: float32[N]:\n    backward auto\n    for i in y:\n        y[i] = float32(x[i])\n",
+     "bad.tk:1:4: error: backward auto of 'f': 'f' has no float tensor parameter to differentiate"},
+    {"op f(x: float[N], n: int32[N]) -> y: float32[N]:\n    backward auto\n    for i in y:\n        y[i] = float32(n[i])\n",
+     "bad.tk:1:4: error: backward auto of 'f': the body reads no float tensor parameter: there is nothing to "
+     "differentiate"},
+    {"op f(x: float[M], z: x.dtype[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+     "        y[i] = x[i] + z[i]\n",
+     "bad.tk:4:16: error: backward auto of 'f': 'x' is read at i, but its dim 'M' is not dim 'N' of 'y', which i "
+     "runs over: name them alike"},
+    {"op f(x: float[..., N], w: float[..., N]) -> y: x.dtype[..., N]:\n    backward auto\n    for i in y:\n"
+     "        y[i] = x[i] * w[i]\nop f2(x: float[..., M, N], w: x.dtype[..., N]) -> y: x.dtype[..., M, N]:\n"
+     "    backward auto\n    for j, i in y:\n        y[j, i] = x[j, i] * w[i]\n",
+     "bad.tk:8:29: error: backward auto of 'f2': w[i]: it differentiates reads at the loop's index [j, i] and, of "
+     "a tensor without '...', at its last variables (a broadcast); write the backward ops of this op"},
+    {"op f(x: float[N]) -> y: x.dtype[N + 1]:\n    backward auto\n    for i in y:\n        y[i] = 1.0\n",
+     "bad.tk:1:35: error: backward auto of 'f': output 'y' has a computed dim: its gradient, a parameter of the "
+     "backward op, needs dims that are names"},
+    {"op f(x: float[N], n: int32[N]) -> y: int32[N]:\n    backward auto\n    for i in y:\n        y[i] = n[i]\n",
+     "bad.tk:3:14: error: backward auto of 'f': the loop's output 'y' is not a float tensor"},
+    {"op f(x: float[N], grad_z: x.dtype[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+     "        y[i] = x[i] * grad_z[i]\n",
+     "bad.tk:1:19: error: backward auto of 'f': parameter 'grad_z' is named like a gradient: rename it"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    scratch t: x.dtype[N]\n    for i in y:\n"
+     "        t[i] = x[i]\n        y[i] = x[i]\n",
+     "bad.tk:3:13: error: backward auto of 'f': scratch tensor 't': write the backward ops of this op"},
+};
+
+/* The backward op of sp, exactly: the tape, guards, reverse accumulation,
+ * dead lines dropped (the else branch's replay of x / beta is not needed),
+ * parameters with defaults after the gradient. A local named ad1 moves
+ * every derived name to the prefix tk_ad. */
+static const char k_sp[] =
+    "op sp(x: float[N], beta: float = 1.0) -> y: x.dtype[N]:\n"
+    "    backward auto\n"
+    "    for i in y:\n"
+    "        ad1 = beta * x[i]\n"
+    "        y[i] = x[i] if ad1 > 20.0 else log1p(exp(ad1)) / beta\n";
+static const char k_sp_backward[] =
+    "# derived by 'backward auto' from 'sp' (sp.tk:1)\n"
+    "op sp_backward(x: float[N], grad_y: x.dtype[N], beta: float = 1.0)\n"
+    "        -> (grad_x: x.dtype[N]):\n"
+    "    for i in grad_x:\n"
+    "        tk_ad0 = x[i]\n"
+    "        tk_ad1 = beta * tk_ad0\n"
+    "        tk_ad2_ad1 = tk_ad1\n"
+    "        tk_ad3 = tk_ad2_ad1 > 20.0\n"
+    "        tk_ad4 = not tk_ad3\n"
+    "        tk_ad5 = exp(tk_ad2_ad1)\n"
+    "        tk_add9 = grad_y[i]\n"
+    "        tk_add8 = tk_add9\n"
+    "        tk_add0 = tk_add8 if tk_ad3 else 0.0\n"
+    "        tk_add7 = tk_add8 if tk_ad4 else 0.0\n"
+    "        tk_add6 = (tk_add7 / beta) if tk_ad4 else 0.0\n"
+    "        tk_add5 = (tk_add6 / (1.0 + tk_ad5)) if tk_ad4 else 0.0\n"
+    "        tk_add2 = (tk_add5 * tk_ad5) if tk_ad4 else 0.0\n"
+    "        tk_add1 = tk_add2\n"
+    "        tk_add0 += (tk_add1 * beta)\n"
+    "        grad_x[i] = tk_add0\n";
+
+static int error_fields_ok(const tk_ctx *ctx, int st) {
+    const tk_error *e = tk_ctx_last_error(ctx);
+    char want[sizeof e->text];
+    snprintf(want, sizeof want, "%s:%d:%d: error: %s", e->file, e->line, e->col, e->message);
+    return e->status == st && strcmp(e->file, "bad.tk") == 0 && e->line > 0 && e->col > 0 &&
+           strcmp(e->text, want) == 0;
+}
+
+static void test_bad(void) {
+    for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
+        tk_ctx *ctx = tk_ctx_new();
+        int st = tk_load_spec(ctx, "bad.tk", k_bad[i].text, strlen(k_bad[i].text));
+        int ok = st != TK_OK && strcmp(tk_ctx_error(ctx), k_bad[i].error) == 0;
+        if (!ok)
+            fprintf(stderr, "bad spec %zu: expected\n  %s\ngot (status %d)\n  %s\n", i, k_bad[i].error, st,
+                    tk_ctx_error(ctx));
+        CHECK(ok);
+        CHECK(error_fields_ok(ctx, st));
+        CHECK(tk_op_count(ctx) == 0);   /* a failed load adds nothing */
+        tk_ctx_free(ctx);
+    }
+}
+
+/* sp's backward: named, linked, its text the golden, its schema; the text
+ * loads again as a spec of its own (no forward needed) and derives alike. */
+static void test_golden(void) {
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "sp.tk", k_sp, strlen(k_sp)) == TK_OK);
+    CHECK(tk_ctx_link(ctx) == TK_OK);
+    const tk_op *f = tk_op_find(ctx, "sp"), *b = tk_op_find(ctx, "sp_backward");
+    CHECK(f && b && tk_op_count(ctx) == 2);
+    if (!f || !b) {
+        tk_ctx_free(ctx);
+        return;
+    }
+    CHECK(tk_op_nbackward(f) == 1 && strcmp(tk_op_backward_at(f, 0), "sp_backward") == 0);
+    CHECK(b->decl->derived_from && strcmp(b->decl->derived_from, "sp") == 0 && !f->decl->derived_from);
+    CHECK(strcmp(b->decl->file, "sp.tk (backward auto of sp)") == 0);
+    if (strcmp(b->decl->text, k_sp_backward) != 0) fprintf(stderr, "derived:\n%s", b->decl->text);
+    CHECK(strcmp(b->decl->text, k_sp_backward) == 0);
+    CHECK(strcmp(tk_op_schema(b), "sp_backward(Tensor x, Tensor grad_y, float beta=1.0) -> Tensor") == 0);
+    CHECK(tk_op_backward_target(ctx, f, 0, 0) == 0);   /* grad_x is x's */
+    tk_ctx *again = tk_ctx_new();
+    CHECK(tk_load_spec(again, "d.tk", b->decl->text, strlen(b->decl->text)) == TK_OK);
+    CHECK(tk_load_spec(again, "sp.tk", k_sp, strlen(k_sp)) != TK_OK);   /* sp_backward is taken now */
+    tk_ctx_free(again);
+    again = tk_ctx_new();
+    CHECK(tk_load_spec(again, "sp.tk", k_sp, strlen(k_sp)) == TK_OK);   /* deterministic */
+    const tk_op *b2 = tk_op_find(again, "sp_backward");
+    CHECK(b2 && strcmp(b2->decl->text, b->decl->text) == 0);
+    tk_ctx_free(again);
+    tk_ctx_free(ctx);
+}
+
+/* Every op of tests/specs/autodiff.tk derives a backward op that links,
+ * takes grad_<output> for its float outputs and returns a gradient for each
+ * float parameter its forward reads. */
+static void test_spec_file(const char *tests) {
+    size_t len;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/specs", tests);
+    char *text = read_spec(dir, "autodiff.tk", &len);
+    CHECK(text != NULL);
+    if (!text) return;
+    tk_ctx *ctx = tk_ctx_new();
+    int st = tk_load_spec(ctx, "autodiff.tk", text, len);
+    if (st != TK_OK) fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+    CHECK(st == TK_OK && tk_ctx_link(ctx) == TK_OK);
+    int derived = 0;
+    for (int i = 0; i < tk_op_count(ctx); i++) {
+        const tk_op *op = tk_op_at(ctx, i);
+        if (op->decl->derived_from) {
+            derived++;
+            continue;
+        }
+        const tk_op *b = tk_op_find(ctx, tk_op_backward_at(op, 0));
+        CHECK(b && b->decl->derived_from && strcmp(b->decl->derived_from, tk_op_name(op)) == 0);
+    }
+    CHECK(derived == 5 && tk_op_count(ctx) == 10);
+    const tk_op *br = tk_op_find(ctx, "ad_branches_backward");
+    CHECK(br && tk_op_noutputs(br) == 1);   /* grad_x only: m is bool, k an int output */
+    tk_ctx_free(ctx);
+    free(text);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_autodiff OPS TESTS\n");
+        return 2;
+    }
+    test_bad();
+    test_golden();
+    test_spec_file(argv[2]);
+    return tk_test_report("test_autodiff");
+}
