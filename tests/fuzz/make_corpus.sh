@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the seed corpus tests/fuzz/corpus/ from the specs of ops/ and
-# tests/specs/ and the malformed and tricky specs of tests/c/test_check.c
-# and tests/c/test_parse.c (their tables, compiled with main renamed).
+# tests/specs/ and the malformed and tricky specs of tests/c/test_check.c,
+# tests/c/test_parse.c and tests/c/test_autodiff.c (their tables, compiled with main renamed).
 # Run from anywhere; needs a C compiler. Files are named by their content's
 # hash, so a rerun only adds what is new.
 set -euo pipefail
@@ -36,6 +36,19 @@ int main(int argc, char **argv) {
     return 0;
 }
 C
+cat > "$tmp/autodiff_tables.c" <<'C'
+#define main test_main
+#include "test_autodiff.c"
+#undef main
+#include "dump.h"
+int main(int argc, char **argv) {
+    (void)argc;
+    for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++)
+        dump(argv[1], "autodiff", (int)i, k_bad[i].text, strlen(k_bad[i].text));
+    dump(argv[1], "autodiff-sp", 0, k_sp, strlen(k_sp));
+    return 0;
+}
+C
 cat > "$tmp/parse_tables.c" <<'C'
 #define main test_main
 #include "test_parse.c"
@@ -52,7 +65,7 @@ cc=${CC:-cc}
 inc="-I$root/compiler -I$root/runtime -I$root/tests/c -I$tmp"
 echo 'const char *tk_kernel_header(void); const char *tk_kernel_header(void) { return ""; }' > "$tmp/hdr.c"
 core=$(ls "$root"/compiler/*.c "$root"/runtime/*.c | grep -v '/tkc\.c$')
-for t in check parse; do
+for t in check parse autodiff; do
   $cc -std=c11 -w $inc "$tmp/${t}_tables.c" $core "$tmp/hdr.c" -o "$tmp/$t" -lm -ldl -lpthread
   mkdir -p "$tmp/out"
   "$tmp/$t" "$tmp/out"
