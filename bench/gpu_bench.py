@@ -33,6 +33,10 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
                 parameter of 16.8 M elements, updated in place: 28 bytes an
                 element) vs torch.optim.AdamW fused and foreach, checked
                 against torch's step first
+  derived       backward ops derived by `backward auto`: forward + backward of
+                examples/specs/activations.tk's bias_gelu (8192, 4096) vs
+                F.gelu(x + bias), and of the derived dropout vs the one
+                written by hand (bit-equal gradients) and F.dropout
   per call      host time per call of a tiny tk op vs torch.add of the same
                 size (launch overhead), many calls, one synchronize
   first call    a fresh process's first call of each op: cold (empty kernel
@@ -442,6 +446,41 @@ def bench_selective_scan(repeat):
     return rows, ok
 
 
+def bench_derived(repeat):
+    """Backward ops derived by `backward auto` (docs/autograd.md): forward +
+    backward of examples/specs/activations.tk's bias_gelu against
+    F.gelu(x + bias), and of the derived dropout (tests/specs/autodiff.tk)
+    against the hand-written one (examples/specs/dropout.tk); checked first."""
+    for spec in ("examples/specs/activations.tk", "examples/specs/dropout.tk", "tests/specs/autodiff.tk"):
+        torch_tk.load(os.path.join(HERE, "..", spec))
+    tk = torch.ops.tk
+    R, N = (16, 64) if SMALL else (8192, 4096)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(R, N, generator=g).to(DEVICE).requires_grad_()
+    bias = torch.randn(N, generator=g).to(DEVICE).requires_grad_()
+    gy = torch.randn(R, N, generator=g).to(DEVICE)
+    got = torch.autograd.grad(tk.bias_gelu(x, bias), (x, bias), gy)
+    want = torch.autograd.grad(F.gelu(x + bias), (x, bias), gy)
+    err = max(rel_err(a, b.double()) for a, b in zip(got, want))
+    hand = torch.autograd.grad(tk.dropout(x, 0.1, 5), (x,), gy)[0]
+    same = torch.equal(torch.autograd.grad(tk.ad_dropout(x, 0.1, 5), (x,), gy)[0], hand)
+    ok = err < 1e-4 and same
+    work = dict(bytes=4 * R * N * 4)   # x and y forward; x, grad_y and grad_x backward (bias's sum aside)
+
+    def fb(f, *leaves):
+        return lambda: torch.autograd.grad(f(), leaves, gy)
+
+    return [row("bias_gelu fwd+bwd", "tk backward auto", fb(lambda: tk.bias_gelu(x, bias), x, bias), repeat, work,
+                f"grads rel err {err:.2g} vs torch's"),
+            row("bias_gelu fwd+bwd", "F.gelu(x + bias)", fb(lambda: F.gelu(x + bias), x, bias), repeat, work,
+                "reference"),
+            row("dropout fwd+bwd", "tk backward auto", fb(lambda: tk.ad_dropout(x, 0.1, 5), x), repeat, work,
+                f"grad {'bit-equal to' if same else 'DIFFERS from'} the written one's"),
+            row("dropout fwd+bwd", "tk backward by hand", fb(lambda: tk.dropout(x, 0.1, 5), x), repeat, work,
+                "reference"),
+            row("dropout fwd+bwd", "F.dropout", fb(lambda: F.dropout(x, 0.1), x), repeat, work, "reference")], ok
+
+
 def bench_call_overhead(repeat):
     """Host time per call on a tiny input (launch overhead): tk vs torch.add."""
     w, k = torch.rand(2, 4, device=DEVICE), torch.rand(1, 2, 4, device=DEVICE)
@@ -586,6 +625,10 @@ def summary(rows) -> list:
         c = ms(op, "tk coop=16")
         if a and c:   # the opt-in cooperative form against the default: decides whether it becomes one
             out.append(f"{op}: tk coop=16 (16 lanes an iteration) {c:.3f} ms = {c / a:.2f}x a thread an iteration")
+    for op, ref_impl in (("bias_gelu fwd+bwd", "F.gelu(x + bias)"), ("dropout fwd+bwd", "tk backward by hand")):
+        a, b = ms(op, "tk backward auto"), ms(op, ref_impl)
+        if a and b:
+            out.append(f"{op}: tk backward auto {a:.3f} ms = {a / b:.2f}x {ref_impl}")
     for op, tk_impl, ref_impl in (("brick_pad", "tk", "torch_pad (seed)"),
                                   ("rwkv_forward", "tk", "F.conv1d (tf32 off)")):
         m = {r["impl"]: r.get("peak_mem_bytes") for r in rows if r["op"] == op}
@@ -621,12 +664,13 @@ def main(argv=None) -> int:
     loops, loops_ok = bench_row_loops(args.repeat)
     optim, optim_ok = bench_optim(args.repeat)
     scan, scan_ok = bench_selective_scan(args.repeat)
+    derived, derived_ok = bench_derived(args.repeat)
     calls = bench_call_overhead(args.repeat)
     latency = first_call_latency() if DEVICE == "cuda" else []
-    rows = brick + copy + rwkv + back + half + loops + optim + scan + calls
+    rows = brick + copy + rwkv + back + half + loops + optim + scan + derived + calls
     table = format_table(rows, latency)
     lines = summary(rows)
-    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and loops_ok and optim_ok and scan_ok and \
+    ok = brick_ok and copy_ok and rwkv_ok and back_ok and half_ok and loops_ok and optim_ok and scan_ok and derived_ok and \
         (DEVICE != "cuda" or all(r["kernels_per_call"] == 1 for r in brick + rwkv + half if r["impl"].startswith("tk")))
     if args.json:
         info = gpu.info() if DEVICE == "cuda" else ""

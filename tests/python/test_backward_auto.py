@@ -12,6 +12,8 @@ an element-wise op, derived by compiler/autodiff.c.
   given and None, two float outputs and an int output, float16/bfloat16;
 * random numbers: the derived dropout backward equals the hand-written one
   of examples/specs/dropout.tk bit for bit, and does not keep x alive;
+* examples/specs/activations.tk (GELU, its tanh form, bias + GELU, SwiGLU,
+  softplus, mish) against torch.nn.functional, values and gradients;
 * torch.compile and opcheck of a derived op; tkc derived prints what is derived.
 
 Outputs are poisoned first (the poisoned_outputs fixture).
@@ -35,6 +37,17 @@ tk = torch.ops.tk
 
 torch_tk.load(SPEC)
 torch_tk.load(os.path.join(ROOT, "examples", "specs", "dropout.tk"))
+torch_tk.load(os.path.join(ROOT, "examples", "specs", "activations.tk"))
+
+# examples/specs/activations.tk: (op, its torch formula, number of tensor inputs, extra arguments)
+ACTIVATIONS = [
+    ("gelu", lambda x: F.gelu(x), 1, ()),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), 1, ()),
+    ("bias_gelu", lambda x, b: F.gelu(x + b), 2, ()),
+    ("swiglu", lambda a, b: F.silu(a) * b, 2, ()),
+    ("softplus", lambda x: F.softplus(x, 1.5, 2.0), 1, (1.5, 2.0)),
+    ("mish", lambda x: F.mish(x), 1, ()),
+]
 
 
 def gen(seed):
@@ -77,6 +90,23 @@ def test_every_operation_against_torch(device, dtype):
     for a, e in zip(got_grads, want_grads):
         assert a.dtype == dtype and a.shape == e.shape
         torch.testing.assert_close(a.double(), e, **tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,ref,n,extra", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
+def test_example_activations(device, name, ref, n, extra):
+    shape = (3, 4, 67)
+    xs = [torch.randn(*shape, generator=gen(90), dtype=torch.float64) * 3]
+    xs.append((torch.randn(*shape[-1:], generator=gen(91), dtype=torch.float64) if name == "bias_gelu"
+               else torch.randn(*shape, generator=gen(91), dtype=torch.float64)))
+    xs = [t.to(device).requires_grad_() for t in xs[:n]]
+    g = torch.randn(*shape, generator=gen(92), dtype=torch.float64).to(device)
+    got = getattr(tk, name)(*xs, *extra)
+    want = ref(*xs)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for a, e in zip(torch.autograd.grad(got, xs, g), torch.autograd.grad(want, xs, g)):
+        assert a.shape == e.shape
+        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
 
 
 def test_every_operation_gradcheck():

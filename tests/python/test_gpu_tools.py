@@ -132,12 +132,14 @@ def test_gpu_bench_dry_run_on_cpu(lib_path, tmp_path):
                  ("softmax 64x128", "tk"), ("softmax 64x128", "tk coop=32"), ("layernorm", "tk coop=32"),
                  ("layernorm, no weight/bias", "tk (None)"),
                  ("adamw step", "tk adamw_"), ("selective scan", "tk"), ("selective scan fwd+bwd", "tk"),
-                 ("selective scan fwd+bwd", "torch loop over t")]:
+                 ("selective scan fwd+bwd", "torch loop over t"), ("bias_gelu fwd+bwd", "tk backward auto"),
+                 ("dropout fwd+bwd", "tk backward auto"), ("dropout fwd+bwd", "tk backward by hand")]:
         assert case in cases, case
     assert all(row["median_ms"] > 0 for row in res["results"])
     summary = "\n".join(res["summary"])
     for target in ("<= 40 us", ">= 85%", ">= 300x", "<= 0.30 ms", "<= 0.70 ms", "bfloat16", "float16", "per call",
-                   "layernorm: tk coop=32 (a warp a row)", "selective scan fwd+bwd: tk"):
+                   "layernorm: tk coop=32 (a warp a row)", "selective scan fwd+bwd: tk",
+                   "bias_gelu fwd+bwd: tk backward auto", "dropout fwd+bwd: tk backward auto"):
         assert target in summary, target
     assert "bit-equal to torch_pad" in r.stdout
 

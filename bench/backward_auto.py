@@ -1,0 +1,95 @@
+"""Derived backward ops (`backward auto`, docs/autograd.md) side by side in one run.
+
+Forward + backward (torch.autograd.grad) of: SiLU with its backward derived
+and the same op with the backward written by hand (the README's former
+example) and F.silu; dropout derived (tests/specs/autodiff.tk) and written
+(examples/specs/dropout.tk) and F.dropout; examples/specs/activations.tk's
+gelu, bias_gelu and swiglu against their torch formulas. The cases
+interleave, --rounds times, and the table gives each case's median of its
+round medians. float32, CPU.
+
+    PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 bench/backward_auto.py [--rounds 5] [--repeat 15]
+"""
+import argparse
+import os
+import platform
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import torch_tk
+from timing import median_ms   # bench/timing.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPES = [(4096, 1024), (64, 128)]
+SILU = """
+op bsilu_auto(x: float[..., N]) -> y: x.dtype[..., N]:
+    backward auto
+    for i in y:
+        y[i] = x[i] * sigmoid(x[i])
+op bsilu_hand(x: float[..., N]) -> y: x.dtype[..., N]:
+    backward bsilu_hand_grad
+    for i in y:
+        y[i] = x[i] * sigmoid(x[i])
+op bsilu_hand_grad(x: float[..., N], grad_y: x.dtype[..., N]) -> grad_x: x.dtype[..., N]:
+    for i in grad_x:
+        grad_x[i] = grad_y[i] * sigmoid(x[i]) * (1.0 + x[i] * (1.0 - sigmoid(x[i])))
+"""
+
+
+def cases(R, N):
+    """(name, fn) of every case at (R, N): each a forward and its backward."""
+    tk = torch.ops.tk
+    gen = torch.Generator().manual_seed(R * N)
+    x = torch.randn(R, N, generator=gen).requires_grad_()
+    b = torch.randn(R, N, generator=gen).requires_grad_()
+    bias = torch.randn(N, generator=gen).requires_grad_()
+    g = torch.randn(R, N, generator=gen)
+
+    def fb(fn, *leaves):
+        return lambda: torch.autograd.grad(fn(), leaves, g)
+
+    return [
+        ("silu: tk, backward auto", fb(lambda: tk.bsilu_auto(x), x)),
+        ("silu: tk, backward by hand", fb(lambda: tk.bsilu_hand(x), x)),
+        ("silu: F.silu", fb(lambda: F.silu(x), x)),
+        ("dropout p=0.1: tk, backward auto", fb(lambda: tk.ad_dropout(x, 0.1, 5), x)),
+        ("dropout p=0.1: tk, backward by hand", fb(lambda: tk.dropout(x, 0.1, 5), x)),
+        ("dropout p=0.1: F.dropout", fb(lambda: F.dropout(x, 0.1), x)),
+        ("gelu: tk, backward auto", fb(lambda: tk.gelu(x), x)),
+        ("gelu: F.gelu", fb(lambda: F.gelu(x), x)),
+        ("bias_gelu (grad x, bias): tk, backward auto", fb(lambda: tk.bias_gelu(x, bias), x, bias)),
+        ("bias_gelu (grad x, bias): F.gelu(x + bias)", fb(lambda: F.gelu(x + bias), x, bias)),
+        ("swiglu (grad a, b): tk, backward auto", fb(lambda: tk.swiglu(x, b), x, b)),
+        ("swiglu (grad a, b): F.silu(a) * b", fb(lambda: F.silu(x) * b, x, b)),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args()
+    torch_tk.kernel(SILU, file="bench/backward_auto.py")
+    for spec in ("tests/specs/autodiff.tk", "examples/specs/dropout.tk", "examples/specs/activations.tk"):
+        torch_tk.load(os.path.join(ROOT, spec))
+    print(f"command: PYTHONPATH=python TK_LIBRARY=... python3 bench/{os.path.basename(__file__)} "
+          f"--rounds {args.rounds} --repeat {args.repeat}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; float32, forward + backward, ms (median of {args.rounds} round medians)")
+    for R, N in SHAPES:
+        cs = cases(R, N)
+        runs = {name: [] for name, _ in cs}
+        for _ in range(args.rounds):
+            for name, fn in cs:
+                runs[name].append(median_ms(fn, args.repeat))
+        print(f"\n| ({R}, {N}) | ms |\n|---|---:|")
+        for name, _ in cs:
+            print(f"| {name} | {statistics.median(runs[name]):.4f} |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
