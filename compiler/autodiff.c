@@ -52,6 +52,7 @@ typedef struct val {
     atom g_then, g_else;    /* V_TEMP of a conditional expression: its arms' guards */
     int prev;               /* V_LOCAL, V_OUT: the version before, -1 none */
     const char *adj;        /* its adjoint's local, once declared */
+    int adj_key;            /* that local's key (its own adjoint's, or the one it took over: take_over) */
 } val;
 
 /* A line of the derived body: it defines key (2 * value, 2 * value + 1 its
@@ -529,10 +530,25 @@ static void contrib(ad *s, atom target, atom g, int negate, const char *expr) {
                                                : fmt(s, "%s if %s else 0.0", expr, g.text);
     if (!t->adj) {
         t->adj = fmt(s, "%sd%d", s->pre, target.val);
-        emit(s, 2 * target.val + 1, fmt(s, "%s = %s", t->adj, term));
+        t->adj_key = 2 * target.val + 1;
+        emit(s, t->adj_key, fmt(s, "%s = %s", t->adj, term));
     } else {
-        emit(s, 2 * target.val + 1, fmt(s, "%s += %s", t->adj, term));
+        emit(s, t->adj_key, fmt(s, "%s += %s", t->adj, term));
     }
+}
+
+/* Passes value k's whole adjoint on to target, k's one operand: target takes
+ * over k's adjoint local when it has none yet (no copy line; k's adjoint is
+ * not read after its partials), else adds it. */
+static void take_over(ad *s, atom target, int k) {
+    if (target.val < 0 || !s->vals[target.val].is_float || s->failed) return;
+    val *t = &s->vals[target.val];
+    if (t->adj) {
+        contrib(s, target, leaf(NULL, 0), 0, s->vals[k].adj);
+        return;
+    }
+    t->adj = s->vals[k].adj;
+    t->adj_key = s->vals[k].adj_key;
 }
 
 /* Template tpl with D, T and A (capitals, alone) replaced by d, t and a. */
@@ -568,7 +584,8 @@ static void call_partials(ad *s, const val *v, const char *T, const char *D) {
     };
     for (size_t i = 0; i < sizeof k_one / sizeof *k_one; i++)
         if (strcmp(f, k_one[i].f) == 0) {
-            contrib(s, a, g, 0, subst(s, k_one[i].d, D, T, A));
+            if (strcmp(k_one[i].d, "D") == 0) take_over(s, a, (int)(v - s->vals));   /* a cast passes it on */
+            else contrib(s, a, g, 0, subst(s, k_one[i].d, D, T, A));
             return;
         }
     if (strcmp(f, "min") == 0 || strcmp(f, "max") == 0) {   /* torch.minimum/maximum: a tie splits it */
@@ -588,7 +605,11 @@ static void partials(ad *s, int k) {
     const char *T = v->name, *D = v->adj;
     atom g = v->guard;
     if (v->kind == V_LOCAL || v->kind == V_OUT) {
-        contrib(s, v->a[0], v->prev >= 0 || v->kind == V_OUT ? g : leaf(NULL, 0), 0, D);
+        if (v->prev < 0 && (v->kind == V_LOCAL || !g.text)) {   /* a declaration, or a store made always */
+            take_over(s, v->a[0], k);
+            return;
+        }
+        contrib(s, v->a[0], g, 0, D);
         if (v->prev >= 0 && g.text) contrib(s, val_atom(s, v->prev), g, 1, D);
         return;
     }
@@ -598,7 +619,7 @@ static void partials(ad *s, int k) {
     const char *A = a.text, *B = b.text;
     if (e->kind == TK_E_UNARY) {
         if (e->op == TK_OPC_NEG) contrib(s, a, g, 0, fmt(s, "(-%s)", D));
-        else if (e->op == TK_OPC_POS) contrib(s, a, g, 0, D);
+        else if (e->op == TK_OPC_POS) take_over(s, a, k);
     } else if (e->kind == TK_E_COND) {
         contrib(s, a, v->g_then, 0, D);
         contrib(s, v->a[2], v->g_else, 0, D);
@@ -635,6 +656,7 @@ static void reverse(ad *s) {
         int k = s->out_val[o];
         if (k < 0) continue;
         s->vals[k].adj = fmt(s, "%sd%d", s->pre, k);
+        s->vals[k].adj_key = 2 * k + 1;
         emit(s, 2 * k + 1, fmt(s, "%s = grad_%s[%s]", s->vals[k].adj, d->outputs[o].name, s->index));
     }
     for (int k = s->nvals - 1; k >= 0 && !s->failed; k--)

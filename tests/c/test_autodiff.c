@@ -69,8 +69,9 @@ static const bad_spec k_bad[] = {
      "bad.tk:3:13: error: backward auto of 'f': scratch tensor 't': write the backward ops of this op"},
 };
 
-/* The backward op of sp, exactly: the tape, guards, reverse accumulation,
- * dead lines dropped (the else branch's replay of x / beta is not needed),
+/* The backward op of sp, exactly: the tape, guards, reverse accumulation
+ * (an assignment's adjoint taken over, not copied), dead lines dropped
+ * (the else branch's replay of x / beta is not needed),
  * parameters with defaults after the gradient. A local named ad1 moves
  * every derived name to the prefix tk_ad. */
 static const char k_sp[] =
@@ -91,14 +92,12 @@ static const char k_sp_backward[] =
     "        tk_ad4 = not tk_ad3\n"
     "        tk_ad5 = exp(tk_ad2_ad1)\n"
     "        tk_add9 = grad_y[i]\n"
-    "        tk_add8 = tk_add9\n"
-    "        tk_add0 = tk_add8 if tk_ad3 else 0.0\n"
-    "        tk_add7 = tk_add8 if tk_ad4 else 0.0\n"
+    "        tk_add0 = tk_add9 if tk_ad3 else 0.0\n"
+    "        tk_add7 = tk_add9 if tk_ad4 else 0.0\n"
     "        tk_add6 = (tk_add7 / beta) if tk_ad4 else 0.0\n"
     "        tk_add5 = (tk_add6 / (1.0 + tk_ad5)) if tk_ad4 else 0.0\n"
     "        tk_add2 = (tk_add5 * tk_ad5) if tk_ad4 else 0.0\n"
-    "        tk_add1 = tk_add2\n"
-    "        tk_add0 += (tk_add1 * beta)\n"
+    "        tk_add0 += (tk_add2 * beta)\n"
     "        grad_x[i] = tk_add0\n";
 
 static int error_fields_ok(const tk_ctx *ctx, int st) {

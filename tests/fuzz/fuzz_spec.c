@@ -109,13 +109,14 @@ static tk_arg scalar_arg(const tk_op *op, int i, int set, rng *r) {
 
 /* Each optional tensor bound as None reads inside the row its caller
  * attaches (tk_call_fill's numel): its farthest element, when it has any,
- * is before the row's end. (Tensor parameter k has kernel slot k.) */
+ * is before the row's end (a None with no elements may have an empty row:
+ * its innermost dim 0). (Tensor parameter k has kernel slot k.) */
 static void check_fills(const tk_op *op, const tk_call *call, int n) {
     for (int i = 0, slot = 0; i < n; i++) {
         if (tk_op_param_kind(op, i) != 0) continue;
         int64_t numel = 0;
         int none = tk_call_fill(call, i, NULL, &numel, NULL);
-        if (none != (int)(call->none >> slot & 1u) || (none && (!tk_op_param_optional(op, i) || numel < 1))) abort();
+        if (none != (int)(call->none >> slot & 1u) || (none && (!tk_op_param_optional(op, i) || numel < 0))) abort();
         const tk_ktensor *t = &call->kargs.t[slot++];
         if (!none) continue;
         int64_t last = 0;
@@ -124,7 +125,7 @@ static void check_fills(const tk_op *op, const tk_call *call, int n) {
             if (t->size[d] == 0) empty = 1;
             else last += (t->size[d] - 1) * t->stride[d];
         }
-        if (!empty && (last < 0 || last >= numel)) abort();
+        if (!empty && (last < 0 || last >= numel)) abort();   /* (so numel >= 1 when it has elements) */
     }
 }
 
