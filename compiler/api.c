@@ -135,6 +135,7 @@ static int name_taken(const tk_ctx *ctx, tk_op *const *ops, int n, const char *n
  * with it, whose names it must not take. */
 static tk_status derive_backward(tk_ctx *ctx, tk_op *op, tk_op *const *ops, int n, tk_op **bw) {
     tk_opdecl *d = op->decl;
+    const char *site = d->auto_file ? d->auto_file : d->file;   /* where 'backward auto' is written */
     char *text = NULL;
     tk_status st = tk_derive_backward(op, &text, &ctx->error);
     if (st != TK_OK) return st;
@@ -149,27 +150,31 @@ static tk_status derive_backward(tk_ctx *ctx, tk_op *op, tk_op *const *ops, int 
     tk_module *m = tk_parse(&ctx->arena, file, text, strlen(text), &ctx->error);
     free(text);
     if (m && m->nops == 1 && name_taken(ctx, ops, n, m->ops[0]->name))
-        return ctx_fail(ctx, TK_ERR_CHECK, d->file, d->backward_locs[0], "backward auto of '%s': op '%s' is "
+        return ctx_fail(ctx, TK_ERR_CHECK, site, d->backward_locs[0], "backward auto of '%s': op '%s' is "
                         "already defined (the derived backward op takes that name)", d->name, m->ops[0]->name);
     st = !m ? (tk_status)ctx->error.status : m->nops == 1 ? tk_check_op(ctx, m->ops[0], bw) : TK_ERR_CHECK;
     if (st == TK_ERR_NOMEM) return st;
     if (st != TK_OK) {   /* the derivation made a spec that does not check: tk's bug, not the user's */
         char why[sizeof ctx->error.text];
         snprintf(why, sizeof why, "%s", ctx->error.text);
-        return ctx_fail(ctx, TK_ERR_CHECK, d->file, d->backward_locs[0], "backward auto of '%s': the derived "
+        return ctx_fail(ctx, TK_ERR_CHECK, site, d->backward_locs[0], "backward auto of '%s': the derived "
                         "op does not check (%s); please report it with the spec", d->name, why);
     }
     m->ops[0]->derived_from = d->name;
+    m->ops[0]->backward_auto = d->backward_auto - 1;   /* 'backward auto 2': derive the derived op's too */
+    m->ops[0]->backward_locs = d->backward_locs;
+    m->ops[0]->auto_file = site;
     names[0] = m->ops[0]->name;
     d->backward = names;
     d->nbackward = 1;
     return TK_OK;
 }
 
-/* Checks every op of m, and derives the backward ops it asks for; adds
- * them all, or none on the first error. */
+/* Checks every op of m, and derives the backward ops it asks for (each
+ * derived op after the ops it differentiates, so 'backward auto 2' derives
+ * the derived one's in turn); adds them all, or none on the first error. */
 static tk_status add_module(tk_ctx *ctx, tk_module *m) {
-    tk_op *ops[128];
+    tk_op *ops[64 * (1 + TK_MAX_AUTO_ORDER)];
     int n = m->nops;
     if (m->nops > 64) return ctx_fail(ctx, TK_ERR_CHECK, m->ops[64]->file, m->ops[64]->loc, "too many ops in one file (limit 64)");
     for (int i = 0; i < m->nops; i++) {
@@ -179,8 +184,8 @@ static tk_status add_module(tk_ctx *ctx, tk_module *m) {
         tk_status st = tk_check_op(ctx, d, &ops[i]);
         if (st != TK_OK) return st;
     }
-    for (int i = 0; i < m->nops; i++)
-        if (m->ops[i]->backward_auto) {
+    for (int i = 0; i < n; i++)
+        if (ops[i]->decl->backward_auto > 0) {
             tk_status st = derive_backward(ctx, ops[i], ops, n, &ops[n]);
             if (st != TK_OK) return st;
             n++;

@@ -142,6 +142,8 @@ extern const tk_sched_key tk_sched_keys[TK_SCHED_KEYS];   /* lanes, rows, warp_r
 int tk_sched_find(const char *key, size_t len);              /* its index, -1 if none */
 int tk_sched_valid(int k, long long v);                      /* 1 if v fits key k */
 
+#define TK_MAX_AUTO_ORDER 3      /* 'backward auto 3': third derivatives at most */
+
 typedef struct tk_opdecl {
     const char *name;
     tk_loc loc;
@@ -156,9 +158,11 @@ typedef struct tk_opdecl {
     const char **backward;      /* 'backward a, b': the backward ops' names */
     tk_loc *backward_locs;      /* where each name is written */
     int nbackward;
-    int backward_auto;          /* 'backward auto': the loader derives the backward op (autodiff.c)
-                                 * and names it in backward[0] (at backward_locs[0]) */
+    int backward_auto;          /* 'backward auto [N]': N (1 without it), the orders of derivatives the
+                                 * loader derives (autodiff.c): the backward op, named in backward[0]
+                                 * (at backward_locs[0]), and for N > 1 its own, with N - 1 */
     const char *derived_from;   /* a derived backward op: the op it differentiates, else NULL */
+    const char *auto_file;      /* a derived op with backward_auto: the file backward_locs[0] is in */
     int schedule[TK_SCHED_KEYS]; /* 'schedule lanes=16, ...': the CUDA tile shape, 0: not given */
     tk_loc schedule_loc;        /* the 'schedule' line; line 0: none */
     tk_expr **asserts;          /* 'assert EXPR' lines: int expressions of dims and int/bool

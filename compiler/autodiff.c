@@ -393,6 +393,10 @@ static atom temp(ad *s, const tk_expr *e, const atom *a, int n, atom g) {
         break;
     default: break;
     }
+    /* a float made under a guard is 0 where the guard fails: only uses under the guard read it, and so
+     * the derived op's own derivative ('backward auto 2') sees the guard and adds 0, not NaN, there */
+    if (g.text && v->is_float)
+        rhs = fmt(s, e->kind == TK_E_COND ? "(%s) if %s else 0.0" : "%s if %s else 0.0", rhs, g.text);
     emit(s, 2 * k, fmt(s, "%s = %s", v->name, rhs));
     return val_atom(s, k);
 }
@@ -728,6 +732,17 @@ static int prefix_taken(const tk_op *op, const char *pre) {
     return 0;
 }
 
+/* Whether name is grad_<t> for a tensor t of d (a parameter or a returned
+ * output): the backward op has a parameter or an output of that name. */
+static int gradient_name_taken(const tk_opdecl *d, const char *name) {
+    if (strncmp(name, "grad_", 5) != 0) return 0;
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].kind == TK_P_TENSOR && strcmp(d->params[i].name, name + 5) == 0) return 1;
+    for (int o = 0; o < d->nreturns; o++)
+        if (strcmp(d->outputs[o].name, name + 5) == 0) return 1;
+    return 0;
+}
+
 /* What makes an op one auto cannot differentiate, found before the body:
  * an error at its place; 0 then, else 1. */
 static int check_form(ad *s) {
@@ -746,8 +761,9 @@ static int check_form(ad *s) {
         if (p->mut) fail(s, p->loc, "'mut' parameter '%s': an op that updates in place has no backward", p->name);
         else if ((m & TK_DTYPES_FLOAT) && (m & ~TK_DTYPES_FLOAT))
             fail(s, p->loc, "parameter '%s' may be a float or not: give it float dtypes only, or none", p->name);
-        else if (strncmp(p->name, "grad_", 5) == 0)
-            fail(s, p->loc, "parameter '%s' is named like a gradient: rename it", p->name);
+        else if (gradient_name_taken(d, p->name))
+            fail(s, p->loc, "parameter '%s' has the name of a gradient the backward op takes or returns: "
+                 "rename it", p->name);
         ngrads += tk_op_param_differentiable(op, i);
     }
     for (int o = 0; o < d->noutputs && !s->failed; o++) {

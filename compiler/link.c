@@ -91,15 +91,16 @@ int tk_op_backward_target(const tk_ctx *ctx, const tk_op *op, int b, int j) {
 static tk_status link_fail(tk_ctx *ctx, const tk_op *op, int b, const char *fmt, ...) {
     const tk_opdecl *d = op->decl;
     tk_loc loc = d->backward_locs[b < 0 ? 0 : b];
+    const char *file = d->auto_file ? d->auto_file : d->file;   /* a derived op's: the 'backward auto 2' line's */
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (b >= 0)
-        return tk_error_set(&ctx->error, TK_ERR_CHECK, d->file, loc, "backward op '%s' of '%s': %s", d->backward[b],
+        return tk_error_set(&ctx->error, TK_ERR_CHECK, file, loc, "backward op '%s' of '%s': %s", d->backward[b],
                             d->name, msg);
-    return tk_error_set(&ctx->error, TK_ERR_CHECK, d->file, loc, "%s", msg);
+    return tk_error_set(&ctx->error, TK_ERR_CHECK, file, loc, "%s", msg);
 }
 
 /* Whether p's shape starts with '...'; *k: its explicit dims. */

@@ -817,8 +817,17 @@ static void parse_backward(parser *p, tk_opdecl *op) {
         tk_loc nloc;
         const char *name = expect_name(p, "an op name after 'backward'", &nloc);
         int is_auto = strcmp(name, "auto") == 0;
-        if (is_auto && op->nbackward == 0 && check(p, TK_T_NEWLINE)) {   /* derived: compiler/autodiff.c */
+        if (is_auto && op->nbackward == 0 && (check(p, TK_T_NEWLINE) || check(p, TK_T_INT))) {
+            /* derived (compiler/autodiff.c); 'auto 2': its backward op derived too, and so on */
             op->backward_auto = 1;
+            if (check(p, TK_T_INT)) {
+                if (p->tok.ival < 1 || p->tok.ival > TK_MAX_AUTO_ORDER)
+                    error_at(p, p->tok.loc, "'backward auto %lld': the order of derivatives runs from 1 to %d",
+                             (long long)p->tok.ival, TK_MAX_AUTO_ORDER);
+                op->backward_auto = (int)p->tok.ival;
+                next(p);
+                if (!check(p, TK_T_NEWLINE)) expected(p, "NEWLINE after 'backward auto N'");
+            }
             op->backward_locs = (tk_loc *)grow(p, op->backward_locs, 0, &lcap, sizeof *op->backward_locs);
             op->backward_locs[0] = nloc;
             break;

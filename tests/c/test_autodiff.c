@@ -61,15 +61,29 @@ static const bad_spec k_bad[] = {
      "backward op, needs dims that are names"},
     {"op f(x: float[N], n: int32[N]) -> y: int32[N]:\n    backward auto\n    for i in y:\n        y[i] = n[i]\n",
      "bad.tk:3:14: error: backward auto of 'f': the loop's output 'y' is not a float tensor"},
-    {"op f(x: float[N], grad_z: x.dtype[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
-     "        y[i] = x[i] * grad_z[i]\n",
-     "bad.tk:1:19: error: backward auto of 'f': parameter 'grad_z' is named like a gradient: rename it"},
+    {"op f(x: float[N], grad_x: x.dtype[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+     "        y[i] = x[i] * grad_x[i]\n",
+     "bad.tk:1:19: error: backward auto of 'f': parameter 'grad_x' has the name of a gradient the backward op "
+     "takes or returns: rename it"},
+    {"op f(x: float[N], grad_y: x.dtype[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+     "        y[i] = x[i] * grad_y[i]\n",
+     "bad.tk:1:19: error: backward auto of 'f': parameter 'grad_y' has the name of a gradient the backward op "
+     "takes or returns: rename it"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto 2\n    for i in y:\n        y[i] = x[i] * x[i]\n"
+     "op f_backward_backward(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:14: error: backward auto of 'f_backward': op 'f_backward_backward' is already defined (the "
+     "derived backward op takes that name)"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto 4\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:19: error: 'backward auto 4': the order of derivatives runs from 1 to 3"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto 2 3\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:21: error: expected NEWLINE after 'backward auto N', found '3'"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    scratch t: x.dtype[N]\n    for i in y:\n"
      "        t[i] = x[i]\n        y[i] = x[i]\n",
      "bad.tk:3:13: error: backward auto of 'f': scratch tensor 't': write the backward ops of this op"},
 };
 
-/* The backward op of sp, exactly: the tape, guards, reverse accumulation
+/* The backward op of sp, exactly: the tape (a float made in a branch is 0
+ * outside it), guards, reverse accumulation
  * (an assignment's adjoint taken over, not copied), dead lines dropped
  * (the else branch's replay of x / beta is not needed),
  * parameters with defaults after the gradient. A local named ad1 moves
@@ -90,7 +104,7 @@ static const char k_sp_backward[] =
     "        tk_ad2_ad1 = tk_ad1\n"
     "        tk_ad3 = tk_ad2_ad1 > 20.0\n"
     "        tk_ad4 = not tk_ad3\n"
-    "        tk_ad5 = exp(tk_ad2_ad1)\n"
+    "        tk_ad5 = exp(tk_ad2_ad1) if tk_ad4 else 0.0\n"
     "        tk_add9 = grad_y[i]\n"
     "        tk_add0 = tk_add9 if tk_ad3 else 0.0\n"
     "        tk_add7 = tk_add9 if tk_ad4 else 0.0\n"
@@ -177,8 +191,14 @@ static void test_spec_file(const char *tests) {
         }
         const tk_op *b = tk_op_find(ctx, tk_op_backward_at(op, 0));
         CHECK(b && b->decl->derived_from && strcmp(b->decl->derived_from, tk_op_name(op)) == 0);
+        CHECK(b && (tk_op_nbackward(b) == 1) == (op->decl->backward_auto == 2));
     }
-    CHECK(derived == 5 && tk_op_count(ctx) == 10);
+    CHECK(derived == 7 && tk_op_count(ctx) == 12);   /* two 'backward auto 2': their backward ops' own */
+    const tk_op *bb = tk_op_find(ctx, "ad_bias_gelu_backward_backward");
+    CHECK(bb && strcmp(bb->decl->derived_from, "ad_bias_gelu_backward") == 0 && tk_op_nbackward(bb) == 0);
+    CHECK(bb && strcmp(tk_op_schema(bb), "ad_bias_gelu_backward_backward(Tensor x, Tensor scale, Tensor grad_y, "
+                       "Tensor grad_grad_x, Tensor grad_grad_scale, Tensor grad_grad_bias, Tensor? bias=None) -> "
+                       "(Tensor, Tensor, Tensor, Tensor)") == 0);
     const tk_op *br = tk_op_find(ctx, "ad_branches_backward");
     CHECK(br && tk_op_noutputs(br) == 1);   /* grad_x only: m is bool, k an int output */
     tk_ctx_free(ctx);

@@ -12,6 +12,8 @@ an element-wise op, derived by compiler/autodiff.c.
   given and None, two float outputs and an int output, float16/bfloat16;
 * random numbers: the derived dropout backward equals the hand-written one
   of examples/specs/dropout.tk bit for bit, and does not keep x alive;
+* second derivatives (`backward auto 2`): a gradient penalty against torch's,
+  gradgradcheck;
 * examples/specs/activations.tk (GELU, its tanh form, bias + GELU, SwiGLU,
   softplus, mish) against torch.nn.functional, values and gradients;
 * torch.compile and opcheck of a derived op; tkc derived prints what is derived.
@@ -203,6 +205,39 @@ def test_broadcast_and_optional_parameters(device, with_bias):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_second_derivatives(device):
+    """`backward auto 2`: the derived backward op has a derived backward op of
+    its own, so create_graph=True, gradgradcheck and a gradient penalty
+    work, and match torch's second derivatives."""
+    B, N = 5, 12
+    x = torch.randn(B, N, generator=gen(100), dtype=torch.float64).to(device).requires_grad_()
+    scale = torch.randn(B, N, generator=gen(101), dtype=torch.float64).to(device).requires_grad_()
+    bias = torch.randn(N, generator=gen(102), dtype=torch.float64).to(device).requires_grad_()
+    g = torch.randn(B, N, generator=gen(103), dtype=torch.float64).to(device)
+
+    def penalty(f):   # a gradient penalty: the norm of dL/dx, differentiated again
+        gx, = torch.autograd.grad(f(x, scale, bias), x, g, create_graph=True)
+        return torch.autograd.grad(gx.pow(2).sum(), (x, scale, bias))
+
+    got = penalty(tk.ad_bias_gelu)
+    want = penalty(lambda a, s, b: F.gelu(a + b) * s)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
+    small = (x[:2, :3].detach().requires_grad_(), scale[:2, :3].detach().requires_grad_(),
+             bias[:3].detach().requires_grad_())
+    assert torch.autograd.gradgradcheck(lambda *t: tk.ad_bias_gelu(*t), small)
+    assert torch.autograd.gradgradcheck(lambda *t: tk.ad_bias_gelu(*t), small[:2])   # bias None
+    v = (torch.randn(30, generator=gen(104), dtype=torch.float64) * 2).to(device)
+    v[(v.abs() - 0.5).abs() < 0.05] = 1.0   # not at a kink
+    m = (torch.rand(30, generator=gen(105)) < 0.5).to(device)
+    assert torch.autograd.gradgradcheck(lambda a: tk.ad_branches(a, m, 0.5, True)[0], (v.requires_grad_(),))
+    # one order only: differentiating a first-order derived op again is the clear error
+    gx, = torch.autograd.grad(tk.gelu(x), x, g, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        gx.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(device, dtype):
     B, N = 8, 64
@@ -266,9 +301,13 @@ def test_torch_compile_and_opcheck():
 
 def test_tkc_prints_the_derived_op(tkc, tmp_path):
     out = subprocess.run([tkc, "derived", SPEC], capture_output=True, text=True, check=True).stdout
-    assert out.count("\nop ") + out.startswith("op ") == 5 and "op ad_dropout_backward(" in out
-    assert " = x[i]" not in out.split("op ad_dropout_backward(")[1]   # dropout's backward reads no x
-    assert " = x[i]" in out.split("op ad_maths_backward(")[1]
+    assert out.count("\nop ") + out.startswith("op ") == 7 and "op ad_dropout_backward(" in out
+    assert "op ad_bias_gelu_backward_backward(" in out
+    def derived(name):
+        return out.split(f"op {name}(")[1].split("# derived")[0]
+
+    assert " = x[i]" not in derived("ad_dropout_backward")   # dropout's backward reads no x
+    assert " = x[i]" in derived("ad_maths_backward")
     # what it prints is a spec of its own
     (tmp_path / "derived.tk").write_text(out)
     schemas = subprocess.run([tkc, "check", str(tmp_path / "derived.tk")], capture_output=True, text=True,
