@@ -1,8 +1,8 @@
 """Derived backward ops (`backward auto`, docs/autograd.md) side by side in one run.
 
-Forward + backward (torch.autograd.grad) of: SiLU with its backward derived
-and the same op with the backward written by hand (the README's former
-example) and F.silu; dropout derived (tests/specs/autodiff.tk) and written
+Forward + backward (torch.autograd.grad) of: SiLU and GELU with their
+backward derived, the same ops with the backward written by hand (SiLU's is
+the README's former example), and F.silu / F.gelu; dropout derived (tests/specs/autodiff.tk) and written
 (examples/specs/dropout.tk) and F.dropout; examples/specs/activations.tk's
 gelu, bias_gelu and swiglu against their torch formulas. The cases
 interleave, --rounds times, and the table gives each case's median of its
@@ -36,6 +36,15 @@ op bsilu_hand(x: float[..., N]) -> y: x.dtype[..., N]:
 op bsilu_hand_grad(x: float[..., N], grad_y: x.dtype[..., N]) -> grad_x: x.dtype[..., N]:
     for i in grad_x:
         grad_x[i] = grad_y[i] * sigmoid(x[i]) * (1.0 + x[i] * (1.0 - sigmoid(x[i])))
+op bgelu_hand(x: float[..., N]) -> y: x.dtype[..., N]:
+    backward bgelu_hand_grad
+    for i in y:
+        v = x[i]
+        y[i] = 0.5 * v * (1.0 + erf(v * 0.7071067811865476))
+op bgelu_hand_grad(x: float[..., N], grad_y: x.dtype[..., N]) -> grad_x: x.dtype[..., N]:
+    for i in grad_x:
+        v = x[i]
+        grad_x[i] = grad_y[i] * (0.5 * (1.0 + erf(v * 0.7071067811865476)) + v * 0.3989422804014327 * exp(-0.5 * v * v))
 """
 
 
@@ -59,6 +68,7 @@ def cases(R, N):
         ("dropout p=0.1: tk, backward by hand", fb(lambda: tk.dropout(x, 0.1, 5), x)),
         ("dropout p=0.1: F.dropout", fb(lambda: F.dropout(x, 0.1), x)),
         ("gelu: tk, backward auto", fb(lambda: tk.gelu(x), x)),
+        ("gelu: tk, backward by hand", fb(lambda: tk.bgelu_hand(x), x)),
         ("gelu: F.gelu", fb(lambda: F.gelu(x), x)),
         ("bias_gelu (grad x, bias): tk, backward auto", fb(lambda: tk.bias_gelu(x, bias), x, bias)),
         ("bias_gelu (grad x, bias): F.gelu(x + bias)", fb(lambda: F.gelu(x + bias), x, bias)),
