@@ -138,6 +138,12 @@ static tk_status derive_backward(tk_ctx *ctx, tk_op *op, tk_op *const *ops, int 
     const char *site = d->auto_file ? d->auto_file : d->file;   /* where 'backward auto' is written */
     char *text = NULL;
     tk_status st = tk_derive_backward(op, &text, &ctx->error);
+    if (st != TK_OK && d->derived_from) {   /* a higher order's refusal: at the user's 'backward auto 2' */
+        char why[sizeof ctx->error.text];
+        snprintf(why, sizeof why, "%s (line %d of its derived op, which `tkc derived` prints)", ctx->error.message,
+                 ctx->error.line);
+        return ctx_fail(ctx, (tk_status)ctx->error.status, site, d->backward_locs[0], "%s", why);
+    }
     if (st != TK_OK) return st;
     size_t len = strlen(d->file) + strlen(d->name) + 32;
     char *file = tk_arena_alloc(&ctx->arena, len);
@@ -152,8 +158,20 @@ static tk_status derive_backward(tk_ctx *ctx, tk_op *op, tk_op *const *ops, int 
     if (m && m->nops == 1 && name_taken(ctx, ops, n, m->ops[0]->name))
         return ctx_fail(ctx, TK_ERR_CHECK, site, d->backward_locs[0], "backward auto of '%s': op '%s' is "
                         "already defined (the derived backward op takes that name)", d->name, m->ops[0]->name);
+    if (m && m->nops == 1) {   /* its incoming gradients do not count for its float type: the forward's */
+        tk_opdecl *b = m->ops[0];
+        for (int j = 0; j < b->nparams && j < 64; j++) {
+            int i = 0;
+            while (i < d->nparams && strcmp(d->params[i].name, b->params[j].name) != 0) i++;
+            if (i == d->nparams || (i < 64 && (d->float_type_skip >> i & 1u))) b->float_type_skip |= 1ull << j;
+        }
+    }
     st = !m ? (tk_status)ctx->error.status : m->nops == 1 ? tk_check_op(ctx, m->ops[0], bw) : TK_ERR_CHECK;
     if (st == TK_ERR_NOMEM) return st;
+    if (st != TK_OK && strstr(ctx->error.message, "too many local variables"))
+        return ctx_fail(ctx, TK_ERR_CHECK, site, d->backward_locs[0], "backward auto of '%s': its derived op needs "
+                        "more locals than an op may have (%d: it takes one an operation of the body and one an "
+                        "adjoint): split the op, or write its backward ops", d->name, TK_MAX_LOCALS);
     if (st != TK_OK) {   /* the derivation made a spec that does not check: tk's bug, not the user's */
         char why[sizeof ctx->error.text];
         snprintf(why, sizeof why, "%s", ctx->error.text);

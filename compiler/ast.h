@@ -142,7 +142,8 @@ extern const tk_sched_key tk_sched_keys[TK_SCHED_KEYS];   /* lanes, rows, warp_r
 int tk_sched_find(const char *key, size_t len);              /* its index, -1 if none */
 int tk_sched_valid(int k, long long v);                      /* 1 if v fits key k */
 
-#define TK_MAX_AUTO_ORDER 3      /* 'backward auto 3': third derivatives at most */
+#define TK_MAX_AUTO_ORDER 2      /* 'backward auto 2': second derivatives at most (a third op would take
+                                  * grad_grad_x as a parameter and as the gradient of its output grad_x) */
 
 typedef struct tk_opdecl {
     const char *name;
@@ -163,6 +164,8 @@ typedef struct tk_opdecl {
                                  * (at backward_locs[0]), and for N > 1 its own, with N - 1 */
     const char *derived_from;   /* a derived backward op: the op it differentiates, else NULL */
     const char *auto_file;      /* a derived op with backward_auto: the file backward_locs[0] is in */
+    uint64_t float_type_skip;   /* a derived op: bit i when parameter i (an incoming gradient) does not
+                                 * count for the float type, which is then its forward's (variants.c) */
     int schedule[TK_SCHED_KEYS]; /* 'schedule lanes=16, ...': the CUDA tile shape, 0: not given */
     tk_loc schedule_loc;        /* the 'schedule' line; line 0: none */
     tk_expr **asserts;          /* 'assert EXPR' lines: int expressions of dims and int/bool

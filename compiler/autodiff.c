@@ -490,6 +490,10 @@ static void walk(ad *s, tk_stmt *const *body, int n, atom g) {
             int li = find_local(s, st->name), prev = li >= 0 ? s->local_vals[li] : -1;
             atom r = flatten(s, st->value, g);
             if (st->op != TK_OPC_NONE && prev >= 0) r = augmented(s, st, val_atom(s, prev), r, g);
+            if (prev < 0 && r.val >= 0) {   /* a declaration names its value: no local of its own */
+                set_local(s, st->name, r.val);
+                break;
+            }
             int is_float = is_float_type(s->op->locals[st->ref].type);
             int k = new_val(s, V_LOCAL, is_float, g, st->name);
             if (k < 0) return;
@@ -534,7 +538,7 @@ static void contrib(ad *s, atom target, atom g, int negate, const char *expr) {
                                                : fmt(s, "%s if %s else 0.0", expr, g.text);
     if (!t->adj) {
         t->adj = fmt(s, "%sd%d", s->pre, target.val);
-        t->adj_key = 2 * target.val + 1;
+        t->adj_key = 2 * target.val + 1;   /* (its type: the op's float type or wider, as every D: the seeds') */
         emit(s, t->adj_key, fmt(s, "%s = %s", t->adj, term));
     } else {
         emit(s, t->adj_key, fmt(s, "%s += %s", t->adj, term));
@@ -661,7 +665,9 @@ static void reverse(ad *s) {
         if (k < 0) continue;
         s->vals[k].adj = fmt(s, "%sd%d", s->pre, k);
         s->vals[k].adj_key = 2 * k + 1;
-        emit(s, 2 * k + 1, fmt(s, "%s = grad_%s[%s]", s->vals[k].adj, d->outputs[o].name, s->index));
+        /* in the op's float type at least, as every adjoint made from it: a float32 gradient of one output
+         * does not round a float64 one another output adds in */
+        emit(s, 2 * k + 1, fmt(s, "%s = float(grad_%s[%s])", s->vals[k].adj, d->outputs[o].name, s->index));
     }
     for (int k = s->nvals - 1; k >= 0 && !s->failed; k--)
         if (s->vals[k].adj) partials(s, k);
@@ -732,14 +738,15 @@ static int prefix_taken(const tk_op *op, const char *pre) {
     return 0;
 }
 
-/* Whether name is grad_<t> for a tensor t of d (a parameter or a returned
- * output): the backward op has a parameter or an output of that name. */
-static int gradient_name_taken(const tk_opdecl *d, const char *name) {
+/* Whether name is grad_<t> for a float tensor t of op (a parameter or a
+ * returned output): the backward op has a parameter or an output of that name. */
+static int gradient_name_taken(const tk_op *op, const char *name) {
+    const tk_opdecl *d = op->decl;
     if (strncmp(name, "grad_", 5) != 0) return 0;
     for (int i = 0; i < d->nparams; i++)
-        if (d->params[i].kind == TK_P_TENSOR && strcmp(d->params[i].name, name + 5) == 0) return 1;
+        if (tk_op_param_differentiable(op, i) && strcmp(d->params[i].name, name + 5) == 0) return 1;
     for (int o = 0; o < d->nreturns; o++)
-        if (strcmp(d->outputs[o].name, name + 5) == 0) return 1;
+        if (output_float(op, o) && strcmp(d->outputs[o].name, name + 5) == 0) return 1;
     return 0;
 }
 
@@ -761,7 +768,7 @@ static int check_form(ad *s) {
         if (p->mut) fail(s, p->loc, "'mut' parameter '%s': an op that updates in place has no backward", p->name);
         else if ((m & TK_DTYPES_FLOAT) && (m & ~TK_DTYPES_FLOAT))
             fail(s, p->loc, "parameter '%s' may be a float or not: give it float dtypes only, or none", p->name);
-        else if (gradient_name_taken(d, p->name))
+        else if (gradient_name_taken(op, p->name))
             fail(s, p->loc, "parameter '%s' has the name of a gradient the backward op takes or returns: "
                  "rename it", p->name);
         ngrads += tk_op_param_differentiable(op, i);
@@ -770,10 +777,14 @@ static int check_form(ad *s) {
         const tk_param *p = &d->outputs[o];
         if (p->scratch) fail(s, p->loc, "scratch tensor '%s': write the backward ops of this op", p->name);
         if (o >= d->nreturns) continue;
-        for (int j = 0; j < p->ndims; j++)
-            if (p->dims[j]->kind != TK_E_NAME && p->dims[j]->kind != TK_E_INT && p->dims[j]->kind != TK_E_ELLIPSIS)
-                fail(s, p->dims[j]->loc, "output '%s' has a computed dim: its gradient, a parameter of the "
-                     "backward op, needs dims that are names", p->name);
+        for (int j = 0; j < p->ndims; j++) {
+            const tk_expr *e = p->dims[j];
+            int unused;
+            if ((e->kind != TK_E_NAME && e->kind != TK_E_INT && e->kind != TK_E_ELLIPSIS) ||
+                (e->kind == TK_E_NAME && tk_resolve_header(op, e->name, &unused) != TK_SYM_DIM))
+                fail(s, e->loc, "output '%s' has a dim computed from parameters: its gradient, a parameter of the "
+                     "backward op, needs dims that input tensors name", p->name);
+        }
         if (output_float(op, o)) ntensors++;
         else if (o == op->loop_out) fail(s, d->loop_loc, "the loop's output '%s' is not a float tensor", p->name);
     }

@@ -51,7 +51,8 @@ tk_dtype tk_variant_out_dtype(const tk_op *op, int variant, int out) {
 
 tk_dtype tk_variant_float_type(const tk_op *op, int variant) {
     for (int i = 0; i < op->decl->nparams; i++)
-        if (op->decl->params[i].kind == TK_P_TENSOR && tk_variant_dtype(op, variant, i) == TK_F64)
+        if (op->decl->params[i].kind == TK_P_TENSOR && !(i < 64 && (op->decl->float_type_skip >> i & 1u)) &&
+            tk_variant_dtype(op, variant, i) == TK_F64)
             return TK_F64;
     return TK_F32;
 }

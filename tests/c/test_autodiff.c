@@ -16,6 +16,9 @@ typedef struct bad_spec {
 } bad_spec;
 
 #define OP "op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+#define S5 "        s = s * 1.01 + sin(s)\n        s = s * 1.01 + sin(s)\n        s = s * 1.01 + sin(s)\n" \
+    "        s = s * 1.01 + sin(s)\n        s = s * 1.01 + sin(s)\n"
+#define S20 S5 S5 S5 S5
 
 static const bad_spec k_bad[] = {
     {OP "        y[i] = x[(i + 1) % N]\n",
@@ -57,8 +60,21 @@ static const bad_spec k_bad[] = {
      "bad.tk:8:29: error: backward auto of 'f2': w[i]: it differentiates reads at the loop's index [j, i] and, of "
      "a tensor without '...', at its last variables (a broadcast); write the backward ops of this op"},
     {"op f(x: float[N]) -> y: x.dtype[N + 1]:\n    backward auto\n    for i in y:\n        y[i] = 1.0\n",
-     "bad.tk:1:35: error: backward auto of 'f': output 'y' has a computed dim: its gradient, a parameter of the "
-     "backward op, needs dims that are names"},
+     "bad.tk:1:35: error: backward auto of 'f': output 'y' has a dim computed from parameters: its gradient, a "
+     "parameter of the backward op, needs dims that input tensors name"},
+    {"op f(x: float[N], N2: int) -> y: x.dtype[N2, N]:\n    backward auto\n    for a, b in y:\n"
+     "        y[a, b] = x[b] * float(a)\n",
+     "bad.tk:1:42: error: backward auto of 'f': output 'y' has a dim computed from parameters: its gradient, a "
+     "parameter of the backward op, needs dims that input tensors name"},
+    /* a refusal of the second derivation is at the user's line, with the line of the derived op */
+    {"op f(a: float[N], b: a.dtype[N], c: a.dtype[N], d: a.dtype[N], e: a.dtype[N]) -> y: a.dtype[N]:\n"
+     "    backward auto 2\n    for i in y:\n        y[i] = a[i] * b[i] + c[i] * d[i] * e[i]\n",
+     "bad.tk:2:14: error: backward auto of 'f_backward': its backward op would take and return 17 tensors "
+     "(limit 16) (line 2 of its derived op, which `tkc derived` prints)"},
+    /* a body too long for the locals its derived op needs: a clear refusal, not "please report it" */
+    {OP "        s = x[i]\n" S20 S20 S20 "        y[i] = s\n",
+     "bad.tk:2:14: error: backward auto of 'f': its derived op needs more locals than an op may have (256: it "
+     "takes one an operation of the body and one an adjoint): split the op, or write its backward ops"},
     {"op f(x: float[N], n: int32[N]) -> y: int32[N]:\n    backward auto\n    for i in y:\n        y[i] = n[i]\n",
      "bad.tk:3:14: error: backward auto of 'f': the loop's output 'y' is not a float tensor"},
     {"op f(x: float[N], grad_x: x.dtype[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
@@ -74,7 +90,9 @@ static const bad_spec k_bad[] = {
      "bad.tk:2:14: error: backward auto of 'f_backward': op 'f_backward_backward' is already defined (the "
      "derived backward op takes that name)"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto 4\n    for i in y:\n        y[i] = x[i]\n",
-     "bad.tk:2:19: error: 'backward auto 4': the order of derivatives runs from 1 to 3"},
+     "bad.tk:2:19: error: 'backward auto 4': the order of derivatives runs from 1 to 2"},
+    {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto 3\n    for i in y:\n        y[i] = x[i]\n",
+     "bad.tk:2:19: error: 'backward auto 3': the order of derivatives runs from 1 to 2"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto 2 3\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:2:21: error: expected NEWLINE after 'backward auto N', found '3'"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    scratch t: x.dtype[N]\n    for i in y:\n"
@@ -82,9 +100,9 @@ static const bad_spec k_bad[] = {
      "bad.tk:3:13: error: backward auto of 'f': scratch tensor 't': write the backward ops of this op"},
 };
 
-/* The backward op of sp, exactly: the tape (a float made in a branch is 0
- * outside it), guards, reverse accumulation
- * (an assignment's adjoint taken over, not copied), dead lines dropped
+/* The backward op of sp, exactly: the tape (a declaration names its value;
+ * a float made in a branch is 0 outside it), the incoming gradient in the
+ * op's float type, guards, reverse accumulation, dead lines dropped
  * (the else branch's replay of x / beta is not needed),
  * parameters with defaults after the gradient. A local named ad1 moves
  * every derived name to the prefix tk_ad. */
@@ -101,17 +119,16 @@ static const char k_sp_backward[] =
     "    for i in grad_x:\n"
     "        tk_ad0 = x[i]\n"
     "        tk_ad1 = beta * tk_ad0\n"
-    "        tk_ad2_ad1 = tk_ad1\n"
-    "        tk_ad3 = tk_ad2_ad1 > 20.0\n"
-    "        tk_ad4 = not tk_ad3\n"
-    "        tk_ad5 = exp(tk_ad2_ad1) if tk_ad4 else 0.0\n"
-    "        tk_add9 = grad_y[i]\n"
-    "        tk_add0 = tk_add9 if tk_ad3 else 0.0\n"
-    "        tk_add7 = tk_add9 if tk_ad4 else 0.0\n"
-    "        tk_add6 = (tk_add7 / beta) if tk_ad4 else 0.0\n"
-    "        tk_add5 = (tk_add6 / (1.0 + tk_ad5)) if tk_ad4 else 0.0\n"
-    "        tk_add2 = (tk_add5 * tk_ad5) if tk_ad4 else 0.0\n"
-    "        tk_add0 += (tk_add2 * beta)\n"
+    "        tk_ad2 = tk_ad1 > 20.0\n"
+    "        tk_ad3 = not tk_ad2\n"
+    "        tk_ad4 = exp(tk_ad1) if tk_ad3 else 0.0\n"
+    "        tk_add8 = float(grad_y[i])\n"
+    "        tk_add0 = tk_add8 if tk_ad2 else 0.0\n"
+    "        tk_add6 = tk_add8 if tk_ad3 else 0.0\n"
+    "        tk_add5 = (tk_add6 / beta) if tk_ad3 else 0.0\n"
+    "        tk_add4 = (tk_add5 / (1.0 + tk_ad4)) if tk_ad3 else 0.0\n"
+    "        tk_add1 = (tk_add4 * tk_ad4) if tk_ad3 else 0.0\n"
+    "        tk_add0 += (tk_add1 * beta)\n"
     "        grad_x[i] = tk_add0\n";
 
 static int error_fields_ok(const tk_ctx *ctx, int st) {

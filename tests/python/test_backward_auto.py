@@ -268,6 +268,34 @@ def test_dropout_derived_equals_hand_written(device):
     assert 0.2 < (y_auto == 0).float().mean().item() < 0.4
 
 
+def test_float_types_follow_the_forward():
+    """The derived op computes in its forward's float type (its incoming
+    gradients do not count for it), so a branch goes the same way; and a
+    float32 output's gradient does not round a float64 one added to it."""
+    mixed = torch_tk.kernel("""
+    op ad_mixed(x: float32[N], p: float) -> y: float64[N]:
+        backward auto
+        for i in y:
+            y[i] = x[i] if p + 1.0 > 1.0 else 3.0 * x[i]
+    """, file="mixed.tk")
+    x = torch.randn(8, generator=gen(110), requires_grad=True)
+    y = mixed(x, 1e-10)   # float32: 1 + 1e-10 == 1, so the else branch
+    torch.testing.assert_close(y, 3.0 * x.detach().double())
+    assert torch.equal(torch.autograd.grad(y.sum(), x)[0], torch.full_like(x, 3.0))
+    two = torch_tk.kernel("""
+    op ad_two(x: float64[N], grad_k: float64[N], k: int32[N]) -> (z: float64[N], y: float32[N]):
+        backward auto
+        for i in z:
+            t = x[i] * 3.0 + grad_k[i] * float(k[i])
+            z[i] = t
+            y[i] = t
+    """, file="two.tk")   # (grad_k: no clash, k is an int tensor)
+    x = torch.randn(8, generator=gen(111), dtype=torch.float64, requires_grad=True)
+    z, y = two(x, torch.zeros(8, dtype=torch.float64), torch.ones(8, dtype=torch.int32))
+    gx, = torch.autograd.grad((z, y), x, (torch.full_like(z, 1e-9), torch.ones_like(y)))
+    torch.testing.assert_close(gx, torch.full_like(x, 3.0 * (1.0 + 1e-9)), rtol=0, atol=1e-15)
+
+
 def test_unneeded_inputs_are_not_kept():
     """The derived dropout backward reads no x (its lines are dropped), so
     the graph does not keep x alive, as with the hand-written one."""
