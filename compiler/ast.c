@@ -5,6 +5,8 @@
 
 #include "core.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,44 +116,67 @@ int tk_expr_equal(const tk_expr *a, const tk_expr *b) {
     return 1;
 }
 
-static void expr_text(tk_buf *b, const tk_expr *e) { tk_expr_text(b, e, 0); }
+/* A float literal that reads back as itself: 17 digits, a '.' or an
+ * exponent so it stays a float, `inf` for infinity (the sign is a NEG). */
+static void float_spec(tk_buf *b, double v) {
+    char t[40];
+    if (isinf(v)) {
+        tk_buf_puts(b, v < 0 ? "(-inf)" : "inf");
+        return;
+    }
+    snprintf(t, sizeof t, "%.17g", fabs(v));
+    if (!strpbrk(t, ".e")) strcat(t, ".0");
+    tk_buf_printf(b, v < 0 ? "(-%s)" : "%s", t);
+}
 
-void tk_expr_text(tk_buf *b, const tk_expr *e, int top) {
+/* tk_expr_text, and with exact set tk_expr_spec: the operations of
+ * sub-expressions in parentheses (exact: every one, conditionals too). */
+static void print_expr(tk_buf *b, const tk_expr *e, int top, int exact) {
     switch (e->kind) {
-    case TK_E_INT: tk_buf_printf(b, "%lld", (long long)e->ival); return;
-    case TK_E_FLOAT: tk_buf_printf(b, "%g", e->fval); return;
+    case TK_E_INT: tk_buf_printf(b, exact && e->ival < 0 ? "(%lld)" : "%lld", (long long)e->ival); return;
+    case TK_E_FLOAT:
+        if (exact) float_spec(b, e->fval);
+        else tk_buf_printf(b, "%g", e->fval);
+        return;
     case TK_E_BOOL: tk_buf_puts(b, e->ival ? "True" : "False"); return;
     case TK_E_NAME: tk_buf_puts(b, e->name); return;
     case TK_E_ELLIPSIS: tk_buf_puts(b, "..."); return;
     case TK_E_UNARY:
-        tk_buf_printf(b, "%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "");
-        expr_text(b, e->args[0]);
+        tk_buf_printf(b, "%s%s%s", exact ? "(" : "", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "");
+        print_expr(b, e->args[0], 0, exact);
+        tk_buf_puts(b, exact ? ")" : "");
         return;
     case TK_E_BINARY:
         tk_buf_puts(b, top ? "" : "(");
-        expr_text(b, e->args[0]);
+        print_expr(b, e->args[0], 0, exact);
         tk_buf_printf(b, " %s ", tk_opc_text(e->op));
-        expr_text(b, e->args[1]);
+        print_expr(b, e->args[1], 0, exact);
         tk_buf_puts(b, top ? "" : ")");
         return;
     case TK_E_COND:
-        expr_text(b, e->args[0]);
+        tk_buf_puts(b, exact ? "(" : "");
+        print_expr(b, e->args[0], 0, exact);
         tk_buf_puts(b, " if ");
-        expr_text(b, e->args[1]);
+        print_expr(b, e->args[1], 0, exact);
         tk_buf_puts(b, " else ");
-        expr_text(b, e->args[2]);
+        print_expr(b, e->args[2], 0, exact);
+        tk_buf_puts(b, exact ? ")" : "");
         return;
     case TK_E_CALL:
     case TK_E_INDEX:
         tk_buf_printf(b, "%s%c", e->name, e->kind == TK_E_CALL ? '(' : '[');
         for (int i = 0; i < e->nargs; i++) {
             if (i) tk_buf_puts(b, ", ");
-            expr_text(b, e->args[i]);
+            print_expr(b, e->args[i], 0, exact);
         }
         tk_buf_puts(b, e->kind == TK_E_CALL ? ")" : "]");
         return;
     }
 }
+
+void tk_expr_text(tk_buf *b, const tk_expr *e, int top) { print_expr(b, e, top, 0); }
+
+void tk_expr_spec(tk_buf *b, const tk_expr *e) { print_expr(b, e, 0, 1); }
 
 int tk_explicit_dims(const tk_param *p) {
     int n = 0;

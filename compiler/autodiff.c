@@ -18,7 +18,6 @@
  * the loop's dims and which torch sums to the tensor's shape. Everything
  * else (row loops, inner loops, gathers, 'mut', scratch) is an error at
  * its place: write those backward ops by hand. */
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,62 +134,10 @@ static int is_float_type(tk_vtype t) { return t == TK_V_F32 || t == TK_V_F64; }
 
 /* ---- exact spec text of header expressions -------------------------------- */
 
-/* Appends e as spec text that parses back to e: every operation in
- * parentheses, floats to 17 digits. */
-static void print_expr(tk_buf *b, const tk_expr *e) {
-    switch (e->kind) {
-    case TK_E_INT: tk_buf_printf(b, e->ival < 0 ? "(%lld)" : "%lld", (long long)e->ival); return;
-    case TK_E_FLOAT: {
-        if (isinf(e->fval)) {
-            tk_buf_puts(b, e->fval < 0 ? "(-inf)" : "inf");
-            return;
-        }
-        char t[40];
-        snprintf(t, sizeof t, "%.17g", fabs(e->fval));
-        if (!strpbrk(t, ".e")) strcat(t, ".0");
-        tk_buf_printf(b, e->fval < 0 ? "(-%s)" : "%s", t);
-        return;
-    }
-    case TK_E_BOOL: tk_buf_puts(b, e->ival ? "True" : "False"); return;
-    case TK_E_NAME: tk_buf_puts(b, e->name); return;
-    case TK_E_ELLIPSIS: tk_buf_puts(b, "..."); return;
-    case TK_E_UNARY:
-        tk_buf_printf(b, "(%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "");
-        print_expr(b, e->args[0]);
-        tk_buf_puts(b, ")");
-        return;
-    case TK_E_BINARY:
-        tk_buf_puts(b, "(");
-        print_expr(b, e->args[0]);
-        tk_buf_printf(b, " %s ", tk_opc_text(e->op));
-        print_expr(b, e->args[1]);
-        tk_buf_puts(b, ")");
-        return;
-    case TK_E_COND:
-        tk_buf_puts(b, "(");
-        print_expr(b, e->args[0]);
-        tk_buf_puts(b, " if ");
-        print_expr(b, e->args[1]);
-        tk_buf_puts(b, " else ");
-        print_expr(b, e->args[2]);
-        tk_buf_puts(b, ")");
-        return;
-    case TK_E_CALL:
-    case TK_E_INDEX:
-        tk_buf_printf(b, "%s%c", e->name, e->kind == TK_E_CALL ? '(' : '[');
-        for (int i = 0; i < e->nargs; i++) {
-            if (i) tk_buf_puts(b, ", ");
-            print_expr(b, e->args[i]);
-        }
-        tk_buf_puts(b, e->kind == TK_E_CALL ? ")" : "]");
-        return;
-    }
-}
-
 /* e's exact text in s's arena. */
 static const char *expr_str(ad *s, const tk_expr *e) {
     tk_buf b = {0};
-    print_expr(&b, e);
+    tk_expr_spec(&b, e);
     const char *t = b.oom || !b.p ? (oom(s), "") : fmt(s, "%s", b.p);
     free(b.p);
     return t;
@@ -221,7 +168,7 @@ static void print_dims(tk_buf *b, const tk_param *p) {
     tk_buf_puts(b, "[");
     for (int i = 0; i < p->ndims; i++) {
         if (i) tk_buf_puts(b, ", ");
-        print_expr(b, p->dims[i]);
+        tk_expr_spec(b, p->dims[i]);
     }
     tk_buf_puts(b, "]");
 }
@@ -240,7 +187,7 @@ static void print_param(tk_buf *b, const tk_param *p) {
     }
     if (p->default_value) {
         tk_buf_puts(b, " = ");
-        print_expr(b, p->default_value);
+        tk_expr_spec(b, p->default_value);
     }
 }
 

@@ -192,6 +192,9 @@ void tk_find_reads_always(tk_op *op);
 void tk_find_data_reads(tk_op *op);
 /* Appends e as spec text (for messages); top: no parentheses around it (check.c). */
 void tk_expr_text(tk_buf *b, const tk_expr *e, int top);
+/* Appends e as spec text that parses back to e (autodiff.c): every
+ * operation in parentheses, floats to 17 digits. */
+void tk_expr_spec(tk_buf *b, const tk_expr *e);
 void tk_buf_printf(tk_buf *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
