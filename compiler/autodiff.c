@@ -2,11 +2,13 @@
  * op as spec text (docs/autograd.md, Derived backward ops).
  *
  * The op's body is replayed as straight-line code, one local a value
- * (a "tape": every operation, read and assignment of the forward gets its own
- * local), with its `if` statements and conditional expressions turned into
- * guards: every branch is evaluated, and a value made under a guard passes
- * gradient only where the guard holds (`(d * b) if g else 0.0`), so a branch
- * not taken adds exactly zero, never 0 * inf = NaN (torch.where's trap). Then
+ * (a "tape": every operation and read of the forward, and every assignment
+ * but a declaration, which names its value, gets its own local), with its
+ * `if` statements and conditional expressions turned into guards: every
+ * branch is evaluated (a float made in one is 0 outside it), and a value
+ * made under a guard passes gradient only where the guard holds (`(d * b)
+ * if g else 0.0`), so a branch not taken adds exactly zero, never 0 * inf =
+ * NaN (torch.where's trap). Then
  * the adjoints are accumulated in reverse order, each declared by its first
  * contribution, and every float tensor parameter's adjoint is stored as its
  * gradient. Lines nothing needs are dropped, so a parameter whose value no
@@ -17,7 +19,8 @@
  * index, or (no '...') at its last dims: a broadcast, whose gradient keeps
  * the loop's dims and which torch sums to the tensor's shape. Everything
  * else (row loops, inner loops, gathers, 'mut', scratch) is an error at
- * its place: write those backward ops by hand. */
+ * its place: write those backward ops by hand. The loader (api.c) parses
+ * and checks the text, and for 'backward auto 2' derives it in turn. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +31,8 @@
 typedef enum {
     V_TEMP,     /* an operation of the body: node applied to a[0..na) */
     V_READ,     /* a float tensor parameter read at the loop's index (one a parameter) */
-    V_LOCAL,    /* a version of a local: a[0] (made under guard), else prev */
+    V_LOCAL,    /* a version of a local (an assignment, or a declaration of a leaf): a[0] where guard
+                 * holds, else prev */
     V_OUT       /* a version of an output element (never replayed: it carries an adjoint) */
 } val_kind;
 
@@ -816,7 +820,10 @@ tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
     if (!s.failed) mark_live(&s, live);
     if (!s.failed) {
         tk_buf b = {0};
-        tk_buf_printf(&b, "# derived by 'backward auto' from '%s' (%s:%d)\n", s.d->name, s.d->file, s.d->loc.line);
+        tk_buf_printf(&b, "# derived by 'backward auto' from '%s' (", s.d->name);
+        for (const char *f = s.d->file; *f; f++)   /* (a file name with a newline must not end the comment) */
+            tk_buf_printf(&b, "%c", (unsigned char)*f < 32 ? '?' : *f);
+        tk_buf_printf(&b, ":%d)\n", s.d->loc.line);
         print_header(&s, &b);
         for (int i = 0; i < s.nlines; i++)
             if (live[i]) tk_buf_printf(&b, "        %s\n", s.lines[i].text);

@@ -344,6 +344,15 @@ def test_tkc_prints_the_derived_op(tkc, tmp_path):
            "(Tensor, Tensor, Tensor)" in schemas
 
 
+def test_a_file_name_with_a_newline():
+    """The derived op's first line is a comment naming its forward's file: a
+    newline in that name must not end it (the derived text would not parse)."""
+    op = torch_tk.kernel("op ad_nl(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+                         "        y[i] = x[i] * x[i]\n", file="two\nlines.tk")
+    x = torch.randn(5, generator=gen(120), dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(torch.autograd.grad(op(x).sum(), x)[0], 2 * x.detach())
+
+
 def test_errors_name_the_place():
     with pytest.raises(torch_tk.SpecError, match=r"gather\.tk:4:16: error: backward auto of 'g': x\[.*\]: it "
                                                  r"differentiates reads at the loop's index \[i\]"):
