@@ -78,8 +78,7 @@ typedef struct ad {
     int nlines, capl;
     int read_val[TK_MAX_TENSORS * 4];   /* per parameter: its V_READ, -1 */
     int out_val[TK_MAX_TENSORS];        /* per output: its last version, -1 */
-    const char **local_names;           /* the locals' current versions: name -> value */
-    int *local_vals;
+    struct { const char *name; int val; } *locals;   /* each local's current version */
     int nlocal, caplocal;
     const char *index;      /* "i, j": the loop's variables */
 } ad;
@@ -228,7 +227,7 @@ static void emit(ad *s, int key, const char *text) {
 
 static int find_local(const ad *s, const char *name) {
     for (int i = s->nlocal - 1; i >= 0; i--)
-        if (strcmp(s->local_names[i], name) == 0) return i;
+        if (strcmp(s->locals[i].name, name) == 0) return i;
     return -1;
 }
 
@@ -236,16 +235,11 @@ static int find_local(const ad *s, const char *name) {
 static void set_local(ad *s, const char *name, int k) {
     int i = find_local(s, name);
     if (i < 0) {
-        if (!grow(s, (void **)&s->local_names, s->nlocal, &s->caplocal, sizeof *s->local_names)) return;
-        int c = s->caplocal;
-        int *vals = tk_arena_alloc(&s->mem, sizeof *vals * (size_t)c);
-        if (!vals) { oom(s); return; }
-        if (s->nlocal) memcpy(vals, s->local_vals, sizeof *vals * (size_t)s->nlocal);
-        s->local_vals = vals;
+        if (!grow(s, (void **)&s->locals, s->nlocal, &s->caplocal, sizeof *s->locals)) return;
         i = s->nlocal++;
-        s->local_names[i] = name;
+        s->locals[i].name = name;
     }
-    s->local_vals[i] = k;
+    s->locals[i].val = k;
 }
 
 /* The guard "g and c" (negate: "g and not c"); g's text NULL: always. */
@@ -360,7 +354,7 @@ static atom flatten(ad *s, const tk_expr *e, atom g) {
         return leaf(expr_str(s, e), e->kind == TK_E_FLOAT);
     case TK_E_NAME: {
         int i = find_local(s, e->name);
-        return i >= 0 ? val_atom(s, s->local_vals[i]) : leaf(e->name, is_float_type(e->vtype));
+        return i >= 0 ? val_atom(s, s->locals[i].val) : leaf(e->name, is_float_type(e->vtype));
     }
     case TK_E_INDEX: {
         int p;
@@ -438,7 +432,7 @@ static void walk(ad *s, tk_stmt *const *body, int n, atom g) {
             break;
         }
         case TK_S_ASSIGN: {
-            int li = find_local(s, st->name), prev = li >= 0 ? s->local_vals[li] : -1;
+            int li = find_local(s, st->name), prev = li >= 0 ? s->locals[li].val : -1;
             atom r = flatten(s, st->value, g);
             if (st->op != TK_OPC_NONE && prev >= 0) r = augmented(s, st, val_atom(s, prev), r, g);
             if (prev < 0 && r.val >= 0) {   /* a declaration names its value: no local of its own */
