@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from pathlib import Path
 
 import torch
 
+from ._forksafe import ForkSafeLock
+
 _LIB_NAME = "libtk.so"
-_lock = threading.Lock()
+_lock = ForkSafeLock()   # a fork child gets it unlocked (torch_tk._forksafe)
 _loaded_path: str | None = None
 
 _HOW_TO_BUILD = (

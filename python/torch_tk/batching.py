@@ -19,26 +19,16 @@ torch_tk is imported, a run-time spec's by torch_tk.kernel / torch_tk.load.
 """
 from __future__ import annotations
 
-import os
-import threading
-
 import torch
 
+from ._forksafe import ForkSafeLock
 from .specinfo import OpInfo
 
 __all__ = ["register", "batchable"]
 
 _done: set = set()
 _MAX_DIMS = 8   # TK_MAX_DIMS: one more dim in front past it takes the per-index path
-_lock = threading.Lock()
-
-
-def _new_lock_in_child():
-    global _lock
-    _lock = threading.Lock()   # another thread of the parent may have held it at fork
-
-
-os.register_at_fork(after_in_child=_new_lock_in_child)
+_lock = ForkSafeLock()   # a fork child gets it unlocked (torch_tk._forksafe)
 
 
 def batchable(info: OpInfo) -> bool:

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 
 import torch
+
+from ._forksafe import ForkSafeLock
 
 __all__ = ["note_library", "note_spec", "digest"]
 
 _hash = hashlib.sha256(b"tk")
 _ours = ""                 # the part of the tag tk set last
-_lock = threading.Lock()
+_lock = ForkSafeLock()   # a fork child gets it unlocked (torch_tk._forksafe)
 
 
 def digest() -> str:

@@ -20,25 +20,17 @@ from __future__ import annotations
 import ctypes
 import os
 import textwrap
-import threading
 
 import torch
 
 from . import _capi
+from ._forksafe import ForkSafeLock
 
 __all__ = ["SpecError", "kernel", "load", "runtime_kernels"]
 
 _OUT_SIZE = 1 << 16
 _names_by_text: dict[str, list[str]] = {}
-_lock = threading.Lock()
-
-
-def _new_lock_in_child():
-    global _lock
-    _lock = threading.Lock()   # another thread of the parent may have held it at fork
-
-
-os.register_at_fork(after_in_child=_new_lock_in_child)
+_lock = ForkSafeLock()   # a fork child gets it unlocked (torch_tk._forksafe)
 
 
 class SpecError(ValueError):

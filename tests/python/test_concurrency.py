@@ -207,3 +207,77 @@ def test_fork_while_another_thread_compiles_or_registers(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "compile: True" in r.stdout, r.stdout + r.stderr
     assert "register: 6" in r.stdout, r.stdout + r.stderr
+
+
+FORK_HELD_SCRIPT = r"""
+import importlib, os, pkgutil, sys, threading, time
+import torch, torch_tk
+from torch_tk._forksafe import ForkSafeLock
+
+# every module of the package, then every module-level lock in them
+for m in pkgutil.iter_modules(torch_tk.__path__):
+    if m.name != "__main__":
+        try:
+            importlib.import_module("torch_tk." + m.name)
+        except ImportError:   # bench_taichi without taichi
+            pass
+locks, bare = {}, []
+lock_types = (type(threading.Lock()), type(threading.RLock()))
+for name, mod in sorted(sys.modules.items()):
+    if name == "torch_tk" or name.startswith("torch_tk."):
+        for attr, v in vars(mod).items():
+            if isinstance(v, (ForkSafeLock,) + lock_types):
+                locks[name + "." + attr] = v
+            if isinstance(v, lock_types):
+                bare.append(name + "." + attr)
+print("bare:", bare, flush=True)
+print("locks:", sorted(locks), flush=True)
+
+# hold each in a thread while the process forks; the child registers a spec
+# and calls its op (the first child compiles it, the others find it in the
+# kernel cache), then must exit in time
+for name, lock in sorted(locks.items()):
+    held, done = threading.Event(), threading.Event()
+    def hold():
+        with lock:
+            held.set()
+            done.wait()
+    th = threading.Thread(target=hold)
+    th.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            op = torch_tk.kernel("op fk_h(x: float[..., N]) -> y: x.dtype[..., N]:\n    for i in y:\n        y[i] = 2.0 * x[i]\n")
+            torch.testing.assert_close(op(torch.ones(3)), torch.full((3,), 2.0))
+            os._exit(0)
+        except BaseException as e:
+            print("child:", e, flush=True)
+            os._exit(1)
+    end, code = time.time() + 60, None
+    while time.time() < end and code is None:
+        got, status = os.waitpid(pid, os.WNOHANG)
+        code = os.waitstatus_to_exitcode(status) if got else None
+        time.sleep(0.02)
+    if code is None:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    done.set()
+    th.join()
+    print("held", name + ":", "ok" if code == 0 else "hung" if code is None else "exit %d" % code, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_fork_while_another_thread_holds_a_package_lock(tmp_path):
+    """The same, made certain: each module-level lock of torch_tk, held by a
+    thread while the process forks, is free in the child, which registers a
+    spec and runs it. Every module-level lock must be a ForkSafeLock."""
+    env = dict(os.environ, TK_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", FORK_HELD_SCRIPT], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "bare: []" in r.stdout, r.stdout + r.stderr
+    held = [line for line in r.stdout.splitlines() if line.startswith("held ")]
+    assert any("torch_tk.compile_cache._lock" in line for line in held), r.stdout + r.stderr
+    assert any("torch_tk.runtime._lock" in line for line in held), r.stdout + r.stderr
+    assert held and all(line.endswith(": ok") for line in held), r.stdout + r.stderr
