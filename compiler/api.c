@@ -341,6 +341,36 @@ static int has_loop(tk_stmt *const *body, int n) {
 
 int tk_op_loop_free(const tk_op *op) { return op && !op->row_loop && !has_loop(op->decl->body, op->decl->nbody); }
 
+/* Whether e calls a function that costs more than a few instructions (every
+ * one but min, max, abs, floor, ceil and the conversions: exp, erf, sqrt,
+ * rand...). */
+static int costly_call(const tk_expr *e) {
+    static const char *const cheap[] = {"min", "max", "abs", "floor", "ceil", "int", "float",
+                                        "float32", "float64", "bool", NULL};
+    if (!e) return 0;
+    if (e->kind == TK_E_CALL) {
+        int k = 0;
+        while (cheap[k] && strcmp(cheap[k], e->name) != 0) k++;
+        if (!cheap[k]) return 1;
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (costly_call(e->args[i])) return 1;
+    return 0;
+}
+
+static int body_costly(tk_stmt *const *body, int n) {
+    for (int k = 0; k < n; k++) {
+        const tk_stmt *s = body[k];
+        if (costly_call(s->value) || costly_call(s->lo) || costly_call(s->hi)) return 1;
+        for (int i = 0; i < s->nindex; i++)
+            if (costly_call(s->index[i])) return 1;
+        if (body_costly(s->body, s->nbody) || body_costly(s->orelse, s->norelse)) return 1;
+    }
+    return 0;
+}
+
+int tk_op_memory_bound(const tk_op *op) { return tk_op_loop_free(op) && !body_costly(op->decl->body, op->decl->nbody); }
+
 const char *tk_op_kernel_name(const tk_op *op, int variant) {
     return op && variant >= 0 && variant < op->nvariants ? op->kernel_names[variant] : NULL;
 }

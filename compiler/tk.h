@@ -186,11 +186,15 @@ int tk_op_output_dtype(const tk_op *op, int variant, int i);
 int tk_op_has_sum(const tk_op *op);   /* 1 if some output is a sum (tk_cuda_launch refuses such an op
                                         * whose loop has more than one iteration, its threads would race,
                                         * unless its kernel runs in parts: tk_cuda_parts) */
-/* 1 when the op's loop body has no `for`: a few operations per element, so
- * its speed is that of its memory traffic (brick_pad), and index i of the
- * index space writes element i of each output. 0 for a row loop (its
- * iterations own rows, and its outputs may differ in shape). */
+/* 1 when the op's loop body has no `for`: index i of the index space
+ * writes element i of each output. 0 for a row loop (its iterations own
+ * rows, and its outputs may differ in shape). */
 int tk_op_loop_free(const tk_op *op);
+/* 1 when the op is loop-free and its body calls no function but min, max,
+ * abs, floor, ceil and the conversions: its speed is that of its memory
+ * traffic (brick_pad, a scale), where an erf or a random draw per element
+ * (gelu, dropout) makes it compute-bound. 0 for NULL. */
+int tk_op_memory_bound(const tk_op *op);
 /* 1 when the body reads an element of tensor parameter i; 0 when it only
  * takes the tensor's shape (brick_pad_backward's tile: TH and TW), or for
  * a scalar or a bad i. The autograd shim saves only the shape of such a

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "shim.h"
 
 #if defined(__x86_64__)
@@ -439,12 +441,20 @@ void allocate_outputs(Call& c, const c10::Device& device, c10::ArrayRef<c10::IVa
 // blocks. Into memory that is already mapped, 136 MB took 6.1 ms with
 // streaming stores against 15.1 with plain ones on one thread; into fresh
 // pages 85 against 51 (bench/results/2026-12-03-cpu-store-kinds.txt). So a
-// memory-bound op (tk_op_loop_free: no `for` in its body) whose outputs are
-// all contiguous and in mapped blocks of the output cache (a cache hit)
-// runs its chunks in pieces whose outputs go to a small buffer that stays
-// in L1, each piece then streamed to the output; the pieces start at
-// 64-byte boundaries of every output, and a chunk's unaligned ends run as
-// before. TK_CPU_STREAM=0 turns this off (read once per process).
+// memory-bound op (tk_op_memory_bound: no `for` in its body, no function
+// but min, max, abs and the like) whose outputs are all contiguous and in
+// mapped blocks of the output cache (a cache hit) runs its chunks in pieces
+// whose outputs go to a small buffer that stays in L1, each piece then
+// streamed to the output; the pieces start at 64-byte boundaries of every
+// output, and a chunk's unaligned ends run as before. Only where the
+// outputs are too large to stay in the last-level cache anyway
+// (stream_min_bytes): smaller ones written with plain stores stay there for
+// the op that reads them next, and an op that computes (an erf, a random
+// draw per element) overlaps plain stores with its arithmetic, where a
+// piece's copy waits for it (bench/results/2026-12-07-cpu-stream-stores.txt:
+// brick_pad into 65 MiB 1.83 ms plain against 2.16 streamed, into 130 MiB
+// 8.01 against 4.30; bench/LOG.md: gelu at 64 MiB 8.0-8.9 against
+// 10.2-11.8). TK_CPU_STREAM=0 turns streaming off (read once per process).
 #if defined(__x86_64__)
 constexpr bool kCanStream = true;
 #else
@@ -460,6 +470,27 @@ bool stream_enabled() {
   return on;
 }
 
+// The least bytes a call's outputs take for streaming: TK_CPU_STREAM_MB
+// (MiB, read at each call that could stream: such a call writes 16 MiB or
+// more), else a sixth of the last-level cache as sysconf reports it, at
+// least 16 MiB (what the output cache keeps), 64 MiB when unknown. On the
+// development VM (480 MiB of L3 reported, shared: plain stores lost from
+// between 65 and 98 MiB on) that is 80 MiB.
+int64_t stream_min_bytes() {
+  if (const char* v = std::getenv("TK_CPU_STREAM_MB")) {
+    char* end = nullptr;
+    const long long mb = std::strtoll(v, &end, 10);
+    if (end != v && *end == 0 && mb >= 0) return static_cast<int64_t>(std::min<long long>(mb, 1LL << 30)) << 20;
+  }
+  static const int64_t by_cache = [] {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (llc <= 0) return int64_t{64} << 20;
+    return std::max<int64_t>(int64_t{16} << 20, static_cast<int64_t>(llc) / 6);
+  }();
+  return by_cache;
+}
+
 // The outputs' views and element sizes, for run_streamed.
 struct StreamPlan {
   int n = 0;
@@ -471,9 +502,9 @@ struct StreamPlan {
 // Whether c's outputs can be streamed (see above); fills plan.
 bool plan_stream(const Call& c, StreamPlan& plan) {
   const int64_t numel = c.call.kargs.numel;
-  if (!stream_enabled() || numel <= kGrain || !tk_op_loop_free(c.op)) return false;
+  if (!stream_enabled() || numel <= kGrain || !tk_op_memory_bound(c.op)) return false;
   if (tk_op_in_place(c.op)) return false;   // 'mut': read where it is stored
-  int64_t max_es = 1, min_es = 64;
+  int64_t max_es = 1, min_es = 64, bytes = 0;
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     const at::Tensor& o = c.outputs[i];
     // a piece's buffer holds whatever the last piece left where the kernel
@@ -483,10 +514,12 @@ bool plan_stream(const Call& c, StreamPlan& plan) {
         reinterpret_cast<uintptr_t>(o.data_ptr()) % 64 != 0)
       return false;
     plan.es[i] = static_cast<int64_t>(o.element_size());
+    bytes += numel * plan.es[i];
     max_es = std::max(max_es, plan.es[i]);
     min_es = std::min(min_es, plan.es[i]);
     plan.view[i] = to_view(o, true, Where{tk_op_name(c.op), tk_op_output_name(c.op, static_cast<int>(i))});
   }
+  if (c.outputs.empty() || bytes < stream_min_bytes()) return false;
   plan.n = static_cast<int>(c.outputs.size());
   plan.align = 64 / min_es;  // element sizes are powers of two up to 8
   plan.piece = std::max(plan.align, kStreamPieceBytes / max_es / plan.align * plan.align);

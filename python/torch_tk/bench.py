@@ -477,7 +477,7 @@ def machine_info() -> dict:
                 cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 python=platform.python_version(), torch=torch.__version__)
     env = {k: os.environ[k] for k in ("TK_HUGEPAGES", "THP_MEM_ALLOC_ENABLE", "TK_CPU_NARROW", "ATEN_CPU_CAPABILITY",
-                                    "ONEDNN_MAX_CPU_ISA", "TK_CPU_CACHE_MB", "TK_CPU_STREAM") if k in os.environ}
+                                    "ONEDNN_MAX_CPU_ISA", "TK_CPU_CACHE_MB", "TK_CPU_STREAM", "TK_CPU_STREAM_MB") if k in os.environ}
     if env:  # settings that change CPU timings
         info["env"] = env
     if hasattr(os, "getloadavg"):  # other work on the machine skews CPU timings

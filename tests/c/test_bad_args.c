@@ -160,7 +160,8 @@ static void test_null_op(void) {
     CHECK(tk_op_nparams(NULL) == 0 && tk_op_noutputs(NULL) == 0 && tk_op_nvariants(NULL) == 0);
     CHECK(tk_op_nbackward(NULL) == 0 && tk_op_backward(NULL) == NULL && tk_op_backward_at(NULL, 0) == NULL);
     CHECK(tk_op_param_kind(NULL, 0) == -1 && tk_op_param_name(NULL, 0) == NULL && tk_op_param_optional(NULL, 0) == 0);
-    CHECK(tk_op_output_name(NULL, 0) == NULL && tk_op_output_written(NULL, 0) == 0 && tk_op_loop_free(NULL) == 0);
+    CHECK(tk_op_output_name(NULL, 0) == NULL && tk_op_output_written(NULL, 0) == 0 && tk_op_loop_free(NULL) == 0 &&
+          tk_op_memory_bound(NULL) == 0);
     CHECK(tk_op_kernel_name(NULL, 0) == NULL && tk_op_param_read(NULL, 0) == 0);
     tk_dtype dt;
     CHECK(tk_dtype_from_name(NULL, &dt) == 0);

@@ -714,6 +714,28 @@ static void test_output_written(void) {
         CHECK(tk_op_output_written(op, 0) == 0 && tk_op_output_written(op, 1) == 1);
     }
     tk_ctx_free(ctx);
+    /* tk_op_memory_bound: loop-free, and no function but the cheap ones, in
+     * any expression (a condition, an index, an argument of a cheap one) */
+    static const struct { const char *body; int bound; } mb[] = {
+        {"        y[i] = 2.0 * x[i]\n", 1},
+        {"        y[i] = max(abs(x[i]), float(int(floor(x[i])))) if x[i] > min(0.0, ceil(x[i])) else 0.0\n", 1},
+        {"        y[i] = 0.5 * x[i] * (1.0 + erf(x[i]))\n", 0},
+        {"        y[i] = x[i] if rand(1, 2) > 0.5 else 0.0\n", 0},
+        {"        if exp(x[i]) > 2.0:\n            y[i] = 1.0\n        else:\n            y[i] = 0.0\n", 0},
+        {"        y[i] = x[min(i, int(sqrt(float(i))))]\n", 0},
+        {"        y[i] = max(0.0, tanh(x[i]))\n", 0},
+        {"        s = 0.0\n        for j in range(2):\n            s += x[i]\n        y[i] = s\n", 0},
+    };
+    for (size_t t = 0; t < sizeof mb / sizeof mb[0]; t++) {
+        char mbt[512];
+        snprintf(mbt, sizeof mbt, "op mb(x: float32[N]) -> y: float32[N]:\n    for i in y:\n%s", mb[t].body);
+        ctx = load_good("mb.tk", mbt);
+        if (ctx) CHECK(tk_op_memory_bound(tk_op_at(ctx, 0)) == mb[t].bound);
+        tk_ctx_free(ctx);
+    }
+    ctx = load_good("row.tk", row);
+    if (ctx) CHECK(tk_op_memory_bound(tk_op_at(ctx, 0)) == 0);   /* a row loop */
+    tk_ctx_free(ctx);
 }
 
 /* The error's fields agree with its status and text: every spec error is

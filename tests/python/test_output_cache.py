@@ -305,6 +305,15 @@ CAN_STREAM = platform.machine().lower() in ("x86_64", "amd64")
 streams = pytest.mark.skipif(not CAN_STREAM or os.environ.get("TK_CPU_STREAM") == "0",
                              reason="no streaming stores here: not x86-64, or TK_CPU_STREAM=0")
 
+@pytest.fixture(autouse=True)
+def stream_any_size(request, monkeypatch):
+    # the in-process tests stream outputs of any size that can (TK_CPU_STREAM_MB=0,
+    # read at each call): the rule's default (a sixth of the last-level cache) is
+    # test_stream_rule's, in a child process
+    if "tk" in request.fixturenames:
+        monkeypatch.setenv("TK_CPU_STREAM_MB", "0")
+
+
 def brick_pad_twice(tk, tile, h, w):
     """brick_pad into a fresh block (plain stores), then, with that block
     poisoned and freed, into the same block again (streamed)."""
@@ -440,7 +449,59 @@ def test_stream_switch():
     for value, streamed in (("0", "0"), ("1", "2" if CAN_STREAM else "0")):
         env = {k: v for k, v in os.environ.items() if k != "TK_CPU_CACHE_MB"}
         env["TK_CPU_STREAM"] = value
+        env["TK_CPU_STREAM_MB"] = "0"
         p = subprocess.run([sys.executable, "-c", STREAM_CHILD], capture_output=True, text=True, timeout=120,
                            env=env)
         assert p.returncode == 0, p.stderr[-2000:]
         assert p.stdout.split() == ["2", streamed], (value, p.stdout)
+
+
+def default_stream_mib() -> float:
+    """The rule's threshold as shim/kernels.cpp computes it: a sixth of the
+    last-level cache (getconf), at least 16 MiB, 64 MiB when unknown."""
+    for name in ("LEVEL3_CACHE_SIZE", "LEVEL2_CACHE_SIZE"):
+        r = subprocess.run(["getconf", name], capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip().isdigit() and int(r.stdout) > 0:
+            return max(16.0, int(r.stdout) // 6 / MB)
+    return 64.0
+
+
+RULE_CHILD = textwrap.dedent('''
+    import sys, torch, torch_tk
+    torch_tk.kernel("""
+    op rule_scale(x: float32[..., N]) -> y: float32[..., N]:
+        for i in y:
+            y[i] = 2.0 * x[i]
+    op rule_erf(x: float32[..., N]) -> y: float32[..., N]:
+        for i in y:
+            y[i] = erf(x[i])
+    """)
+    tk, tile = torch.ops.tk, torch.rand(48, 32)
+    def streamed(f):
+        f()   # a fresh block; the second call reuses it
+        before = torch_tk.cpu_cache_info()["streamed"]
+        out = f()
+        return torch_tk.cpu_cache_info()["streamed"] - before
+    rows = [int(a) for a in sys.argv[1:]]   # brick_pad outputs of rows x 4096 float32
+    print(*[streamed(lambda: tk.brick_pad(tile, 40, 20, 10, height=h, width=4096)) for h in rows],
+          streamed(lambda: tk.rule_scale(torch.ones(rows[-1], 4096))),
+          streamed(lambda: tk.rule_erf(torch.ones(rows[-1], 4096))))
+''')
+
+
+@pytest.mark.skipif(not CAN_STREAM, reason="no streaming stores here: not x86-64")
+def test_stream_rule():
+    """By default only outputs of a sixth of the last-level cache or more are
+    streamed (smaller ones stay in the cache for the next op), and only by
+    memory-bound ops (an erf per element is not); TK_CPU_STREAM_MB sets the
+    size, in MiB."""
+    mib = default_stream_mib()
+    below, above = int(mib * 64) - 8, int(mib * 64) + 8   # rows of 16 KiB around it
+    env = {k: v for k, v in os.environ.items() if k not in ("TK_CPU_CACHE_MB", "TK_CPU_STREAM", "TK_CPU_STREAM_MB")}
+    for extra, want in (({}, "0 1 1 0"), ({"TK_CPU_STREAM_MB": "0"}, "1 1 1 0"),
+                        ({"TK_CPU_STREAM_MB": str(int(mib) + 2)}, "0 0 0 0"),
+                        ({"TK_CPU_STREAM_MB": "x"}, "0 1 1 0")):   # unreadable: the default
+        p = subprocess.run([sys.executable, "-c", RULE_CHILD, str(below), str(above)], capture_output=True,
+                           text=True, timeout=300, env=dict(env, **extra))
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert p.stdout.split() == want.split(), (extra, mib, p.stdout)
