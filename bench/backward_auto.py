@@ -10,17 +10,13 @@ round medians. float32, CPU.
 
     PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 bench/backward_auto.py [--rounds 5] [--repeat 15]
 """
-import argparse
 import os
-import platform
-import statistics
-import sys
 
 import torch
 import torch.nn.functional as F
 
 import torch_tk
-from timing import median_ms   # bench/timing.py
+from timing import interleaved_args, print_interleaved   # bench/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = [(4096, 1024), (64, 128)]
@@ -78,27 +74,11 @@ def cases(R, N):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--repeat", type=int, default=15)
-    args = ap.parse_args()
+    args = interleaved_args(__doc__)
     torch_tk.kernel(SILU, file="bench/backward_auto.py")
     for spec in ("tests/specs/autodiff.tk", "examples/specs/dropout.tk", "examples/specs/activations.tk"):
         torch_tk.load(os.path.join(ROOT, spec))
-    print(f"command: PYTHONPATH=python TK_LIBRARY=... python3 bench/{os.path.basename(__file__)} "
-          f"--rounds {args.rounds} --repeat {args.repeat}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; float32, forward + backward, ms (median of {args.rounds} round medians)")
-    for R, N in SHAPES:
-        cs = cases(R, N)
-        runs = {name: [] for name, _ in cs}
-        for _ in range(args.rounds):
-            for name, fn in cs:
-                runs[name].append(median_ms(fn, args.repeat))
-        print(f"\n| ({R}, {N}) | ms |\n|---|---:|")
-        for name, _ in cs:
-            print(f"| {name} | {statistics.median(runs[name]):.4f} |")
-        sys.stdout.flush()
+    print_interleaved(__file__, args, "float32, forward + backward", SHAPES, cases)
 
 
 if __name__ == "__main__":

@@ -67,3 +67,35 @@ def lib_main(script: str, doc: str, child, what: str = "", repeat: int = 15, thr
     runs = alternate_libs(script, args.lib, args.rounds, child_args)
     head = "" if threads is None else f"{args.threads} thread(s), "
     print_lib_table(runs, args.lib, f"{head}{what}{args.rounds} rounds x {args.repeat} calls")
+
+
+def interleaved_args(doc: str) -> argparse.Namespace:
+    """--rounds (5) and --repeat (15) of a script that times cases interleaved."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=15)
+    return ap.parse_args()
+
+
+def print_interleaved(script: str, args: argparse.Namespace, what: str, shapes, cases) -> None:
+    """The command and machine lines, then per shape (R, N) a markdown table
+    of every case of cases(R, N) (a list of (name, fn)) with the median of
+    its round medians: each of args.rounds rounds times every case once, in
+    order (median_ms of args.repeat calls), so the machine's drift reaches
+    all cases alike."""
+    import torch
+
+    print(f"command: PYTHONPATH=python TK_LIBRARY=... python3 bench/{os.path.basename(script)} "
+          f"--rounds {args.rounds} --repeat {args.repeat}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; {what}, ms (median of {args.rounds} round medians)")
+    for R, N in shapes:
+        cs = cases(R, N)
+        runs = {name: [] for name, _ in cs}
+        for _ in range(args.rounds):
+            for name, fn in cs:
+                runs[name].append(median_ms(fn, args.repeat))
+        print(f"\n| ({R}, {N}) | ms |\n|---|---:|")
+        for name, _ in cs:
+            print(f"| {name} | {statistics.median(runs[name]):.4f} |")
+        sys.stdout.flush()
