@@ -6,9 +6,10 @@ runs in three child processes per round, alternating: `plain`
 (TK_CPU_STREAM=0), `streamed` (TK_CPU_STREAM_MB=0: every call that can
 stream does) and `default` (the rule as shipped: memory-bound ops whose
 outputs take a sixth of the last-level cache or more). Cases: brick_pad
-into outputs of 16 to 260 MiB (a tiny input), a scale (y = a * x: reads
+into outputs of 17 to 259 MiB (a tiny input), a scale (y = a * x: reads
 what it writes) at 16 to 256 MiB of output, and a GELU (erf: compute-bound,
-never streamed by the rule) at 64 MiB. float32, one call's median over
+not memory-bound, so never streamed, not even in `streamed`: the rule before
+this one streamed it, bench/LOG.md has what that cost) at 64 MiB. float32, one call's median over
 --repeat calls, the table the median of the rounds.
 
     PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 bench/stream_stores.py [--rounds 3] [--repeat 11]

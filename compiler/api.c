@@ -341,9 +341,16 @@ static int has_loop(tk_stmt *const *body, int n) {
 
 int tk_op_loop_free(const tk_op *op) { return op && !op->row_loop && !has_loop(op->decl->body, op->decl->nbody); }
 
-/* Whether e calls a function that costs more than a few instructions (every
- * one but min, max, abs, floor, ceil and the conversions: exp, erf, sqrt,
- * rand...). */
+/* Whether operator op on values of type t prints as a call of a maths
+ * function: `**` (pow), and float `//` and `%` (floor of a quotient, fmod). */
+static int costly_operator(tk_opc op, tk_vtype t) {
+    return op == TK_OPC_POW ||
+           ((op == TK_OPC_FLOORDIV || op == TK_OPC_MOD) && (t == TK_V_F32 || t == TK_V_F64));
+}
+
+/* Whether e costs more than a few instructions an element: a call of any
+ * function but min, max, abs, floor, ceil and the conversions (exp, erf,
+ * sqrt, rand...), or a costly operator. */
 static int costly_call(const tk_expr *e) {
     static const char *const cheap[] = {"min", "max", "abs", "floor", "ceil", "int", "float",
                                         "float32", "float64", "bool", NULL};
@@ -353,6 +360,7 @@ static int costly_call(const tk_expr *e) {
         while (cheap[k] && strcmp(cheap[k], e->name) != 0) k++;
         if (!cheap[k]) return 1;
     }
+    if (e->kind == TK_E_BINARY && costly_operator(e->op, e->vtype)) return 1;
     for (int i = 0; i < e->nargs; i++)
         if (costly_call(e->args[i])) return 1;
     return 0;

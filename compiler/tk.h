@@ -191,9 +191,10 @@ int tk_op_has_sum(const tk_op *op);   /* 1 if some output is a sum (tk_cuda_laun
  * rows, and its outputs may differ in shape). */
 int tk_op_loop_free(const tk_op *op);
 /* 1 when the op is loop-free and its body calls no function but min, max,
- * abs, floor, ceil and the conversions: its speed is that of its memory
- * traffic (brick_pad, a scale), where an erf or a random draw per element
- * (gelu, dropout) makes it compute-bound. 0 for NULL. */
+ * abs, floor, ceil and the conversions, and has no `**` and no float `//`
+ * or `%`: its speed is that of its memory traffic (brick_pad, a scale),
+ * where an erf or a random draw per element (gelu, dropout) makes it
+ * compute-bound. 0 for NULL. */
 int tk_op_memory_bound(const tk_op *op);
 /* 1 when the body reads an element of tensor parameter i; 0 when it only
  * takes the tensor's shape (brick_pad_backward's tile: TH and TW), or for

@@ -471,24 +471,24 @@ bool stream_enabled() {
 }
 
 // The least bytes a call's outputs take for streaming: TK_CPU_STREAM_MB
-// (MiB, read at each call that could stream: such a call writes 16 MiB or
-// more), else a sixth of the last-level cache as sysconf reports it, at
+// (MiB; read once per process, at the first call that could stream), else
+// a sixth of the last-level cache as sysconf reports it (L3, else L2), at
 // least 16 MiB (what the output cache keeps), 64 MiB when unknown. On the
 // development VM (480 MiB of L3 reported, shared: plain stores lost from
 // between 65 and 98 MiB on) that is 80 MiB.
 int64_t stream_min_bytes() {
-  if (const char* v = std::getenv("TK_CPU_STREAM_MB")) {
-    char* end = nullptr;
-    const long long mb = std::strtoll(v, &end, 10);
-    if (end != v && *end == 0 && mb >= 0) return static_cast<int64_t>(std::min<long long>(mb, 1LL << 30)) << 20;
-  }
-  static const int64_t by_cache = [] {
+  static const int64_t bytes = [] {
+    if (const char* v = std::getenv("TK_CPU_STREAM_MB")) {
+      char* end = nullptr;
+      const long long mb = std::strtoll(v, &end, 10);
+      if (end != v && *end == 0 && mb >= 0) return static_cast<int64_t>(std::min<long long>(mb, 1LL << 30)) << 20;
+    }
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
     if (llc <= 0) return int64_t{64} << 20;
     return std::max<int64_t>(int64_t{16} << 20, static_cast<int64_t>(llc) / 6);
   }();
-  return by_cache;
+  return bytes;
 }
 
 // The outputs' views and element sizes, for run_streamed.

@@ -724,6 +724,9 @@ static void test_output_written(void) {
         {"        if exp(x[i]) > 2.0:\n            y[i] = 1.0\n        else:\n            y[i] = 0.0\n", 0},
         {"        y[i] = x[min(i, int(sqrt(float(i))))]\n", 0},
         {"        y[i] = max(0.0, tanh(x[i]))\n", 0},
+        {"        y[i] = x[i] ** 2.0\n", 0},
+        {"        y[i] = x[i] % 1.5 + x[i] // 2.0\n", 0},
+        {"        y[i] = x[(i + 1) % N] + float(i // 2)\n", 1},   /* int // and %: cheap */
         {"        s = 0.0\n        for j in range(2):\n            s += x[i]\n        y[i] = s\n", 0},
     };
     for (size_t t = 0; t < sizeof mb / sizeof mb[0]; t++) {

@@ -12,6 +12,13 @@ import sys
 
 import pytest
 
+# CPU streaming stores for outputs of any size that can take them (libtk reads
+# TK_CPU_STREAM_MB once per process): the tests' outputs are tens of MiB, below
+# the default size (a sixth of the last-level cache), and the streamed path must
+# stay as well covered as the plain one; test_output_cache.py's test_stream_rule
+# checks the default in child processes
+os.environ.setdefault("TK_CPU_STREAM_MB", "0")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if importlib.util.find_spec("torch_tk") is None:  # plain `pytest tests/python`: use the checkout
     sys.path.insert(0, os.path.join(ROOT, "python"))

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -281,3 +282,36 @@ def test_fork_while_another_thread_holds_a_package_lock(tmp_path):
     assert any("torch_tk.compile_cache._lock" in line for line in held), r.stdout + r.stderr
     assert any("torch_tk.runtime._lock" in line for line in held), r.stdout + r.stderr
     assert held and all(line.endswith(": ok") for line in held), r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_forksafe_lock_that_the_forking_thread_holds():
+    """A ForkSafeLock that the forking thread itself holds stays that
+    thread's in the child: the child's with-block releases it and the child
+    can take it again (a fresh lock there would fail the release)."""
+    from torch_tk._forksafe import ForkSafeLock
+
+    lock = ForkSafeLock()
+    pid = None
+    try:
+        with lock:
+            pid = os.fork()
+        if pid == 0:
+            with lock:
+                pass
+    except BaseException:
+        if pid == 0:
+            os._exit(1)
+        raise
+    if pid == 0:
+        os._exit(0)
+    end, code = time.time() + 30, None
+    while time.time() < end and code is None:
+        got, status = os.waitpid(pid, os.WNOHANG)
+        code = os.waitstatus_to_exitcode(status) if got else None
+        time.sleep(0.01)
+    if code is None:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert code == 0, "the child could not release or retake the lock its thread held at the fork"
+    assert not lock.locked()

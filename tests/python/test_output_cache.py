@@ -302,17 +302,11 @@ def test_fork_child_does_not_use_the_parents_cache():
 
 # x86-64 only (SSE2), and on unless TK_CPU_STREAM=0
 CAN_STREAM = platform.machine().lower() in ("x86_64", "amd64")
-streams = pytest.mark.skipif(not CAN_STREAM or os.environ.get("TK_CPU_STREAM") == "0",
-                             reason="no streaming stores here: not x86-64, or TK_CPU_STREAM=0")
-
-@pytest.fixture(autouse=True)
-def stream_any_size(request, monkeypatch):
-    # the in-process tests stream outputs of any size that can (TK_CPU_STREAM_MB=0,
-    # read at each call): the rule's default (a sixth of the last-level cache) is
-    # test_stream_rule's, in a child process
-    if "tk" in request.fixturenames:
-        monkeypatch.setenv("TK_CPU_STREAM_MB", "0")
-
+# (conftest.py sets TK_CPU_STREAM_MB=0: outputs of any size stream)
+streams = pytest.mark.skipif(not CAN_STREAM or os.environ.get("TK_CPU_STREAM") == "0" or
+                             os.environ.get("TK_CPU_STREAM_MB") != "0",
+                             reason="no streaming stores of every size here: not x86-64, TK_CPU_STREAM=0, "
+                                    "or TK_CPU_STREAM_MB set to other than 0")
 
 def brick_pad_twice(tk, tile, h, w):
     """brick_pad into a fresh block (plain stores), then, with that block
@@ -456,11 +450,15 @@ def test_stream_switch():
         assert p.stdout.split() == ["2", streamed], (value, p.stdout)
 
 
-def default_stream_mib() -> float:
-    """The rule's threshold as shim/kernels.cpp computes it: a sixth of the
-    last-level cache (getconf), at least 16 MiB, 64 MiB when unknown."""
+def default_stream_mib():
+    """The rule's default size in MiB as shim/kernels.cpp computes it from
+    sysconf (a sixth of the last-level cache, at least 16, 64 when unknown),
+    read through getconf; None without getconf."""
     for name in ("LEVEL3_CACHE_SIZE", "LEVEL2_CACHE_SIZE"):
-        r = subprocess.run(["getconf", name], capture_output=True, text=True)
+        try:
+            r = subprocess.run(["getconf", name], capture_output=True, text=True)
+        except OSError:
+            return None
         if r.returncode == 0 and r.stdout.strip().isdigit() and int(r.stdout) > 0:
             return max(16.0, int(r.stdout) // 6 / MB)
     return 64.0
@@ -489,19 +487,40 @@ RULE_CHILD = textwrap.dedent('''
 ''')
 
 
+def stream_rule_child(rows, extra):
+    """RULE_CHILD's output words for brick_pad outputs of `rows` x 4096
+    float32 and the scale and erf ops at the last, in a child whose
+    environment is this one's without TK_CPU_STREAM and TK_CPU_STREAM_MB,
+    with `extra` (and a cache that holds the outputs)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TK_CPU_STREAM", "TK_CPU_STREAM_MB")}
+    env["TK_CPU_CACHE_MB"] = str(max(rows) // 64 * 2 + 64)
+    p = subprocess.run([sys.executable, "-c", RULE_CHILD, *map(str, rows)], capture_output=True, text=True,
+                       timeout=300, env=dict(env, **extra))
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.split()
+
+
 @pytest.mark.skipif(not CAN_STREAM, reason="no streaming stores here: not x86-64")
 def test_stream_rule():
-    """By default only outputs of a sixth of the last-level cache or more are
-    streamed (smaller ones stay in the cache for the next op), and only by
-    memory-bound ops (an erf per element is not); TK_CPU_STREAM_MB sets the
-    size, in MiB."""
+    """Only memory-bound ops stream (an erf per element does not, even with
+    TK_CPU_STREAM_MB=0), and only outputs of TK_CPU_STREAM_MB MiB or more."""
+    rows = [24 * 64 - 8, 24 * 64 + 8]   # brick_pad outputs just below and above 24 MiB (16 KiB a row)
+    assert stream_rule_child(rows, {"TK_CPU_STREAM_MB": "24"}) == "0 1 1 0".split()
+    assert stream_rule_child(rows, {"TK_CPU_STREAM_MB": "0"}) == "1 1 1 0".split()
+    assert stream_rule_child(rows, {"TK_CPU_STREAM_MB": "25"}) == "0 0 0 0".split()
+
+
+@pytest.mark.skipif(not CAN_STREAM, reason="no streaming stores here: not x86-64")
+def test_stream_rule_default_size():
+    """TK_CPU_STREAM_MB unset or unreadable: outputs of a sixth of the
+    last-level cache (as sysconf reports it) or more stream, smaller ones
+    do not."""
     mib = default_stream_mib()
-    below, above = int(mib * 64) - 8, int(mib * 64) + 8   # rows of 16 KiB around it
-    env = {k: v for k, v in os.environ.items() if k not in ("TK_CPU_CACHE_MB", "TK_CPU_STREAM", "TK_CPU_STREAM_MB")}
-    for extra, want in (({}, "0 1 1 0"), ({"TK_CPU_STREAM_MB": "0"}, "1 1 1 0"),
-                        ({"TK_CPU_STREAM_MB": str(int(mib) + 2)}, "0 0 0 0"),
-                        ({"TK_CPU_STREAM_MB": "x"}, "0 1 1 0")):   # unreadable: the default
-        p = subprocess.run([sys.executable, "-c", RULE_CHILD, str(below), str(above)], capture_output=True,
-                           text=True, timeout=300, env=dict(env, **extra))
-        assert p.returncode == 0, p.stderr[-2000:]
-        assert p.stdout.split() == want.split(), (extra, mib, p.stdout)
+    if mib is None:
+        pytest.skip("no getconf here to read the last-level cache's size with")
+    rows = [int(mib * 64) - 8, int(mib * 64) + 8]
+    if os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") < 8 * rows[1] * 16384:
+        pytest.skip(f"too little memory for outputs of the default size ({mib:.0f} MiB)")
+    for extra in ({}, {"TK_CPU_STREAM_MB": "x"}):   # unreadable: the default
+        # (where the default is 16 MiB, the first output is below what the cache keeps: never streamed)
+        assert stream_rule_child(rows, extra) == "0 1 1 0".split(), (extra, mib)
