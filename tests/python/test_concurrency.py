@@ -197,7 +197,20 @@ print("register:", fine, flush=True)
 """
 
 
+# GCC 12's libasan (pytest_asan preloads it) takes none of its allocator's
+# locks around fork: a thread inside malloc when another thread forks leaves
+# one held in the child, whose next malloc waits for ever. Seen 2026-12-07 in
+# two CI runs of the test below (a child of the registering part hung): the
+# child waiting on a futex in ASan's allocator region (0x640000001888), its
+# instruction pointer in libasan.so. glibc's malloc locks around fork; the
+# release pytest runs that test, and the next one forks under ASan too (its
+# other thread is waiting on an event, not allocating).
+UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+@pytest.mark.skipif(UNDER_ASAN, reason="under a preloaded libasan (GCC 12) a fork while another thread allocates "
+                    "can leave ASan's allocator locked in the child: the release pytest runs this test")
 def test_fork_while_another_thread_compiles_or_registers(tmp_path):
     """DataLoader workers fork: a child must not inherit a lock that a thread
     of the parent held (a first call compiling, a spec registering) and then
