@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import sys
 
+from timing import alternate_runs, median_ms   # bench/timing.py
+
 CONFIGS = {"plain": {"TK_CPU_STREAM": "0"}, "streamed": {"TK_CPU_STREAM_MB": "0"}, "default": {}}
 OPS = """
 op ss_scale(x: float[..., N], a: float) -> y: x.dtype[..., N]:
@@ -37,7 +39,6 @@ def child(repeat: int) -> None:
     """Times every case in this process's configuration; prints case -> ms as JSON."""
     import torch
     import torch_tk
-    from timing import median_ms   # bench/timing.py
 
     torch_tk.kernel(OPS)
     tk = torch.ops.tk
@@ -68,13 +69,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         return child(a.repeat)
-    base = {k: v for k, v in os.environ.items() if k not in ("TK_CPU_STREAM", "TK_CPU_STREAM_MB")}
-    runs = {name: [] for name in CONFIGS}
-    for _ in range(a.rounds):
-        for name, env in CONFIGS.items():
-            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--repeat", str(a.repeat)],
-                               env=dict(base, **env), capture_output=True, text=True, check=True)
-            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    for k in ("TK_CPU_STREAM", "TK_CPU_STREAM_MB"):   # the children's settings are CONFIGS'
+        os.environ.pop(k, None)
+    runs = alternate_runs(os.path.abspath(__file__), {name: (env, []) for name, env in CONFIGS.items()}, a.rounds,
+                          ["--repeat", str(a.repeat)])
     print(f"# {' '.join(sys.argv)}\n# {platform.node()} {os.cpu_count()} CPUs, float32, "
           f"L3 {l3_mib()} (getconf), medians of {a.rounds} rounds (ms)")
     print("| case | " + " | ".join(CONFIGS) + " |")

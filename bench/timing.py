@@ -22,18 +22,25 @@ def median_ms(fn, repeat: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def alternate_libs(script: str, libs: list, rounds: int, child_args: list) -> dict:
-    """Runs `script --child CHILD_ARGS` once per round and libtk (TK_LIBRARY),
-    the libraries alternating; each child prints one JSON object of case ->
-    ms last. Returns lib -> the list of those objects, one per round."""
-    runs = {lib: [] for lib in libs}
+def alternate_runs(script: str, configs: dict, rounds: int, child_args: list) -> dict:
+    """Runs `script --child CHILD_ARGS EXTRA_ARGS` once per round and
+    configuration (name -> (environment variables over this process's,
+    extra arguments)), the configurations alternating; each child prints one
+    JSON object of case -> ms last. Returns name -> the list of those
+    objects, one per round."""
+    runs = {name: [] for name in configs}
     for _ in range(rounds):
-        for lib in libs:
-            env = dict(os.environ, TK_LIBRARY=lib)
-            r = subprocess.run([sys.executable, script, "--child", *child_args, "--lib", lib],
-                               env=env, capture_output=True, text=True, check=True)
-            runs[lib].append(json.loads(r.stdout.strip().splitlines()[-1]))
+        for name, (env, extra) in configs.items():
+            r = subprocess.run([sys.executable, script, "--child", *child_args, *extra],
+                               env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
     return runs
+
+
+def alternate_libs(script: str, libs: list, rounds: int, child_args: list) -> dict:
+    """alternate_runs with one configuration a libtk: TK_LIBRARY=lib and
+    `--lib lib`. Returns lib -> the list of the children's objects."""
+    return alternate_runs(script, {lib: ({"TK_LIBRARY": lib}, ["--lib", lib]) for lib in libs}, rounds, child_args)
 
 
 def print_lib_table(runs: dict, libs: list, what: str) -> None:
