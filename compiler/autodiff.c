@@ -26,67 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "autodiff.h"
 
-typedef enum {
-    V_TEMP,     /* an operation of the body: node applied to a[0..na) */
-    V_READ,     /* a float tensor parameter read at the loop's index (one a parameter) */
-    V_LOCAL,    /* a version of a local (an assignment, or a declaration of a leaf): a[0] where guard
-                 * holds, else prev */
-    V_OUT       /* a version of an output element (never replayed: it carries an adjoint) */
-} val_kind;
-
-/* A value's use: a value of the tape (val >= 0) or a leaf's text (a literal,
- * loop variable, dim, scalar parameter). */
-typedef struct atom {
-    int val;
-    const char *text;
-    int is_float;
-} atom;
-
-typedef struct val {
-    val_kind kind;
-    const char *name;       /* its local in the derived op */
-    int is_float;
-    atom guard;             /* made under this guard (text NULL: always) */
-    const tk_expr *node;    /* V_TEMP: the operation (kind, op, function) */
-    atom a[3];
-    int na;
-    atom g_then, g_else;    /* V_TEMP of a conditional expression: its arms' guards */
-    int prev;               /* V_LOCAL, V_OUT: the version before, -1 none */
-    const char *adj;        /* its adjoint's local, once declared */
-    int adj_key;            /* that local's key (its own adjoint's, or the one it took over: take_over) */
-} val;
-
-/* A line of the derived body: it defines key (2 * value, 2 * value + 1 its
- * adjoint; -1: a store of a gradient, always kept). */
-typedef struct line {
-    const char *text;
-    int key;
-} line;
-
-typedef struct ad {
-    tk_op *op;
-    const tk_opdecl *d;
-    tk_arena mem;           /* every string and array below */
-    tk_error *err;
-    int failed;
-    const char *pre;        /* the prefix of every name the derivation makes */
-    val *vals;
-    int nvals, capv;
-    line *lines;
-    int nlines, capl;
-    int read_val[TK_MAX_TENSORS * 4];   /* per parameter: its V_READ, -1 */
-    int out_val[TK_MAX_TENSORS];        /* per output: its last version, -1 */
-    struct { const char *name; int val; } *locals;   /* each local's current version */
-    int nlocal, caplocal;
-    const char *index;      /* "i, j": the loop's variables */
-} ad;
-
-static void fail(ad *s, tk_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(ad *s, tk_loc loc, const char *fmt, ...) {
-    if (s->failed) return;
+void ad_fail(ad *s, tk_loc loc, const char *fmt, ...) {
+    if (s->failed || (s->row && s->row->failed)) return;
     s->failed = 1;
+    if (s->row) s->row->failed = 1;
     va_list ap;
     va_start(ap, fmt);
     char msg[640];
@@ -95,21 +40,22 @@ static void fail(ad *s, tk_loc loc, const char *fmt, ...) {
     tk_error_set(s->err, TK_ERR_CHECK, s->d->file, loc, "backward auto of '%s': %s", s->d->name, msg);
 }
 
-static void oom(ad *s) {
-    if (!s->failed) tk_error_set(s->err, TK_ERR_NOMEM, s->d->file, s->d->loc, "out of memory");
+void ad_oom(ad *s) {
+    if (!s->failed && !(s->row && s->row->failed))
+        tk_error_set(s->err, TK_ERR_NOMEM, s->d->file, s->d->loc, "out of memory");
     s->failed = 1;
+    if (s->row) s->row->failed = 1;
 }
 
 /* printf into s's arena; "" (and s failed) when memory runs out. */
-static const char *fmt(ad *s, const char *f, ...) __attribute__((format(printf, 2, 3)));
-static const char *fmt(ad *s, const char *f, ...) {
+const char *ad_fmt(ad *s, const char *f, ...) {
     va_list ap;
     va_start(ap, f);
     int n = vsnprintf(NULL, 0, f, ap);
     va_end(ap);
-    char *p = n >= 0 ? tk_arena_alloc(&s->mem, (size_t)n + 1) : NULL;
+    char *p = n >= 0 ? tk_arena_alloc(s->mem, (size_t)n + 1) : NULL;
     if (!p) {
-        oom(s);
+        ad_oom(s);
         return "";
     }
     va_start(ap, f);
@@ -119,12 +65,12 @@ static const char *fmt(ad *s, const char *f, ...) {
 }
 
 /* Grows *arr (n used, *cap slots of size sz) for one more; 0 when out of memory. */
-static int grow(ad *s, void **arr, int n, int *cap, size_t sz) {
+int ad_grow(ad *s, void **arr, int n, int *cap, size_t sz) {
     if (n < *cap) return 1;
     int c = *cap ? *cap * 2 : 64;
-    void *p = tk_arena_alloc(&s->mem, sz * (size_t)c);
+    void *p = tk_arena_alloc(s->mem, sz * (size_t)c);
     if (!p) {
-        oom(s);
+        ad_oom(s);
         return 0;
     }
     if (n) memcpy(p, *arr, sz * (size_t)n);
@@ -133,15 +79,15 @@ static int grow(ad *s, void **arr, int n, int *cap, size_t sz) {
     return 1;
 }
 
-static int is_float_type(tk_vtype t) { return t == TK_V_F32 || t == TK_V_F64; }
+int ad_is_float_type(tk_vtype t) { return t == TK_V_F32 || t == TK_V_F64; }
 
 /* ---- exact spec text of header expressions -------------------------------- */
 
 /* e's exact text in s's arena. */
-static const char *expr_str(ad *s, const tk_expr *e) {
+const char *ad_expr_str(ad *s, const tk_expr *e) {
     tk_buf b = {0};
     tk_expr_spec(&b, e);
-    const char *t = b.oom || !b.p ? (oom(s), "") : fmt(s, "%s", b.p);
+    const char *t = b.oom || !b.p ? (ad_oom(s), "") : ad_fmt(s, "%s", b.p);
     free(b.p);
     return t;
 }
@@ -196,8 +142,8 @@ static void print_param(tk_buf *b, const tk_param *p) {
 
 /* ---- the tape ---------------------------------------------------------- */
 
-static int new_val(ad *s, val_kind kind, int is_float, atom guard, const char *local) {
-    if (!grow(s, (void **)&s->vals, s->nvals, &s->capv, sizeof *s->vals)) return -1;
+int ad_new_val(ad *s, val_kind kind, int is_float, atom guard, const char *local) {
+    if (!ad_grow(s, (void **)&s->vals, s->nvals, &s->capv, sizeof *s->vals)) return -1;
     int k = s->nvals++;
     val *v = &s->vals[k];
     memset(v, 0, sizeof *v);
@@ -205,37 +151,37 @@ static int new_val(ad *s, val_kind kind, int is_float, atom guard, const char *l
     v->is_float = is_float;
     v->guard = guard;
     v->prev = -1;
-    v->name = local ? fmt(s, "%s%d_%s", s->pre, k, local) : fmt(s, "%s%d", s->pre, k);
+    v->name = local ? ad_fmt(s, "%s%d_%s", s->pre, k, local) : ad_fmt(s, "%s%d", s->pre, k);
     return k;
 }
 
-static atom val_atom(ad *s, int k) {
+atom ad_val_atom(ad *s, int k) {
     atom a = {k, k >= 0 ? s->vals[k].name : "", k >= 0 && s->vals[k].is_float};
     return a;
 }
 
-static atom leaf(const char *text, int is_float) {
+atom ad_leaf(const char *text, int is_float) {
     atom a = {-1, text, is_float};
     return a;
 }
 
-static void emit(ad *s, int key, const char *text) {
-    if (s->failed || !grow(s, (void **)&s->lines, s->nlines, &s->capl, sizeof *s->lines)) return;
+void ad_emit(ad *s, int key, const char *text) {
+    if (s->failed || !ad_grow(s, (void **)&s->lines, s->nlines, &s->capl, sizeof *s->lines)) return;
     s->lines[s->nlines].text = text;
     s->lines[s->nlines++].key = key;
 }
 
-static int find_local(const ad *s, const char *name) {
+int ad_find_local(const ad *s, const char *name) {
     for (int i = s->nlocal - 1; i >= 0; i--)
         if (strcmp(s->locals[i].name, name) == 0) return i;
     return -1;
 }
 
 /* Points local name at value k. */
-static void set_local(ad *s, const char *name, int k) {
-    int i = find_local(s, name);
+void ad_set_local(ad *s, const char *name, int k) {
+    int i = ad_find_local(s, name);
     if (i < 0) {
-        if (!grow(s, (void **)&s->locals, s->nlocal, &s->caplocal, sizeof *s->locals)) return;
+        if (!ad_grow(s, (void **)&s->locals, s->nlocal, &s->caplocal, sizeof *s->locals)) return;
         i = s->nlocal++;
         s->locals[i].name = name;
     }
@@ -245,15 +191,15 @@ static void set_local(ad *s, const char *name, int k) {
 /* The guard "g and c" (negate: "g and not c"); g's text NULL: always. */
 static atom guard_and(ad *s, atom g, atom c, int negate) {
     if (!g.text && !negate) return c;
-    int k = new_val(s, V_TEMP, 0, g, NULL);
+    int k = ad_new_val(s, V_TEMP, 0, g, NULL);
     if (k < 0) return g;
-    if (!g.text) emit(s, 2 * k, fmt(s, "%s = not %s", s->vals[k].name, c.text));
-    else emit(s, 2 * k, fmt(s, "%s = %s and %s%s", s->vals[k].name, g.text, negate ? "not " : "", c.text));
-    return val_atom(s, k);
+    if (!g.text) ad_emit(s, 2 * k, ad_fmt(s, "%s = not %s", s->vals[k].name, c.text));
+    else ad_emit(s, 2 * k, ad_fmt(s, "%s = %s and %s%s", s->vals[k].name, g.text, negate ? "not " : "", c.text));
+    return ad_val_atom(s, k);
 }
 
 /* Whether returned output o can be a float tensor (it carries a gradient). */
-static int output_float(const tk_op *op, int o) {
+int ad_output_float(const tk_op *op, int o) {
     int root = op->out_dtype_root[o];
     unsigned m = root >= 0 ? op->decl->params[root].dtype_mask : 1u << op->out_dtype_fixed[o];
     return (m & TK_DTYPES_FLOAT) != 0;
@@ -261,48 +207,67 @@ static int output_float(const tk_op *op, int o) {
 
 /* ---- the forward, as a tape --------------------------------------------- */
 
-static atom flatten(ad *s, const tk_expr *e, atom g);
+/* Loop variable j as the body names it (a block: the inner loop's on the
+ * owned dim) and as the derived op does (derived: 1). */
+static const char *loop_var(const ad *s, int j, int derived) {
+    const char *v = s->d->loop_vars[j];
+    if (!tk_owned_dim(v) || s->mode == AD_ELEMENTS || s->mode == AD_ROW) return v;
+    return derived ? s->inner : s->inner_src;
+}
 
-/* The index tensor parameter p is read at: the loop's last variables, one a dim of p. */
-static const char *read_index(ad *s, int p) {
-    int k = tk_explicit_dims(&s->d->params[p]), n = s->d->nloop;
+/* The index tensor tp is read or stored at: the loop's last variables, one a dim of tp. */
+static const char *read_index(ad *s, const tk_param *tp) {
+    int k = tk_explicit_dims(tp), n = s->d->nloop;
     const char *t = "";
-    for (int j = n - k; j < n; j++) t = fmt(s, "%s%s%s", t, j > n - k ? ", " : "", s->d->loop_vars[j]);
+    for (int j = n - k; j < n; j++) t = ad_fmt(s, "%s%s%s", t, j > n - k ? ", " : "", loop_var(s, j, 1));
     return t;
 }
 
 /* The V_READ of parameter p (made once, at its first read). */
-static atom read_param(ad *s, int p) {
+atom ad_read_param(ad *s, int p) {
     if (s->read_val[p] < 0) {
         atom always = {-1, NULL, 0};
-        int k = new_val(s, V_READ, 1, always, NULL);
-        if (k < 0) return leaf("0.0", 1);
+        int k = ad_new_val(s, V_READ, 1, always, NULL);
+        if (k < 0) return ad_leaf("0.0", 1);
         s->read_val[p] = k;
-        emit(s, 2 * k, fmt(s, "%s = %s[%s]", s->vals[k].name, s->d->params[p].name, read_index(s, p)));
+        ad_emit(s, 2 * k, ad_fmt(s, "%s = %s[%s]", s->vals[k].name, s->d->params[p].name,
+                                 read_index(s, &s->d->params[p])));
     }
-    return val_atom(s, s->read_val[p]);
+    return ad_val_atom(s, s->read_val[p]);
 }
 
-/* Whether read e (of tensor parameter p) is at the loop's index, or, for a
- * tensor without '...', at its last variables, each indexing a dim of the
- * loop's output of the same name; else an error at the read. */
-static int check_read(ad *s, const tk_expr *e, int p) {
+/* The loop's index as a block's body writes it ("r, i"). */
+static const char *body_index(ad *s) {
+    const char *t = "";
+    for (int j = 0; j < s->d->nloop; j++) t = ad_fmt(s, "%s%s%s", t, j ? ", " : "", loop_var(s, j, 0));
+    return t;
+}
+
+/* Whether access e (a read of tensor tp; or, store: a store, st's index, to
+ * output tp) is at the loop's index, or, a read of a tensor without '...',
+ * at its last variables (in a row loop's inner loop: its variable on the
+ * owned dim), each indexing a dim of the loop's output of the same name;
+ * else an error at the access. */
+int ad_check_index(ad *s, const tk_param *tp, tk_expr *const *args, int nargs, int store, tk_loc loc) {
     const tk_opdecl *d = s->d;
-    const tk_param *tp = &d->params[p], *lo = &d->outputs[s->op->loop_out];
+    const tk_param *lo = &d->outputs[s->op->loop_out];
     int batch = tp->ndims > 0 && tp->dims[0]->kind == TK_E_ELLIPSIS;
     int out_batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
-    int n = d->nloop, k = e->nargs, ok = k <= n && (!batch || (k == n && out_batch));
-    for (int j = 0; ok && j < k; j++)
-        ok = e->args[j]->kind == TK_E_NAME && strcmp(e->args[j]->name, d->loop_vars[n - k + j]) == 0;
+    int n = d->nloop, k = nargs, ok = k <= n && (!batch || (k == n && out_batch)) && (!store || k == n);
+    for (int j = 0; ok && j < k; j++) {
+        const char *v = loop_var(s, n - k + j, 0);
+        ok = v && args[j]->kind == TK_E_NAME && strcmp(args[j]->name, v) == 0;
+    }
     if (ok) {
         for (int j = 0; j < k; j++)
             if (!tk_expr_equal(tp->dims[batch + j], lo->dims[out_batch + n - k + j])) {
                 tk_buf pd = {0}, od = {0};
                 tk_expr_text(&pd, tp->dims[batch + j], 1);
                 tk_expr_text(&od, lo->dims[out_batch + n - k + j], 1);
-                fail(s, e->loc, "'%s' is read at %s, but its dim '%s' is not dim '%s' of '%s', which %s runs "
-                     "over: name them alike", tp->name, d->loop_vars[n - k + j], pd.p && !pd.oom ? pd.p : "?",
-                     od.p && !od.oom ? od.p : "?", lo->name, d->loop_vars[n - k + j]);
+                ad_fail(s, loc, "'%s' is %s at %s, but its dim '%s' is not dim '%s' of '%s', which %s runs "
+                     "over: name them alike", tp->name, store ? "stored" : "read", loop_var(s, n - k + j, 0),
+                     pd.p && !pd.oom ? pd.p : "?", od.p && !od.oom ? od.p : "?", lo->name,
+                     loop_var(s, n - k + j, 0));
                 free(pd.p);
                 free(od.p);
                 return 0;
@@ -310,18 +275,32 @@ static int check_read(ad *s, const tk_expr *e, int p) {
         return 1;
     }
     tk_buf b = {0};
-    tk_expr_text(&b, e, 1);
-    fail(s, e->loc, "%s: it differentiates reads at the loop's index [%s] and, of a tensor without '...', at "
-         "its last variables (a broadcast); write the backward ops of this op", b.p && !b.oom ? b.p : "a read",
-         s->index);
+    tk_buf_printf(&b, "%s[", tp->name);
+    for (int j = 0; j < nargs; j++) {
+        if (j) tk_buf_puts(&b, ", ");
+        tk_expr_text(&b, args[j], 0);
+    }
+    tk_buf_puts(&b, "]");
+    const char *what = b.p && !b.oom ? b.p : "an access";
+    if (s->mode == AD_ROW)
+        ad_fail(s, loc, "%s: a row loop's tensors are differentiated in its inner loops (`for i in range(...)`, "
+                "read at the row's index [%s] with i on the owned dim); write the backward ops of this op",
+                what, s->index);
+    else if (store)
+        ad_fail(s, loc, "%s: a store it differentiates is at the loop's index [%s]; write the backward ops of "
+                "this op", what, body_index(s));
+    else
+        ad_fail(s, loc, "%s: it differentiates reads at the loop's index [%s] and, of a tensor without '...', "
+                "at its last variables (a broadcast); write the backward ops of this op", what,
+                s->mode == AD_ELEMENTS ? s->index : body_index(s));
     free(b.p);
     return 0;
 }
 
 /* A V_TEMP of node e over atoms a[0..n): its line "t = <e on the atoms>". */
 static atom temp(ad *s, const tk_expr *e, const atom *a, int n, atom g) {
-    int k = new_val(s, V_TEMP, is_float_type(e->vtype), g, NULL);
-    if (k < 0) return leaf("0", 0);
+    int k = ad_new_val(s, V_TEMP, ad_is_float_type(e->vtype), g, NULL);
+    if (k < 0) return ad_leaf("0", 0);
     val *v = &s->vals[k];
     v->node = e;
     v->na = n;
@@ -329,58 +308,71 @@ static atom temp(ad *s, const tk_expr *e, const atom *a, int n, atom g) {
     const char *rhs = "";
     switch (e->kind) {
     case TK_E_UNARY:
-        rhs = fmt(s, "%s%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "", a[0].text);
+        rhs = ad_fmt(s, "%s%s%s", tk_opc_text(e->op), e->op == TK_OPC_NOT ? " " : "", a[0].text);
         break;
-    case TK_E_BINARY: rhs = fmt(s, "%s %s %s", a[0].text, tk_opc_text(e->op), a[1].text); break;
-    case TK_E_COND: rhs = fmt(s, "%s if %s else %s", a[0].text, a[1].text, a[2].text); break;
+    case TK_E_BINARY: rhs = ad_fmt(s, "%s %s %s", a[0].text, tk_opc_text(e->op), a[1].text); break;
+    case TK_E_COND: rhs = ad_fmt(s, "%s if %s else %s", a[0].text, a[1].text, a[2].text); break;
     case TK_E_CALL:
-        rhs = n == 1 ? fmt(s, "%s(%s)", e->name, a[0].text) : fmt(s, "%s(%s, %s)", e->name, a[0].text, a[1].text);
+        rhs = n == 1 ? ad_fmt(s, "%s(%s)", e->name, a[0].text) : ad_fmt(s, "%s(%s, %s)", e->name, a[0].text, a[1].text);
         break;
     default: break;
     }
     /* a float made under a guard is 0 where the guard fails: only uses under the guard read it, and so
      * the derived op's own derivative ('backward auto 2') sees the guard and adds 0, not NaN, there */
     if (g.text && v->is_float)
-        rhs = fmt(s, e->kind == TK_E_COND ? "(%s) if %s else 0.0" : "%s if %s else 0.0", rhs, g.text);
-    emit(s, 2 * k, fmt(s, "%s = %s", v->name, rhs));
-    return val_atom(s, k);
+        rhs = ad_fmt(s, e->kind == TK_E_COND ? "(%s) if %s else 0.0" : "%s if %s else 0.0", rhs, g.text);
+    ad_emit(s, 2 * k, ad_fmt(s, "%s = %s", v->name, rhs));
+    return ad_val_atom(s, k);
 }
 
-static atom flatten(ad *s, const tk_expr *e, atom g) {
+atom ad_flatten(ad *s, const tk_expr *e, atom g) {
     atom a[3] = {{-1, "", 0}, {-1, "", 0}, {-1, "", 0}};
-    if (s->failed) return leaf("0", 0);
+    if (s->failed) return ad_leaf("0", 0);
     switch (e->kind) {
     case TK_E_INT: case TK_E_FLOAT: case TK_E_BOOL: case TK_E_ELLIPSIS:
-        return leaf(expr_str(s, e), e->kind == TK_E_FLOAT);
+        return ad_leaf(ad_expr_str(s, e), e->kind == TK_E_FLOAT);
     case TK_E_NAME: {
-        int i = find_local(s, e->name);
-        return i >= 0 ? val_atom(s, s->locals[i].val) : leaf(e->name, is_float_type(e->vtype));
+        int i = ad_find_local(s, e->name), k;
+        if (i >= 0) return ad_val_atom(s, s->locals[i].val);
+        if (s->mode == AD_ELEMENTS) return ad_leaf(e->name, ad_is_float_type(e->vtype));
+        if (s->inner_src && strcmp(e->name, s->inner_src) == 0) return ad_leaf(s->inner, 0);
+        if (s->mode != AD_ROW && (k = ad_row_name(s, e->name)) >= 0) return ad_val_atom(s, k);
+        int unused;
+        for (int j = 0; j < s->d->nloop; j++)
+            if (strcmp(e->name, s->d->loop_vars[j]) == 0) return ad_leaf(e->name, 0);
+        if (tk_resolve_header(s->op, e->name, &unused) == TK_SYM_NONE) {
+            ad_fail(s, e->loc, "'%s' is made in an inner loop and read after it (its last iteration's value): "
+                    "write the backward ops of this op", e->name);
+            return ad_leaf("0", 0);
+        }
+        return ad_leaf(e->name, ad_is_float_type(e->vtype));
     }
     case TK_E_INDEX: {
         int p;
-        if (tk_resolve_header(s->op, e->name, &p) != TK_SYM_TENSOR || !check_read(s, e, p)) {
-            if (!s->failed) fail(s, e->loc, "'%s' is not a tensor parameter read", e->name);
-            return leaf("0", 0);
+        if (tk_resolve_header(s->op, e->name, &p) != TK_SYM_TENSOR ||
+            !ad_check_index(s, &s->d->params[p], e->args, e->nargs, 0, e->loc)) {
+            if (!s->failed) ad_fail(s, e->loc, "'%s' is not a tensor parameter read", e->name);
+            return ad_leaf("0", 0);
         }
-        if (is_float_type(e->vtype)) return read_param(s, p);
-        int k = new_val(s, V_TEMP, 0, g, NULL);
-        if (k < 0) return leaf("0", 0);
+        if (ad_is_float_type(e->vtype)) return ad_read_param(s, p);
+        int k = ad_new_val(s, V_TEMP, 0, g, NULL);
+        if (k < 0) return ad_leaf("0", 0);
         s->vals[k].node = e;
-        emit(s, 2 * k, fmt(s, "%s = %s[%s]", s->vals[k].name, e->name, read_index(s, p)));
-        return val_atom(s, k);
+        ad_emit(s, 2 * k, ad_fmt(s, "%s = %s[%s]", s->vals[k].name, e->name, read_index(s, &s->d->params[p])));
+        return ad_val_atom(s, k);
     }
     case TK_E_UNARY:
-        a[0] = flatten(s, e->args[0], g);
+        a[0] = ad_flatten(s, e->args[0], g);
         return temp(s, e, a, 1, g);
     case TK_E_BINARY:
-        a[0] = flatten(s, e->args[0], g);
-        a[1] = flatten(s, e->args[1], g);
+        a[0] = ad_flatten(s, e->args[0], g);
+        a[1] = ad_flatten(s, e->args[1], g);
         return temp(s, e, a, 2, g);
     case TK_E_COND: {
-        a[1] = flatten(s, e->args[1], g);
+        a[1] = ad_flatten(s, e->args[1], g);
         atom gt = guard_and(s, g, a[1], 0), ge = guard_and(s, g, a[1], 1);
-        a[0] = flatten(s, e->args[0], gt);
-        a[2] = flatten(s, e->args[2], ge);
+        a[0] = ad_flatten(s, e->args[0], gt);
+        a[2] = ad_flatten(s, e->args[2], ge);
         atom t = temp(s, e, a, 3, g);
         if (t.val >= 0) {
             s->vals[t.val].g_then = gt;
@@ -390,20 +382,20 @@ static atom flatten(ad *s, const tk_expr *e, atom g) {
     }
     case TK_E_CALL:
         if (e->nargs < 1 || e->nargs > 2) {
-            fail(s, e->loc, "'%s' takes %d arguments", e->name, e->nargs);
-            return leaf("0", 0);
+            ad_fail(s, e->loc, "'%s' takes %d arguments", e->name, e->nargs);
+            return ad_leaf("0", 0);
         }
-        for (int i = 0; i < e->nargs; i++) a[i] = flatten(s, e->args[i], g);
+        for (int i = 0; i < e->nargs; i++) a[i] = ad_flatten(s, e->args[i], g);
         return temp(s, e, a, e->nargs, g);
     }
-    return leaf("0", 0);
+    return ad_leaf("0", 0);
 }
 
 /* `v op= e` as the operation `v op e` (its node made here: the statement has none). */
 static atom augmented(ad *s, const tk_stmt *st, atom v, atom e, atom g) {
-    tk_expr *bin = tk_arena_alloc(&s->mem, sizeof *bin);
+    tk_expr *bin = tk_arena_alloc(s->mem, sizeof *bin);
     if (!bin) {
-        oom(s);
+        ad_oom(s);
         return e;
     }
     bin->kind = TK_E_BINARY;
@@ -415,52 +407,72 @@ static atom augmented(ad *s, const tk_stmt *st, atom v, atom e, atom g) {
 }
 
 /* Replays statements body[0..n) under guard g. */
-static void walk(ad *s, tk_stmt *const *body, int n, atom g) {
+void ad_walk(ad *s, tk_stmt *const *body, int n, atom g) {
     for (int i = 0; i < n && !s->failed; i++) {
         const tk_stmt *st = body[i];
         switch (st->kind) {
         case TK_S_PASS: break;
         case TK_S_FOR:
-            fail(s, st->loc, "an inner 'for' loop: it differentiates the element-wise form without inner "
-                 "loops; write the backward ops of this op");
+            if (s->mode == AD_ROW) {
+                ad_row_for(s, st, g);
+                break;
+            }
+            if (s->mode == AD_ELEMENTS)
+                ad_fail(s, st->loc, "an inner 'for' loop: it differentiates the element-wise form without inner "
+                     "loops (and row loops: `for r, _ in y`); write the backward ops of this op");
+            else
+                ad_fail(s, st->loc, "a loop inside a row loop's inner loop: it differentiates one level of inner "
+                     "loops; write the backward ops of this op");
             return;
         case TK_S_IF: {
-            atom c = flatten(s, st->value, g);
+            atom c = ad_flatten(s, st->value, g);
             atom gt = guard_and(s, g, c, 0), ge = guard_and(s, g, c, 1);
-            walk(s, st->body, st->nbody, gt);
-            walk(s, st->orelse, st->norelse, ge);
+            ad_walk(s, st->body, st->nbody, gt);
+            ad_walk(s, st->orelse, st->norelse, ge);
             break;
         }
         case TK_S_ASSIGN: {
-            int li = find_local(s, st->name), prev = li >= 0 ? s->locals[li].val : -1;
-            atom r = flatten(s, st->value, g);
-            if (st->op != TK_OPC_NONE && prev >= 0) r = augmented(s, st, val_atom(s, prev), r, g);
-            if (prev < 0 && r.val >= 0) {   /* a declaration names its value: no local of its own */
-                set_local(s, st->name, r.val);
+            int li = ad_find_local(s, st->name), prev = li >= 0 ? s->locals[li].val : -1;
+            if (li < 0 && s->mode >= AD_FWD && ad_row_name(s, st->name) >= 0) {   /* an accumulator */
+                ad_row_acc(s, st, g);
                 break;
             }
-            int is_float = is_float_type(s->op->locals[st->ref].type);
-            int k = new_val(s, V_LOCAL, is_float, g, st->name);
+            atom r = ad_flatten(s, st->value, g);
+            if (st->op != TK_OPC_NONE && prev >= 0) r = augmented(s, st, ad_val_atom(s, prev), r, g);
+            if (prev < 0 && r.val >= 0) {   /* a declaration names its value: no local of its own */
+                ad_set_local(s, st->name, r.val);
+                break;
+            }
+            int is_float = ad_is_float_type(s->op->locals[st->ref].type);
+            int k = ad_new_val(s, V_LOCAL, is_float, g, st->name);
             if (k < 0) return;
             val *v = &s->vals[k];
             v->a[0] = r;
             v->na = 1;
             v->prev = prev;
             if (prev < 0) {
-                emit(s, 2 * k, fmt(s, "%s = %s", v->name, r.text));
+                ad_emit(s, 2 * k, ad_fmt(s, "%s = %s", v->name, r.text));
             } else {   /* a copy keeps the local's type, so the value converts as the forward's did */
-                emit(s, 2 * k, fmt(s, "%s = %s", v->name, s->vals[prev].name));
-                emit(s, 2 * k, g.text ? fmt(s, "%s = %s if %s else %s", v->name, r.text, g.text, v->name)
-                                      : fmt(s, "%s = %s", v->name, r.text));
+                ad_emit(s, 2 * k, ad_fmt(s, "%s = %s", v->name, s->vals[prev].name));
+                ad_emit(s, 2 * k, g.text ? ad_fmt(s, "%s = %s if %s else %s", v->name, r.text, g.text, v->name)
+                                      : ad_fmt(s, "%s = %s", v->name, r.text));
             }
-            set_local(s, st->name, k);
+            ad_set_local(s, st->name, k);
             break;
         }
         case TK_S_STORE: {
             int o = st->ref;
-            if (o < 0 || o >= s->d->nreturns || !output_float(s->op, o)) break;
-            atom r = flatten(s, st->value, g);
-            int k = new_val(s, V_OUT, 1, g, NULL);
+            if (s->mode == AD_ROW) {
+                ad_fail(s, st->loc, "a store outside the row's inner loops: it differentiates stores in inner "
+                        "loops (`for i in range(...)`); write the backward ops of this op");
+                return;
+            }
+            if (s->mode != AD_ELEMENTS && o >= 0 &&
+                !ad_check_index(s, &s->d->outputs[o], st->index, st->nindex, 1, st->loc))
+                return;
+            if (o < 0 || o >= s->d->nreturns || !ad_output_float(s->op, o) || s->mode == AD_FWD) break;
+            atom r = ad_flatten(s, st->value, g);
+            int k = ad_new_val(s, V_OUT, 1, g, NULL);
             if (k < 0) return;
             s->vals[k].a[0] = r;
             s->vals[k].na = 1;
@@ -476,28 +488,32 @@ static void walk(ad *s, tk_stmt *const *body, int n, atom g) {
 
 /* Adds expr (under guard g; negate: where g does not hold) to the adjoint of
  * target, declaring it at its first contribution. */
-static void contrib(ad *s, atom target, atom g, int negate, const char *expr) {
+void ad_contrib(ad *s, atom target, atom g, int negate, const char *expr) {
     if (target.val < 0 || !s->vals[target.val].is_float || s->failed) return;
     val *t = &s->vals[target.val];
-    const char *term = !g.text ? expr : negate ? fmt(s, "0.0 if %s else %s", g.text, expr)
-                                               : fmt(s, "%s if %s else 0.0", expr, g.text);
+    if (t->kind == V_ROWREF) {
+        ad_row_contrib(s, t, g, negate, expr);
+        return;
+    }
+    const char *term = !g.text ? expr : negate ? ad_fmt(s, "0.0 if %s else %s", g.text, expr)
+                                               : ad_fmt(s, "%s if %s else 0.0", expr, g.text);
     if (!t->adj) {
-        t->adj = fmt(s, "%sd%d", s->pre, target.val);
+        t->adj = ad_fmt(s, "%sd%d", s->pre, target.val);
         t->adj_key = 2 * target.val + 1;   /* (its type: the op's float type or wider, as every D: the seeds') */
-        emit(s, t->adj_key, fmt(s, "%s = %s", t->adj, term));
+        ad_emit(s, t->adj_key, ad_fmt(s, "%s = %s", t->adj, term));
     } else {
-        emit(s, t->adj_key, fmt(s, "%s += %s", t->adj, term));
+        ad_emit(s, t->adj_key, ad_fmt(s, "%s += %s", t->adj, term));
     }
 }
 
 /* Passes value k's whole adjoint on to target, k's one operand: target takes
  * over k's adjoint local when it has none yet (no copy line; k's adjoint is
  * not read after its partials), else adds it. */
-static void take_over(ad *s, atom target, int k) {
+void ad_take_over(ad *s, atom target, int k) {
     if (target.val < 0 || !s->vals[target.val].is_float || s->failed) return;
     val *t = &s->vals[target.val];
-    if (t->adj) {
-        contrib(s, target, leaf(NULL, 0), 0, s->vals[k].adj);
+    if (t->adj || t->kind == V_ROWREF) {
+        ad_contrib(s, target, ad_leaf(NULL, 0), 0, s->vals[k].adj);
         return;
     }
     t->adj = s->vals[k].adj;
@@ -512,7 +528,7 @@ static const char *subst(ad *s, const char *tpl, const char *d, const char *t, c
         if (r) tk_buf_puts(&b, r);
         else tk_buf_printf(&b, "%c", *p);
     }
-    const char *out = b.oom || !b.p ? (oom(s), "") : fmt(s, "%s", b.p);
+    const char *out = b.oom || !b.p ? (ad_oom(s), "") : ad_fmt(s, "%s", b.p);
     free(b.p);
     return out;
 }
@@ -520,7 +536,7 @@ static const char *subst(ad *s, const char *tpl, const char *d, const char *t, c
 /* The partial derivatives of a function call t = f(A[, B]) with adjoint D. */
 static void call_partials(ad *s, const val *v, const char *T, const char *D) {
     const char *f = v->node->name, *A = v->a[0].text, *B = v->na > 1 ? v->a[1].text : "";
-    atom a = v->a[0], b = v->na > 1 ? v->a[1] : leaf("", 0), g = v->guard;
+    atom a = v->a[0], b = v->na > 1 ? v->a[1] : ad_leaf("", 0), g = v->guard;
     static const struct { const char *f, *d; } k_one[] = {
         /* D times d(f(A))/dA, T being f(A) */
         {"exp", "(D * T)"}, {"log", "(D / A)"}, {"sqrt", "(D / (2.0 * T))"},
@@ -537,89 +553,97 @@ static void call_partials(ad *s, const val *v, const char *T, const char *D) {
     };
     for (size_t i = 0; i < sizeof k_one / sizeof *k_one; i++)
         if (strcmp(f, k_one[i].f) == 0) {
-            if (strcmp(k_one[i].d, "D") == 0) take_over(s, a, (int)(v - s->vals));   /* a cast passes it on */
-            else contrib(s, a, g, 0, subst(s, k_one[i].d, D, T, A));
+            if (strcmp(k_one[i].d, "D") == 0) ad_take_over(s, a, (int)(v - s->vals));   /* a cast passes it on */
+            else ad_contrib(s, a, g, 0, subst(s, k_one[i].d, D, T, A));
             return;
         }
     if (strcmp(f, "min") == 0 || strcmp(f, "max") == 0) {   /* torch.minimum/maximum: a tie splits it */
         const char *lt = f[1] == 'i' ? "<" : ">";
-        contrib(s, a, g, 0, fmt(s, "(%s if %s %s %s else (0.5 * %s if %s == %s else 0.0))", D, A, lt, B, D, A, B));
-        contrib(s, b, g, 0, fmt(s, "(%s if %s %s %s else (0.5 * %s if %s == %s else 0.0))", D, B, lt, A, D, A, B));
+        ad_contrib(s, a, g, 0, ad_fmt(s, "(%s if %s %s %s else (0.5 * %s if %s == %s else 0.0))", D, A, lt, B, D, A, B));
+        ad_contrib(s, b, g, 0, ad_fmt(s, "(%s if %s %s %s else (0.5 * %s if %s == %s else 0.0))", D, B, lt, A, D, A, B));
     } else if (strcmp(f, "atan2") == 0) {   /* atan2(A, B): y = A, x = B */
-        contrib(s, a, g, 0, fmt(s, "(%s * %s / (%s * %s + %s * %s))", D, B, A, A, B, B));
-        contrib(s, b, g, 0, fmt(s, "(-(%s * %s / (%s * %s + %s * %s)))", D, A, A, A, B, B));
+        ad_contrib(s, a, g, 0, ad_fmt(s, "(%s * %s / (%s * %s + %s * %s))", D, B, A, A, B, B));
+        ad_contrib(s, b, g, 0, ad_fmt(s, "(-(%s * %s / (%s * %s + %s * %s)))", D, A, A, A, B, B));
     }
     /* floor, ceil, int, bool (not float), rand, randn (no float argument): none */
 }
 
 /* Passes value k's adjoint to the values it was made of. */
-static void partials(ad *s, int k) {
+void ad_partials(ad *s, int k) {
     const val *v = &s->vals[k];
     const char *T = v->name, *D = v->adj;
     atom g = v->guard;
     if (v->kind == V_LOCAL || v->kind == V_OUT) {
         if (v->prev < 0 && (v->kind == V_LOCAL || !g.text)) {   /* a declaration, or a store made always */
-            take_over(s, v->a[0], k);
+            ad_take_over(s, v->a[0], k);
             return;
         }
-        contrib(s, v->a[0], g, 0, D);
-        if (v->prev >= 0 && g.text) contrib(s, val_atom(s, v->prev), g, 1, D);
+        ad_contrib(s, v->a[0], g, 0, D);
+        if (v->prev >= 0 && g.text) ad_contrib(s, ad_val_atom(s, v->prev), g, 1, D);
         return;
     }
     if (v->kind != V_TEMP || !v->node) return;
     const tk_expr *e = v->node;
-    atom a = v->a[0], b = v->na > 1 ? v->a[1] : leaf("", 0);
+    atom a = v->a[0], b = v->na > 1 ? v->a[1] : ad_leaf("", 0);
     const char *A = a.text, *B = b.text;
     if (e->kind == TK_E_UNARY) {
-        if (e->op == TK_OPC_NEG) contrib(s, a, g, 0, fmt(s, "(-%s)", D));
-        else if (e->op == TK_OPC_POS) take_over(s, a, k);
+        if (e->op == TK_OPC_NEG) ad_contrib(s, a, g, 0, ad_fmt(s, "(-%s)", D));
+        else if (e->op == TK_OPC_POS) ad_take_over(s, a, k);
     } else if (e->kind == TK_E_COND) {
-        contrib(s, a, v->g_then, 0, D);
-        contrib(s, v->a[2], v->g_else, 0, D);
+        ad_contrib(s, a, v->g_then, 0, D);
+        ad_contrib(s, v->a[2], v->g_else, 0, D);
     } else if (e->kind == TK_E_CALL) {
         call_partials(s, v, T, D);
     } else if (e->kind == TK_E_BINARY) {
         switch (e->op) {
-        case TK_OPC_ADD: contrib(s, a, g, 0, D); contrib(s, b, g, 0, D); break;
-        case TK_OPC_SUB: contrib(s, a, g, 0, D); contrib(s, b, g, 0, fmt(s, "(-%s)", D)); break;
+        case TK_OPC_ADD: ad_contrib(s, a, g, 0, D); ad_contrib(s, b, g, 0, D); break;
+        case TK_OPC_SUB: ad_contrib(s, a, g, 0, D); ad_contrib(s, b, g, 0, ad_fmt(s, "(-%s)", D)); break;
         case TK_OPC_MUL:
-            contrib(s, a, g, 0, fmt(s, "(%s * %s)", D, B));
-            contrib(s, b, g, 0, fmt(s, "(%s * %s)", D, A));
+            ad_contrib(s, a, g, 0, ad_fmt(s, "(%s * %s)", D, B));
+            ad_contrib(s, b, g, 0, ad_fmt(s, "(%s * %s)", D, A));
             break;
         case TK_OPC_DIV:
-            contrib(s, a, g, 0, fmt(s, "(%s / %s)", D, B));
-            contrib(s, b, g, 0, fmt(s, "(-(%s * %s / %s))", D, T, B));
+            ad_contrib(s, a, g, 0, ad_fmt(s, "(%s / %s)", D, B));
+            ad_contrib(s, b, g, 0, ad_fmt(s, "(-(%s * %s / %s))", D, T, B));
             break;
         case TK_OPC_MOD:   /* A % B = A - B * floor(A / B): torch.remainder's */
-            contrib(s, a, g, 0, D);
-            contrib(s, b, g, 0, fmt(s, "(-(%s * ((%s - %s) / %s)))", D, A, T, B));
+            ad_contrib(s, a, g, 0, D);
+            ad_contrib(s, b, g, 0, ad_fmt(s, "(-(%s * ((%s - %s) / %s)))", D, A, T, B));
             break;
         case TK_OPC_POW:   /* torch.pow's: 0 where the exponent is 0; d/dB 0 where A == 0 and B >= 0 */
-            contrib(s, a, g, 0, fmt(s, "(%s * %s * %s ** (%s - 1.0) if %s != 0.0 else 0.0)", D, B, A, B, B));
-            contrib(s, b, g, 0, fmt(s, "(0.0 if %s == 0.0 and %s >= 0.0 else %s * %s * log(%s))", A, B, D, T, A));
+            ad_contrib(s, a, g, 0, ad_fmt(s, "(%s * %s * %s ** (%s - 1.0) if %s != 0.0 else 0.0)", D, B, A, B, B));
+            ad_contrib(s, b, g, 0, ad_fmt(s, "(0.0 if %s == 0.0 and %s >= 0.0 else %s * %s * log(%s))", A, B, D, T, A));
             break;
         default: break;   /* //, comparisons, and, or: not differentiable */
         }
     }
 }
 
-static void reverse(ad *s) {
+void ad_reverse_values(ad *s) {
     const tk_opdecl *d = s->d;
     for (int o = 0; o < d->nreturns; o++) {   /* the incoming gradients */
         int k = s->out_val[o];
         if (k < 0) continue;
-        s->vals[k].adj = fmt(s, "%sd%d", s->pre, k);
+        s->vals[k].adj = ad_fmt(s, "%sd%d", s->pre, k);
         s->vals[k].adj_key = 2 * k + 1;
         /* in the op's float type at least, as every adjoint made from it: a float32 gradient of one output
          * does not round a float64 one another output adds in */
-        emit(s, 2 * k + 1, fmt(s, "%s = float(grad_%s[%s])", s->vals[k].adj, d->outputs[o].name, s->index));
+        ad_emit(s, 2 * k + 1, ad_fmt(s, "%s = float(grad_%s[%s])", s->vals[k].adj, d->outputs[o].name, s->index));
+    }
+    for (int i = 0; i < s->naccs; i++) {   /* a block: what each term gets of its accumulator's adjoint */
+        const char *t = ad_row_acc_term(s, i);
+        if (t) ad_contrib(s, s->accs[i].e, s->accs[i].g, 0, t);
     }
     for (int k = s->nvals - 1; k >= 0 && !s->failed; k--)
-        if (s->vals[k].adj) partials(s, k);
-    for (int p = 0; p < d->nparams; p++)
+        if (s->vals[k].adj) ad_partials(s, k);
+}
+
+/* The gradients' stores: each float tensor parameter read, its adjoint (0 if none). */
+void ad_store_grads(ad *s) {
+    for (int p = 0; p < s->d->nparams; p++)
         if (s->read_val[p] >= 0) {
             const char *adj = s->vals[s->read_val[p]].adj;
-            emit(s, -1, fmt(s, "grad_%s[%s] = %s", d->params[p].name, s->index, adj ? adj : "0.0"));
+            ad_emit(s, -1, ad_fmt(s, "grad_%s[%s] = %s", s->d->params[p].name, s->index, adj ? adj : "0.0"));
         }
 }
 
@@ -641,9 +665,9 @@ static int name_key(const ad *s, const char *p, size_t n) {
 }
 
 /* Marks lines that a gradient store needs, walking back from the stores. */
-static void mark_live(ad *s, char *live_line) {
-    char *live = tk_arena_alloc(&s->mem, 2 * (size_t)s->nvals + 1);
-    if (!live) { oom(s); return; }
+void ad_mark_live(ad *s, char *live_line) {
+    char *live = tk_arena_alloc(s->mem, 2 * (size_t)s->nvals + 1);
+    if (!live) { ad_oom(s); return; }
     for (int i = s->nlines - 1; i >= 0; i--) {
         int key = s->lines[i].key;
         if (key >= 0 && !live[key]) continue;
@@ -691,7 +715,7 @@ static int gradient_name_taken(const tk_op *op, const char *name) {
     for (int i = 0; i < d->nparams; i++)
         if (tk_op_param_differentiable(op, i) && strcmp(d->params[i].name, name + 5) == 0) return 1;
     for (int o = 0; o < d->nreturns; o++)
-        if (output_float(op, o) && strcmp(d->outputs[o].name, name + 5) == 0) return 1;
+        if (ad_output_float(op, o) && strcmp(d->outputs[o].name, name + 5) == 0) return 1;
     return 0;
 }
 
@@ -702,46 +726,53 @@ static int check_form(ad *s) {
     const tk_opdecl *d = s->d;
     int ntensors = 0, ngrads = 0, nin = 0;
     if (op->row_loop) {
-        fail(s, d->loop_loc, "a row loop ('_' in the loop): it differentiates the element-wise form; write "
-             "the backward ops of this op");
-        return 0;
+        int owned = 0;
+        for (int j = 0; j < d->nloop; j++)
+            if (tk_owned_dim(d->loop_vars[j])) owned++, s->owned = j;
+        if (owned != 1 || op->has_sum) {
+            ad_fail(s, d->loop_loc, "%s: it differentiates row loops that own one dim ('_' once in the loop) "
+                    "and store with '='; write the backward ops of this op",
+                    owned != 1 ? "a row loop that owns several dims" : "a sum ('+=' into an output)");
+            return 0;
+        }
+        s->mode = AD_ROW;
     }
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
         unsigned m = p->kind == TK_P_TENSOR ? d->params[op->dtype_root[i]].dtype_mask : 0;
         if (p->kind == TK_P_TENSOR) nin++;
-        if (p->mut) fail(s, p->loc, "'mut' parameter '%s': an op that updates in place has no backward", p->name);
+        if (p->mut) ad_fail(s, p->loc, "'mut' parameter '%s': an op that updates in place has no backward", p->name);
         else if ((m & TK_DTYPES_FLOAT) && (m & ~TK_DTYPES_FLOAT))
-            fail(s, p->loc, "parameter '%s' may be a float or not: give it float dtypes only, or none", p->name);
+            ad_fail(s, p->loc, "parameter '%s' may be a float or not: give it float dtypes only, or none", p->name);
         else if (gradient_name_taken(op, p->name))
-            fail(s, p->loc, "parameter '%s' has the name of a gradient the backward op takes or returns: "
+            ad_fail(s, p->loc, "parameter '%s' has the name of a gradient the backward op takes or returns: "
                  "rename it", p->name);
         ngrads += tk_op_param_differentiable(op, i);
     }
     for (int o = 0; o < d->noutputs && !s->failed; o++) {
         const tk_param *p = &d->outputs[o];
-        if (p->scratch) fail(s, p->loc, "scratch tensor '%s': write the backward ops of this op", p->name);
+        if (p->scratch) ad_fail(s, p->loc, "scratch tensor '%s': write the backward ops of this op", p->name);
         if (o >= d->nreturns) continue;
         for (int j = 0; j < p->ndims; j++) {
             const tk_expr *e = p->dims[j];
             int unused;
             if ((e->kind != TK_E_NAME && e->kind != TK_E_INT && e->kind != TK_E_ELLIPSIS) ||
                 (e->kind == TK_E_NAME && tk_resolve_header(op, e->name, &unused) != TK_SYM_DIM))
-                fail(s, e->loc, "output '%s' has a dim computed from parameters: its gradient, a parameter of the "
+                ad_fail(s, e->loc, "output '%s' has a dim computed from parameters: its gradient, a parameter of the "
                      "backward op, needs dims that input tensors name", p->name);
         }
-        if (output_float(op, o)) ntensors++;
-        else if (o == op->loop_out) fail(s, d->loop_loc, "the loop's output '%s' is not a float tensor", p->name);
+        if (ad_output_float(op, o)) ntensors++;
+        else if (o == op->loop_out) ad_fail(s, d->loop_loc, "the loop's output '%s' is not a float tensor", p->name);
     }
-    if (!ngrads) fail(s, d->loc, "'%s' has no float tensor parameter to differentiate", d->name);
+    if (!ngrads) ad_fail(s, d->loc, "'%s' has no float tensor parameter to differentiate", d->name);
     if (nin + ntensors + ngrads > TK_MAX_TENSORS)
-        fail(s, d->loc, "its backward op would take and return %d tensors (limit %d)", nin + ntensors + ngrads,
+        ad_fail(s, d->loc, "its backward op would take and return %d tensors (limit %d)", nin + ntensors + ngrads,
              TK_MAX_TENSORS);
     return !s->failed;
 }
 
 /* The derived op's header and loop line. */
-static void print_header(ad *s, tk_buf *b) {
+void ad_print_header(ad *s, tk_buf *b) {
     const tk_opdecl *d = s->d;
     const tk_param *lo = &d->outputs[s->op->loop_out];
     tk_buf_printf(b, "op %s_backward(", d->name);
@@ -754,7 +785,7 @@ static void print_header(ad *s, tk_buf *b) {
     for (int o = 0; o < d->nreturns; o++) {
         const tk_param *p = &d->outputs[o];
         int root = s->op->out_dtype_root[o];
-        if (!output_float(s->op, o)) continue;
+        if (!ad_output_float(s->op, o)) continue;
         tk_buf_printf(b, "%sgrad_%s: ", sep, p->name);
         if (root >= 0) print_root_dtype(b, d, root);
         else tk_buf_puts(b, tk_dtype_name(s->op->out_dtype_fixed[o]));
@@ -782,7 +813,11 @@ static void print_header(ad *s, tk_buf *b) {
 
 tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
     ad s;
+    tk_arena mem;
     memset(&s, 0, sizeof s);
+    memset(&mem, 0, sizeof mem);
+    s.mem = &mem;
+    s.owned = -1;
     s.op = op;
     s.d = op->decl;
     s.err = err;
@@ -794,40 +829,44 @@ tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
     static const char *const pres[] = {"ad", "tk_ad", "ad_", "zad", "q_ad"};
     for (size_t i = 0; i < sizeof pres / sizeof *pres && !s.pre; i++)
         if (!prefix_taken(op, pres[i])) s.pre = pres[i];
-    if (!s.pre) fail(&s, s.d->loc, "its names take every prefix the derivation could use (ad, tk_ad, ad_, zad, q_ad)");
+    if (!s.pre) ad_fail(&s, s.d->loc, "its names take every prefix the derivation could use (ad, tk_ad, ad_, zad, q_ad)");
     check_form(&s);
     if (!s.failed) {
         tk_buf ix = {0};
         for (int i = 0; i < s.d->nloop; i++) tk_buf_printf(&ix, "%s%s", i ? ", " : "", s.d->loop_vars[i]);
-        s.index = ix.p && !ix.oom ? fmt(&s, "%s", ix.p) : (s.d->nloop ? (oom(&s), "") : "");
+        s.index = ix.p && !ix.oom ? ad_fmt(&s, "%s", ix.p) : (s.d->nloop ? (ad_oom(&s), "") : "");
         free(ix.p);
     }
     atom always = {-1, NULL, 0};
-    if (!s.failed) walk(&s, s.d->body, s.d->nbody, always);
+    if (!s.failed && op->row_loop) ad_rows(&s);   /* its lines, reverse pass and stores */
+    else if (!s.failed) ad_walk(&s, s.d->body, s.d->nbody, always);
     int some = 0;
     for (int p = 0; p < s.d->nparams; p++) some |= s.read_val[p] >= 0;
     if (!s.failed && !some)
-        fail(&s, s.d->loc, "the body reads no float tensor parameter: there is nothing to differentiate");
-    if (!s.failed) reverse(&s);
-    char *live = s.failed ? NULL : tk_arena_alloc(&s.mem, (size_t)s.nlines + 1);
-    if (!s.failed && !live) oom(&s);
-    if (!s.failed) mark_live(&s, live);
+        ad_fail(&s, s.d->loc, "the body reads no float tensor parameter: there is nothing to differentiate");
+    if (!s.failed && !op->row_loop) {
+        ad_reverse_values(&s);
+        ad_store_grads(&s);
+    }
+    char *live = s.failed ? NULL : tk_arena_alloc(s.mem, (size_t)s.nlines + 1);
+    if (!s.failed && !live) ad_oom(&s);
+    if (!s.failed) ad_mark_live(&s, live);
     if (!s.failed) {
         tk_buf b = {0};
         tk_buf_printf(&b, "# derived by 'backward auto' from '%s' (", s.d->name);
         for (const char *f = s.d->file; *f; f++)   /* (a file name with a newline must not end the comment) */
             tk_buf_printf(&b, "%c", (unsigned char)*f < 32 ? '?' : *f);
         tk_buf_printf(&b, ":%d)\n", s.d->loc.line);
-        print_header(&s, &b);
+        ad_print_header(&s, &b);
         for (int i = 0; i < s.nlines; i++)
             if (live[i]) tk_buf_printf(&b, "        %s\n", s.lines[i].text);
         if (b.oom) {
             free(b.p);
-            oom(&s);
+            ad_oom(&s);
         } else {
             *text = b.p;
         }
     }
-    tk_arena_free(&s.mem);
+    tk_arena_free(&mem);
     return s.failed ? (tk_status)err->status : TK_OK;
 }

@@ -16,6 +16,7 @@ typedef struct bad_spec {
 } bad_spec;
 
 #define OP "op f(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+#define ROW "op f(x: float[R, N]) -> y: x.dtype[R, N]:\n    backward auto\n    for r, _ in y:\n"
 #define S5 "        s = s * 1.01 + sin(s)\n        s = s * 1.01 + sin(s)\n        s = s * 1.01 + sin(s)\n" \
     "        s = s * 1.01 + sin(s)\n        s = s * 1.01 + sin(s)\n"
 #define S20 S5 S5 S5 S5
@@ -26,11 +27,56 @@ static const bad_spec k_bad[] = {
      "and, of a tensor without '...', at its last variables (a broadcast); write the backward ops of this op"},
     {OP "        s = 0.0\n        for j in range(3):\n            s += x[i]\n        y[i] = s\n",
      "bad.tk:5:9: error: backward auto of 'f': an inner 'for' loop: it differentiates the element-wise form "
-     "without inner loops; write the backward ops of this op"},
-    {"op f(x: float[..., N]) -> y: x.dtype[..., N]:\n    backward auto\n    for _ in y:\n"
-     "        for i in range(N):\n            y[i] = x[i]\n",
-     "bad.tk:3:14: error: backward auto of 'f': a row loop ('_' in the loop): it differentiates the element-wise "
-     "form; write the backward ops of this op"},
+     "without inner loops (and row loops: `for r, _ in y`); write the backward ops of this op"},
+    /* row loops: what it does not differentiate, each at its place */
+    {"op f(x: float[R, N]) -> y: x.dtype[R, N]:\n    backward auto\n    for _, _ in y:\n        for r in range(R):\n"
+     "            for i in range(N):\n                y[r, i] = x[r, i]\n",
+     "bad.tk:3:17: error: backward auto of 'f': a row loop that owns several dims: it differentiates row loops "
+     "that own one dim ('_' once in the loop) and store with '='; write the backward ops of this op"},
+    {"op f(x: float[R, N]) -> y: x.dtype[N]:\n    backward auto\n    for _ in y:\n        for r in range(R):\n"
+     "            for i in range(N):\n                y[i] += x[r, i]\n",
+     "bad.tk:3:14: error: backward auto of 'f': a sum ('+=' into an output): it differentiates row loops that own "
+     "one dim ('_' once in the loop) and store with '='; write the backward ops of this op"},
+    {ROW "        s = x[r, 0]\n        for i in range(N):\n            y[r, i] = x[r, i] * s\n",
+     "bad.tk:4:13: error: backward auto of 'f': x[r, 0]: a row loop's tensors are differentiated in its inner "
+     "loops (`for i in range(...)`, read at the row's index [r, _] with i on the owned dim); write the backward "
+     "ops of this op"},
+    {ROW "        y[r, 0] = 1.0\n        for i in range(N):\n            y[r, i] = x[r, i]\n",
+     "bad.tk:4:9: error: backward auto of 'f': a store outside the row's inner loops: it differentiates stores "
+     "in inner loops (`for i in range(...)`); write the backward ops of this op"},
+    {ROW "        for i in range(N - 1):\n            y[r, i] = x[r, i + 1]\n",
+     "bad.tk:5:23: error: backward auto of 'f': x[r, (i + 1)]: it differentiates reads at the loop's index "
+     "[r, i] and, of a tensor without '...', at its last variables (a broadcast); write the backward ops of this "
+     "op"},
+    {ROW "        s = 1.0\n        for i in range(N):\n            s *= x[r, i]\n        for i in range(N):\n"
+     "            y[r, i] = s\n",
+     "bad.tk:6:13: error: backward auto of 'f': 's' is made before the inner loop and assigned in it other than "
+     "as a sum or an extreme: it differentiates a row's local that an inner loop changes only at the loop's own "
+     "level, as a sum (`s += e`, `s -= e`, `s = s + e`) or an extreme (`s = max(s, e)`, min); write the "
+     "backward ops of this op"},
+    {ROW "        s = 0.0\n        for i in range(N):\n            if x[r, i] > 0.0:\n                s += x[r, i]\n"
+     "        for i in range(N):\n            y[r, i] = s\n",
+     "bad.tk:7:17: error: backward auto of 'f': 's' is made before the inner loop and assigned in it under an "
+     "'if': it differentiates a row's local that an inner loop changes only at the loop's own level, as a sum "
+     "(`s += e`, `s -= e`, `s = s + e`) or an extreme (`s = max(s, e)`, min); write the backward ops of this op"},
+    {ROW "        s = 0.0\n        for i in range(N):\n            s += x[r, i]\n            y[r, i] = s\n",
+     "bad.tk:7:13: error: backward auto of 'f': the inner loop reads the running sum 's': it differentiates sums "
+     "whose value is read after the loop; write the backward ops of this op"},
+    {ROW "        s = 0.0\n        for i in range(N):\n            s += x[r, i]\n            s = max(s, x[r, i])\n"
+     "        for i in range(N):\n            y[r, i] = s\n",
+     "bad.tk:7:13: error: backward auto of 'f': 's' is both summed and a max in the inner loop: write the "
+     "backward ops of this op"},
+    {ROW "        for i in range(N):\n            y[r, i] = x[r, i]\n        for i in range(N):\n"
+     "            y[r, i] = y[r, i] * 2.0\n",
+     "bad.tk:7:13: error: backward auto of 'f': 'y' is stored in two inner loops (the second reads or overwrites "
+     "the first's values): it differentiates an output stored in one inner loop; write the backward ops of this "
+     "op"},
+    {ROW "        for i in range(N):\n            for j in range(N):\n                y[r, i] = x[r, j]\n",
+     "bad.tk:5:13: error: backward auto of 'f': a loop inside a row loop's inner loop: it differentiates one "
+     "level of inner loops; write the backward ops of this op"},
+    {ROW "        if R > 2:\n            for i in range(N):\n                y[r, i] = x[r, i]\n",
+     "bad.tk:5:13: error: backward auto of 'f': an inner loop under an 'if': it differentiates inner loops at "
+     "the row's own level; write the backward ops of this op"},
     {"op f(x: mut float[N], d: x.dtype[N]):\n    backward auto\n    for i in x:\n        x[i] = x[i] + d[i]\n",
      "bad.tk:1:6: error: backward auto of 'f': 'mut' parameter 'x': an op that updates in place has no backward"},
     {OP "        y[i] = x[i]\nop f_backward(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n",

@@ -1,0 +1,160 @@
+/* autodiff.h - the derivation of 'backward auto' ops, shared by its two
+ * files (internal to compiler/): autodiff.c (the tape of one iteration, its
+ * reverse pass, the element-wise form, the derived op's header) and
+ * autodiff_rows.c (row loops: the row's tape, inner loops as blocks). */
+#ifndef TK_AUTODIFF_H
+#define TK_AUTODIFF_H
+
+#include "core.h"
+
+typedef enum {
+    V_TEMP,     /* an operation of the body: node applied to a[0..na) */
+    V_READ,     /* a float tensor parameter read at the loop's index (one a parameter) */
+    V_LOCAL,    /* a version of a local (an assignment, or a declaration of a leaf): a[0] where guard
+                 * holds, else prev */
+    V_OUT,      /* a version of an output element (never replayed: it carries an adjoint) */
+    V_ROWREF,   /* a block: a value of the row's tape it reads (row_val; no line of its own) */
+    V_LOOP      /* the row's tape: an inner loop's end (acc -1) or the value it leaves in an
+                 * accumulator (prev: the value before the loop) */
+} val_kind;
+
+/* A value's use: a value of the tape (val >= 0) or a leaf's text (a literal,
+ * loop variable, dim, scalar parameter). */
+typedef struct atom {
+    int val;
+    const char *text;
+    int is_float;
+} atom;
+
+typedef struct val {
+    val_kind kind;
+    const char *name;       /* its local in the derived op */
+    int is_float;
+    atom guard;             /* made under this guard (text NULL: always) */
+    const tk_expr *node;    /* V_TEMP: the operation (kind, op, function) */
+    atom a[3];
+    int na;
+    atom g_then, g_else;    /* V_TEMP of a conditional expression: its arms' guards */
+    int prev;               /* V_LOCAL, V_OUT, V_LOOP: the version before, -1 none */
+    const char *adj;        /* its adjoint's local, once declared */
+    int adj_key;            /* that local's key (its own adjoint's, or the one it took over: take_over) */
+    int row_val;            /* V_ROWREF: the value of the row's tape */
+    int loop, acc;          /* V_LOOP: the inner loop (ad.loops) and its accumulator (-1: the loop's end) */
+} val;
+
+/* A line of the derived body: it defines key (2 * value, 2 * value + 1 its
+ * adjoint; -1: a store of a gradient, always kept). A row's line may be a
+ * whole inner loop (its lines after a newline each). */
+typedef struct line {
+    const char *text;
+    int key;
+} line;
+
+/* A local and the value it holds. */
+typedef struct adlocal {
+    const char *name;
+    int val;
+} adlocal;
+
+/* An accumulator of an inner loop: a local the row made before the loop,
+ * which the loop changes only as `s += e`, `s -= e`, `s = s + e`, or
+ * `m = max(m, e)`, `m = min(m, e)`. */
+enum { ACC_SUM, ACC_MAX, ACC_MIN };
+typedef struct acc {
+    const char *name;
+    int kind;               /* ACC_* */
+    int count;              /* ACC_MAX, ACC_MIN: the row's value counting the ties of the result */
+} acc;
+
+/* An inner loop of a row loop: `for i in range(lo, hi)` at the row's level. */
+typedef struct loopinfo {
+    const tk_stmt *st;
+    const char *lo, *hi;    /* its bounds as the row's values' text ("0" for none) */
+    int full;               /* range(D) over the owned dim D: no guard in the gradients' loop */
+    acc *accs;
+    int naccs, capaccs;
+    int *after;             /* per accumulator: its V_LOOP (the value after the loop) */
+    adlocal *locals;        /* the row's locals where the loop starts */
+    int nlocal;
+} loopinfo;
+
+enum { AD_ELEMENTS, AD_ROW, AD_FWD, AD_SCALARS, AD_GRADS };   /* what a tape is (ad.mode) */
+
+typedef struct ad {
+    tk_op *op;
+    const tk_opdecl *d;
+    tk_arena *mem;          /* every string and array below (the row's tape's, for its blocks) */
+    tk_error *err;
+    int failed;
+    const char *pre;        /* the prefix of every name the derivation makes */
+    val *vals;
+    int nvals, capv;
+    line *lines;
+    int nlines, capl;
+    int read_val[TK_MAX_TENSORS * 4];   /* per parameter: its V_READ, -1 */
+    int out_val[TK_MAX_TENSORS];        /* per output: its last version, -1 */
+    adlocal *locals;        /* each local's current version */
+    int nlocal, caplocal;
+    const char *index;      /* "i, j": the loop's variables (a block: '_' as inner) */
+    /* row loops (autodiff_rows.c) */
+    int mode;               /* AD_* */
+    struct ad *row;         /* a block's row tape */
+    int owned;              /* the position of '_' among the loop's variables, -1 */
+    const char *inner_src;  /* a block: the variable of the forward's inner loop it replays */
+    const char *inner;      /* a block: that variable in the derived op */
+    int *rowref;            /* a block: per value of the row's tape, its V_ROWREF here (-1) */
+    loopinfo *loops;        /* the row's tape: its inner loops */
+    int nloops, caploops;
+    int cur_loop;           /* a block: the loop it replays now */
+    int nblocks;            /* the row's tape: blocks made (their names' prefixes) */
+    int counting;           /* an AD_FWD block that counts the ties of max and min accumulators */
+    struct { atom e; int loop, a, sign; atom g; } *accs;   /* a block: the accumulators' terms (sign: -1 for -=) */
+    int naccs, capaccs;
+} ad;
+
+void ad_fail(ad *s, tk_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void ad_oom(ad *s);
+/* printf into s's arena; "" (and s failed) when memory runs out. */
+const char *ad_fmt(ad *s, const char *f, ...) __attribute__((format(printf, 2, 3)));
+/* Grows *arr (n used, *cap slots of size sz) for one more; 0 when out of memory. */
+int ad_grow(ad *s, void **arr, int n, int *cap, size_t sz);
+int ad_is_float_type(tk_vtype t);
+const char *ad_expr_str(ad *s, const tk_expr *e);
+int ad_new_val(ad *s, val_kind kind, int is_float, atom guard, const char *local);
+atom ad_val_atom(ad *s, int k);
+atom ad_leaf(const char *text, int is_float);
+void ad_emit(ad *s, int key, const char *text);
+int ad_find_local(const ad *s, const char *name);
+void ad_set_local(ad *s, const char *name, int k);
+/* Whether returned output o can be a float tensor (it carries a gradient). */
+int ad_output_float(const tk_op *op, int o);
+atom ad_read_param(ad *s, int p);
+atom ad_flatten(ad *s, const tk_expr *e, atom g);
+void ad_walk(ad *s, tk_stmt *const *body, int n, atom g);
+void ad_contrib(ad *s, atom target, atom g, int negate, const char *expr);
+void ad_take_over(ad *s, atom target, int k);
+void ad_partials(ad *s, int k);
+/* The seeds (incoming gradients of the outputs stored), then every value's partials in reverse. */
+void ad_reverse_values(ad *s);
+void ad_store_grads(ad *s);
+void ad_mark_live(ad *s, char *live_line);
+int ad_check_index(ad *s, const tk_param *tp, tk_expr *const *args, int nargs, int store, tk_loc loc);
+void ad_print_header(ad *s, tk_buf *b);
+
+/* autodiff_rows.c */
+/* The derived op of a row loop (one '_'), its body's lines into s (mode
+ * AD_ROW), the gradients' reads recorded in s->read_val for the header. */
+void ad_rows(ad *s);
+/* A block: name is a local of the row's tape (its V_ROWREF), or -1. */
+int ad_row_name(ad *s, const char *name);
+/* The row's tape meets inner loop st (under guard g). */
+void ad_row_for(ad *s, const tk_stmt *st, atom g);
+/* A block: `name op= ...` of a local of the row's tape (an accumulator). */
+void ad_row_acc(ad *s, const tk_stmt *st, atom g);
+/* A block: what accumulator term i (b->accs) adds to the adjoint of its
+ * term e, NULL when nothing. */
+const char *ad_row_acc_term(ad *b, int i);
+/* A block: adds expr (under g) to the adjoint of row value target. */
+void ad_row_contrib(ad *s, const val *target, atom g, int negate, const char *expr);
+
+#endif
