@@ -358,7 +358,7 @@ def test_errors_name_the_place():
                                                  r"differentiates reads at the loop's index \[i\]"):
         torch_tk.kernel("op g(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
                         "        y[i] = x[(i + 1) % N]\n", file="gather.tk")
-    with pytest.raises(torch_tk.SpecError, match=r"row\.tk:5:13: error: backward auto of 'g2': the inner loop "
+    with pytest.raises(torch_tk.SpecError, match=r"row\.tk:7:13: error: backward auto of 'g2': the inner loop "
                                                  r"reads the running sum 's'"):
         torch_tk.kernel("op g2(x: float[..., N]) -> y: x.dtype[..., N]:\n    backward auto\n    for _ in y:\n"
                         "        s = 0.0\n        for i in range(N):\n            s += x[i]\n            y[i] = s\n",
