@@ -453,10 +453,12 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
               plan.name, " has no backward");
   // a float parameter no backward op computes the gradient of (a constant
   // table) is not differentiable: an input there that requires grad is an
-  // error, not a gradient silently missing
+  // error, not a gradient silently missing. One the op never reads (a
+  // derived op's bias: its derivative is constant) has gradient zero: none
   TORCH_INTERNAL_ASSERT(args.size() == plan.has_grad.size());   // (schema arguments are the spec's parameters)
   for (size_t i = 0; i < args.size(); ++i)
-    TORCH_CHECK(!args[i].isTensor() || !args[i].toTensor().requires_grad() || plan.has_grad[i], "tk.", plan.name,
+    TORCH_CHECK(!args[i].isTensor() || !args[i].toTensor().requires_grad() || plan.has_grad[i] ||
+                    !tk_op_param_read(plan.op, static_cast<int>(i)), "tk.", plan.name,
                 ": argument '", handle.schema().arguments()[i].name(), "' requires grad but no backward op of tk.",
                 plan.name, " computes grad_", handle.schema().arguments()[i].name(),
                 " (pass it detached, or add a backward op that computes it)");

@@ -1,0 +1,140 @@
+"""Derived backward ops of row loops (`backward auto` on `for r, _ in y`,
+docs/autograd.md, Row loops; compiler/autodiff_rows.c), on the ops of
+tests/specs/autodiff_rows.tk, against torch's autograd of the same formula
+on fresh random inputs, outputs poisoned first:
+
+* layer norm (weight and bias given, or None) against F.layer_norm, float64
+  and float32; gradcheck, and gradgradcheck (`backward auto 2`) with the bias
+  requiring grad, which the derived op never reads;
+* softmax over any batch against torch.softmax, float64 and float32, a row
+  of ties;
+* a row's max and min (ties share the gradient as torch.amax's), sums over
+  part of the row (from 1, up to an int parameter), `s = s + e` and
+  `s -= e`, a branch, two outputs stored in different loops: against torch,
+  with ties made on purpose, and gradcheck;
+* a parameter an op never reads has gradient zero, not an error.
+"""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")
+tk = torch.ops.tk
+
+torch_tk.load(os.path.join(ROOT, "tests", "specs", "autodiff_rows.tk"))
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def grads(out, inputs, grad_out):
+    """The gradients of sum(out * grad_out) (outs and grad_outs: tuples) w.r.t. inputs."""
+    return torch.autograd.grad(out, inputs, grad_out, allow_unused=True)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layernorm_against_torch(dtype, tol, affine):
+    g = gen(1)
+    R, N = 6, 37
+    x = torch.randn(R, N, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    w = (torch.randn(N, generator=g, dtype=torch.float64).to(dtype).requires_grad_() if affine else None)
+    b = (torch.randn(N, generator=g, dtype=torch.float64).to(dtype).requires_grad_() if affine else None)
+    gy = torch.randn(R, N, generator=g, dtype=torch.float64).to(dtype)
+    inputs = (x, w, b) if affine else (x,)
+    y = tk.ar_layernorm(x, w, b, 1e-5)
+    want = F.layer_norm(x, (N,), w, b, 1e-5)
+    torch.testing.assert_close(y, want, rtol=tol, atol=tol)
+    for got, ref in zip(grads(y, inputs, gy), grads(want, inputs, gy)):
+        torch.testing.assert_close(got, ref, rtol=tol, atol=tol)
+
+
+def test_layernorm_gradcheck_and_second_derivatives():
+    g = gen(2)
+    x = torch.randn(3, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
+    f = lambda x, w, b: tk.ar_layernorm(x, w, b, 1e-5)
+    assert torch.autograd.gradcheck(f, (x, w, b))
+    # the bias requires grad, and ar_layernorm_backward never reads it: its gradient is zero, not an error
+    assert torch.autograd.gradgradcheck(f, (x, w, b))
+    # a gradient penalty against torch's
+    gy = torch.randn(3, 7, generator=g, dtype=torch.float64)
+    def penalty(fn):
+        (gx,) = torch.autograd.grad(fn(x, w, b), x, gy, create_graph=True)
+        return torch.autograd.grad((gx * gx).sum(), (x, w))
+    ref = lambda x, w, b: F.layer_norm(x, (7,), w, b, 1e-5)
+    for got, want in zip(penalty(f), penalty(ref)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-6)])
+def test_softmax_against_torch(dtype, tol):
+    g = gen(3)
+    x = (3 * torch.randn(2, 5, 41, generator=g, dtype=torch.float64)).to(dtype)
+    x[1, 2] = 0.5   # a row of ties: every element the max
+    x.requires_grad_()
+    gy = torch.randn(2, 5, 41, generator=g, dtype=torch.float64).to(dtype)
+    y = tk.ar_softmax(x)
+    want = torch.softmax(x, -1)
+    torch.testing.assert_close(y, want, rtol=tol, atol=tol)
+    torch.testing.assert_close(grads(y, x, gy)[0], grads(want, x, gy)[0], rtol=tol, atol=tol)
+    assert torch.autograd.gradcheck(tk.ar_softmax, (torch.randn(3, 6, generator=g, dtype=torch.float64,
+                                                                requires_grad=True),))
+
+
+def parts_ref(x, k):
+    """ar_parts in torch ops (amax/amin: ties share the gradient evenly)."""
+    N = x.shape[1]
+    hi = torch.maximum(x.amax(1, keepdim=True), torch.tensor(-float("inf"), dtype=x.dtype))
+    lo = torch.minimum(x.amin(1, keepdim=True), torch.zeros((), dtype=x.dtype))
+    a = (x * x).sum(1, keepdim=True)
+    b = -torch.sin(x[:, 1:min(k, N)]).sum(1, keepdim=True)
+    y = torch.where(x > 0, (x - hi) * a + b, torch.cos(x) * b - lo)
+    return y, torch.tanh(x * a)
+
+
+@pytest.mark.parametrize("k", [0, 5, 100])
+def test_max_min_ranges_and_two_outputs(k):
+    g = gen(10 + k)
+    x = torch.randn(5, 9, generator=g, dtype=torch.float64)
+    x[1, 3] = x[1, 6] = x[1].max() + 0.5   # two maxima: the gradient splits between them
+    x[2, :4] = x[2].min() - 0.25             # four minima
+    x[3, 2] = 0.0                            # min's initial 0.0 ties with x[3, 2] when the row is positive
+    x[3] = x[3].abs()
+    x.requires_grad_()
+    gy, gz = torch.randn(5, 9, generator=g, dtype=torch.float64), torch.randn(5, 9, generator=g, dtype=torch.float64)
+    y, z = tk.ar_parts(x, k)
+    wy, wz = parts_ref(x, k)
+    torch.testing.assert_close(y, wy, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(z, wz, rtol=1e-12, atol=1e-12)
+    (got,) = grads((y, z), x, (gy, gz))
+    (want,) = grads((wy, wz), x, (gy, gz))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    xs = torch.randn(3, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: tk.ar_parts(x, k), (xs,))
+
+
+def test_a_parameter_the_op_never_reads_has_gradient_zero():
+    """An input the op's body never reads (here a written op's; the derived
+    ops' biases alike) has gradient zero: requiring grad there is no error."""
+    op = torch_tk.kernel("""
+op ar_unread(x: float[N], like: x.dtype[N]) -> y: x.dtype[N]:
+    backward ar_unread_backward
+    for i in y:
+        y[i] = x[i] * 3.0
+op ar_unread_backward(grad_y: float[N]) -> grad_x: grad_y.dtype[N]:
+    for i in grad_x:
+        grad_x[i] = grad_y[i] * 3.0
+""")
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    like = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    op(x, like).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4,), 3.0, dtype=torch.float64))
+    assert like.grad is None   # autograd's zero
