@@ -138,3 +138,16 @@ op ar_unread_backward(grad_y: float[N]) -> grad_x: grad_y.dtype[N]:
     op(x, like).sum().backward()
     torch.testing.assert_close(x.grad, torch.full((4,), 3.0, dtype=torch.float64))
     assert like.grad is None   # autograd's zero
+
+
+def test_opcheck_and_torch_compile():
+    """The derived row op behind torch.library.opcheck (schema, fake tensor,
+    autograd registration) and a compiled training step's gradients."""
+    g = gen(4)
+    x = torch.randn(3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(tk.ar_layernorm.default, (x, w, None, 1e-5))
+    loss = lambda x, w: tk.ar_layernorm(x, w, None, 1e-5).sin().sum()
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    for got, want in zip(torch.autograd.grad(compiled(x, w), (x, w)), torch.autograd.grad(loss(x, w), (x, w))):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
