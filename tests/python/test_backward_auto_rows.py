@@ -4,10 +4,11 @@ tests/specs/autodiff_rows.tk, against torch's autograd of the same formula
 on fresh random inputs, outputs poisoned first:
 
 * layer norm (weight and bias given, or None) against F.layer_norm, float64
-  and float32; gradcheck, and gradgradcheck (`backward auto 2`) with the bias
-  requiring grad, which the derived op never reads;
+  and float32; gradcheck, and (a float64 copy with `backward auto 2`)
+  gradgradcheck with the bias requiring grad, which the derived op never
+  reads, and a gradient penalty against torch's;
 * softmax over any batch against torch.softmax, float64 and float32, a row
-  of ties;
+  of ties; gradcheck and gradgradcheck;
 * a row's max and min (ties share the gradient as torch.amax's), sums over
   part of the row (from 1, up to an int parameter), `s = s + e` and
   `s -= e`, a branch, two outputs stored in different loops: against torch,
@@ -55,13 +56,19 @@ def test_layernorm_against_torch(dtype, tol, affine):
         torch.testing.assert_close(got, ref, rtol=tol, atol=tol)
 
 
+LAYERNORM2 = open(os.path.join(ROOT, "tests", "specs", "autodiff_rows.tk")).read().split("# softmax")[0]
+LAYERNORM2 = LAYERNORM2.replace("ar_layernorm(x: float32|float64", "ar_layernorm2(x: float64").replace(
+    "backward auto\n", "backward auto 2\n")
+
+
 def test_layernorm_gradcheck_and_second_derivatives():
     g = gen(2)
     x = torch.randn(3, 7, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
     b = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
-    f = lambda x, w, b: tk.ar_layernorm(x, w, b, 1e-5)
-    assert torch.autograd.gradcheck(f, (x, w, b))
+    assert torch.autograd.gradcheck(lambda x, w, b: tk.ar_layernorm(x, w, b, 1e-5), (x, w, b))
+    torch_tk.kernel(LAYERNORM2, file="autodiff_rows.tk")
+    f = lambda x, w, b: tk.ar_layernorm2(x, w, b, 1e-5)
     # the bias requires grad, and ar_layernorm_backward never reads it: its gradient is zero, not an error
     assert torch.autograd.gradgradcheck(f, (x, w, b))
     # a gradient penalty against torch's
@@ -85,8 +92,9 @@ def test_softmax_against_torch(dtype, tol):
     want = torch.softmax(x, -1)
     torch.testing.assert_close(y, want, rtol=tol, atol=tol)
     torch.testing.assert_close(grads(y, x, gy)[0], grads(want, x, gy)[0], rtol=tol, atol=tol)
-    assert torch.autograd.gradcheck(tk.ar_softmax, (torch.randn(3, 6, generator=g, dtype=torch.float64,
-                                                                requires_grad=True),))
+    xs = torch.randn(3, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(tk.ar_softmax, (xs,))
+    assert torch.autograd.gradgradcheck(tk.ar_softmax, (xs,))   # backward auto 2
 
 
 def parts_ref(x, k):
