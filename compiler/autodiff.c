@@ -207,19 +207,41 @@ int ad_output_float(const tk_op *op, int o) {
 
 /* ---- the forward, as a tape --------------------------------------------- */
 
-/* Loop variable j as the body names it (a block: the inner loop's on the
- * owned dim) and as the derived op does (derived: 1). */
+/* The variables of the row's index space (the loop's, and virt's owned
+ * dim after them): how many. */
+static int nvars(const ad *s) { return s->d->nloop + (s->owned == s->d->nloop); }
+
+static const ad *row_of(const ad *s) { return s->row ? s->row : s; }
+
+/* Variable j as the body names it (a block: the inner loop's on the owned
+ * dim) and as the derived op does (derived: 1). */
 static const char *loop_var(const ad *s, int j, int derived) {
-    const char *v = s->d->loop_vars[j];
-    if (!tk_owned_dim(v) || s->mode == AD_ELEMENTS || s->mode == AD_ROW) return v;
+    if (j != s->owned) return s->d->loop_vars[j];
+    if (s->mode == AD_ELEMENTS || s->mode == AD_ROW) return "_";
     return derived ? s->inner : s->inner_src;
 }
 
-/* The index tensor tp is read or stored at: the loop's last variables, one a dim of tp. */
-static const char *read_index(ad *s, const tk_param *tp) {
-    int k = tk_explicit_dims(tp), n = s->d->nloop;
+/* The dim variable j runs over (virt's owned dim: NULL until a read names it). */
+static const tk_expr *var_dim(const ad *s, int j) {
+    const tk_param *lo = &s->d->outputs[s->op->loop_out];
+    int out_batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
+    return j == s->owned && row_of(s)->virt ? row_of(s)->vdim : lo->dims[out_batch + j];
+}
+
+/* The variables accesses align with, into idx: every one, but the row's
+ * tape leaves out the owned dim (its reads and stores are the row's); how many. */
+static int access_vars(const ad *s, int *idx) {
+    int m = 0;
+    for (int j = 0; j < nvars(s); j++)
+        if (!(s->mode == AD_ROW && j == s->owned)) idx[m++] = j;
+    return m;
+}
+
+/* The index tensor tp is read or stored at: the last variables, one a dim of tp. */
+const char *ad_index(ad *s, const tk_param *tp) {
+    int idx[TK_MAX_DIMS + 2], m = access_vars(s, idx), k = tk_explicit_dims(tp);
     const char *t = "";
-    for (int j = n - k; j < n; j++) t = ad_fmt(s, "%s%s%s", t, j > n - k ? ", " : "", loop_var(s, j, 1));
+    for (int j = m - k; j < m; j++) t = ad_fmt(s, "%s%s%s", t, j > m - k ? ", " : "", loop_var(s, idx[j], 1));
     return t;
 }
 
@@ -231,47 +253,56 @@ atom ad_read_param(ad *s, int p) {
         if (k < 0) return ad_leaf("0.0", 1);
         s->read_val[p] = k;
         ad_emit(s, 2 * k, ad_fmt(s, "%s = %s[%s]", s->vals[k].name, s->d->params[p].name,
-                                 read_index(s, &s->d->params[p])));
+                                 ad_index(s, &s->d->params[p])));
     }
     return ad_val_atom(s, s->read_val[p]);
 }
 
-/* The loop's index as a block's body writes it ("r, i"). */
+/* The index accesses are at as the body writes it ("r, i"; the row's tape: "r"). */
 static const char *body_index(ad *s) {
+    int idx[TK_MAX_DIMS + 2], m = access_vars(s, idx);
     const char *t = "";
-    for (int j = 0; j < s->d->nloop; j++) t = ad_fmt(s, "%s%s%s", t, j ? ", " : "", loop_var(s, j, 0));
+    for (int j = 0; j < m; j++) t = ad_fmt(s, "%s%s%s", t, j ? ", " : "", loop_var(s, idx[j], 0));
     return t;
 }
 
 /* Whether access e (a read of tensor tp; or, store: a store, st's index, to
  * output tp) is at the loop's index, or, a read of a tensor without '...',
  * at its last variables (in a row loop's inner loop: its variable on the
- * owned dim), each indexing a dim of the loop's output of the same name;
- * else an error at the access. */
+ * owned dim; the row's tape: the row's variables), each indexing a dim of
+ * the loop's output of the same name; else an error at the access. */
 int ad_check_index(ad *s, const tk_param *tp, tk_expr *const *args, int nargs, int store, tk_loc loc) {
     const tk_opdecl *d = s->d;
     const tk_param *lo = &d->outputs[s->op->loop_out];
     int batch = tp->ndims > 0 && tp->dims[0]->kind == TK_E_ELLIPSIS;
     int out_batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
-    int n = d->nloop, k = nargs, ok = k <= n && (!batch || (k == n && out_batch)) && (!store || k == n);
+    int idx[TK_MAX_DIMS + 2], n = access_vars(s, idx), k = nargs;
+    int ok = k <= n && (!batch || (k == n && out_batch)) && (!store || k == n);
     for (int j = 0; ok && j < k; j++) {
-        const char *v = loop_var(s, n - k + j, 0);
+        const char *v = loop_var(s, idx[n - k + j], 0);
         ok = v && args[j]->kind == TK_E_NAME && strcmp(args[j]->name, v) == 0;
     }
     if (ok) {
-        for (int j = 0; j < k; j++)
-            if (!tk_expr_equal(tp->dims[batch + j], lo->dims[out_batch + n - k + j])) {
+        for (int j = 0; j < k; j++) {
+            const tk_expr *want = var_dim(s, idx[n - k + j]);
+            if (!want) {   /* virt: the first read in an inner loop names the dim it walks */
+                ((ad *)row_of(s))->vdim = want = tp->dims[batch + j];
+            }
+            if (!tk_expr_equal(tp->dims[batch + j], want)) {
                 tk_buf pd = {0}, od = {0};
                 tk_expr_text(&pd, tp->dims[batch + j], 1);
-                tk_expr_text(&od, lo->dims[out_batch + n - k + j], 1);
-                ad_fail(s, loc, "'%s' is %s at %s, but its dim '%s' is not dim '%s' of '%s', which %s runs "
-                     "over: name them alike", tp->name, store ? "stored" : "read", loop_var(s, n - k + j, 0),
-                     pd.p && !pd.oom ? pd.p : "?", od.p && !od.oom ? od.p : "?", lo->name,
-                     loop_var(s, n - k + j, 0));
+                tk_expr_text(&od, want, 1);
+                const char *v = loop_var(s, idx[n - k + j], 0);
+                ad_fail(s, loc, "'%s' is %s at %s, but its dim '%s' is not dim '%s' %s, which %s runs over: name "
+                        "them alike", tp->name, store ? "stored" : "read", v, pd.p && !pd.oom ? pd.p : "?",
+                        od.p && !od.oom ? od.p : "?",
+                        idx[n - k + j] == s->owned && row_of(s)->virt ? "of the tensors its inner loops read"
+                                                                      : ad_fmt(s, "of '%s'", lo->name), v);
                 free(pd.p);
                 free(od.p);
                 return 0;
             }
+        }
         return 1;
     }
     tk_buf b = {0};
@@ -283,9 +314,9 @@ int ad_check_index(ad *s, const tk_param *tp, tk_expr *const *args, int nargs, i
     tk_buf_puts(&b, "]");
     const char *what = b.p && !b.oom ? b.p : "an access";
     if (s->mode == AD_ROW)
-        ad_fail(s, loc, "%s: a row loop's tensors are differentiated in its inner loops (`for i in range(...)`, "
-                "read at the row's index [%s] with i on the owned dim); write the backward ops of this op",
-                what, s->index);
+        ad_fail(s, loc, "%s: outside its inner loops a row's tensors are %s at the row's index [%s] (along the "
+                "row: in an inner loop `for i in range(...)`, at [%s%si]); write the backward ops of this op",
+                what, store ? "stored" : "read", body_index(s), body_index(s), n ? ", " : "");
     else if (store)
         ad_fail(s, loc, "%s: a store it differentiates is at the loop's index [%s]; write the backward ops of "
                 "this op", what, body_index(s));
@@ -358,7 +389,7 @@ atom ad_flatten(ad *s, const tk_expr *e, atom g) {
         int k = ad_new_val(s, V_TEMP, 0, g, NULL);
         if (k < 0) return ad_leaf("0", 0);
         s->vals[k].node = e;
-        ad_emit(s, 2 * k, ad_fmt(s, "%s = %s[%s]", s->vals[k].name, e->name, read_index(s, &s->d->params[p])));
+        ad_emit(s, 2 * k, ad_fmt(s, "%s = %s[%s]", s->vals[k].name, e->name, ad_index(s, &s->d->params[p])));
         return ad_val_atom(s, k);
     }
     case TK_E_UNARY:
@@ -462,14 +493,15 @@ void ad_walk(ad *s, tk_stmt *const *body, int n, atom g) {
         }
         case TK_S_STORE: {
             int o = st->ref;
-            if (s->mode == AD_ROW) {
-                ad_fail(s, st->loc, "a store outside the row's inner loops: it differentiates stores in inner "
-                        "loops (`for i in range(...)`); write the backward ops of this op");
-                return;
-            }
             if (s->mode != AD_ELEMENTS && o >= 0 &&
                 !ad_check_index(s, &s->d->outputs[o], st->index, st->nindex, 1, st->loc))
                 return;
+            if (s->mode == AD_ROW && o >= 0 && o < TK_MAX_TENSORS && s->store_loop[o] >= 0) {
+                ad_fail(s, st->loc, "'%s' is stored both in an inner loop and outside: it differentiates an output "
+                        "stored in one inner loop or at the row's level; write the backward ops of this op",
+                        s->d->outputs[o].name);
+                return;
+            }
             if (o < 0 || o >= s->d->nreturns || !ad_output_float(s->op, o) || s->mode == AD_FWD) break;
             atom r = ad_flatten(s, st->value, g);
             int k = ad_new_val(s, V_OUT, 1, g, NULL);
@@ -719,6 +751,16 @@ static int gradient_name_taken(const tk_op *op, const char *name) {
     return 0;
 }
 
+/* Whether statement st has a `for` loop in it. */
+static int has_for(const tk_stmt *st) {
+    if (st->kind == TK_S_FOR) return 1;
+    for (int i = 0; i < st->nbody; i++)
+        if (has_for(st->body[i])) return 1;
+    for (int i = 0; i < st->norelse; i++)
+        if (has_for(st->orelse[i])) return 1;
+    return 0;
+}
+
 /* What makes an op one auto cannot differentiate, found before the body:
  * an error at its place; 0 then, else 1. */
 static int check_form(ad *s) {
@@ -736,6 +778,13 @@ static int check_form(ad *s) {
             return 0;
         }
         s->mode = AD_ROW;
+    } else {   /* inner loops in the element-wise form: a row (the loop's index) and the dim they walk */
+        for (int i = 0; i < d->nbody && s->mode != AD_ROW; i++)
+            if (d->body[i]->kind == TK_S_FOR || (d->body[i]->kind == TK_S_IF && has_for(d->body[i]))) {
+                s->mode = AD_ROW;
+                s->virt = 1;
+                s->owned = d->nloop;
+            }
     }
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
@@ -801,14 +850,31 @@ void ad_print_header(ad *s, tk_buf *b) {
     sep = "";
     const char *first = NULL;
     for (int p = 0; p < d->nparams; p++)
-        if (s->read_val[p] >= 0) {
+        if (s->read_val[p] >= 0 || s->block_read[p]) {
             tk_buf_printf(b, "%sgrad_%s: ", sep, d->params[p].name);
             print_root_dtype(b, d, s->op->dtype_root[p]);
-            print_dims(b, lo);
+            if (s->mode != AD_ROW) {
+                print_dims(b, lo);
+            } else {   /* read along the row: the row's dims and the owned one; outside: the row's */
+                int full = s->block_read[p], owned = (lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS) + s->owned;
+                const char *dsep = "";
+                tk_buf_puts(b, "[");
+                for (int j = 0; j < lo->ndims; j++)
+                    if (full || s->virt || j != owned) {
+                        tk_buf_puts(b, dsep);
+                        tk_expr_spec(b, lo->dims[j]);
+                        dsep = ", ";
+                    }
+                if (full && s->virt && s->vdim) {
+                    tk_buf_puts(b, dsep);
+                    tk_expr_spec(b, s->vdim);
+                }
+                tk_buf_puts(b, "]");
+            }
             sep = ", ";
-            if (!first) first = d->params[p].name;
+            if (!first && (s->mode != AD_ROW || s->block_read[p])) first = d->params[p].name;
         }
-    tk_buf_printf(b, "):\n    for %s in grad_%s:\n", s->index, first);
+    tk_buf_printf(b, "):\n    for %s in grad_%s:\n", s->index, first ? first : "?");
 }
 
 tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
@@ -834,17 +900,18 @@ tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
     if (!s.failed) {
         tk_buf ix = {0};
         for (int i = 0; i < s.d->nloop; i++) tk_buf_printf(&ix, "%s%s", i ? ", " : "", s.d->loop_vars[i]);
+        if (s.virt) tk_buf_printf(&ix, "%s_", s.d->nloop ? ", " : "");
         s.index = ix.p && !ix.oom ? ad_fmt(&s, "%s", ix.p) : (s.d->nloop ? (ad_oom(&s), "") : "");
         free(ix.p);
     }
     atom always = {-1, NULL, 0};
-    if (!s.failed && op->row_loop) ad_rows(&s);   /* its lines, reverse pass and stores */
+    if (!s.failed && s.mode == AD_ROW) ad_rows(&s);   /* its lines, reverse pass and stores */
     else if (!s.failed) ad_walk(&s, s.d->body, s.d->nbody, always);
     int some = 0;
-    for (int p = 0; p < s.d->nparams; p++) some |= s.read_val[p] >= 0;
+    for (int p = 0; p < s.d->nparams; p++) some |= s.read_val[p] >= 0 || s.block_read[p];
     if (!s.failed && !some)
         ad_fail(&s, s.d->loc, "the body reads no float tensor parameter: there is nothing to differentiate");
-    if (!s.failed && !op->row_loop) {
+    if (!s.failed && s.mode != AD_ROW) {
         ad_reverse_values(&s);
         ad_store_grads(&s);
     }

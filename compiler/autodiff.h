@@ -99,7 +99,13 @@ typedef struct ad {
     /* row loops (autodiff_rows.c) */
     int mode;               /* AD_* */
     struct ad *row;         /* a block's row tape */
-    int owned;              /* the position of '_' among the loop's variables, -1 */
+    int owned;              /* the position of '_' among the loop's variables, -1 (nloop: virt) */
+    int virt;               /* the row's tape of an element-wise op with inner loops: the row's
+                             * index is the loop's, and the dim its inner loops walk (vdim) is
+                             * an owned dim after the loop's */
+    const tk_expr *vdim;    /* virt: that dim, from the first read in an inner loop */
+    int store_loop[TK_MAX_TENSORS];     /* the row's tape: per output, the inner loop that stores it, -1 */
+    unsigned char block_read[TK_MAX_TENSORS * 4];   /* the row's tape: read in an inner loop */
     const char *inner_src;  /* a block: the variable of the forward's inner loop it replays */
     const char *inner;      /* a block: that variable in the derived op */
     int *rowref;            /* a block: per value of the row's tape, its V_ROWREF here (-1) */
@@ -137,6 +143,8 @@ void ad_partials(ad *s, int k);
 /* The seeds (incoming gradients of the outputs stored), then every value's partials in reverse. */
 void ad_reverse_values(ad *s);
 void ad_store_grads(ad *s);
+/* The index tensor tp is read or stored at, as the derived op names it. */
+const char *ad_index(ad *s, const tk_param *tp);
 void ad_mark_live(ad *s, char *live_line);
 int ad_check_index(ad *s, const tk_param *tp, tk_expr *const *args, int nargs, int store, tk_loc loc);
 void ad_print_header(ad *s, tk_buf *b);

@@ -48,7 +48,7 @@ static void block_init(ad *s, ad *b, int mode, int li) {
     }
     for (int k = 0; k < s->nvals; k++) b->rowref[k] = -1;
     const char *ix = "";
-    for (int j = 0; j < s->d->nloop; j++)
+    for (int j = 0; j < s->d->nloop + s->virt; j++)
         ix = ad_fmt(s, "%s%s%s", ix, j ? ", " : "", j == s->owned ? b->inner : s->d->loop_vars[j]);
     b->index = ix;
 }
@@ -272,7 +272,11 @@ static void find_stores(ad *s, int *stored, tk_stmt *const *body, int n, int li)
         find_stores(s, stored, st->body, st->nbody, li);
         find_stores(s, stored, st->orelse, st->norelse, li);
         if (st->kind != TK_S_STORE || st->ref < 0 || st->ref >= TK_MAX_TENSORS) continue;
-        if (stored[st->ref] >= 0 && stored[st->ref] != li)
+        if (s->out_val[st->ref] >= 0)
+            ad_fail(s, st->loc, "'%s' is stored both in an inner loop and outside: it differentiates an output "
+                    "stored in one inner loop or at the row's level; write the backward ops of this op",
+                    s->d->outputs[st->ref].name);
+        else if (stored[st->ref] >= 0 && stored[st->ref] != li)
             ad_fail(s, st->loc, "'%s' is stored in two inner loops (the second reads or overwrites the first's "
                     "values): it differentiates an output stored in one inner loop; write the backward ops of "
                     "this op", s->d->outputs[st->ref].name);
@@ -280,8 +284,10 @@ static void find_stores(ad *s, int *stored, tk_stmt *const *body, int n, int li)
     }
 }
 
-/* The loop output's owned dim (the expression). */
+/* The loop output's owned dim (the expression; virt: the dim the inner
+ * loops read along, NULL until a read names it). */
 static const tk_expr *owned_dim(const ad *s) {
+    if (s->virt) return s->vdim;
     const tk_param *lo = &s->d->outputs[s->op->loop_out];
     int batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
     return lo->dims[batch + s->owned];
@@ -300,9 +306,6 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
     L->st = st;
     L->lo = st->lo ? ad_flatten(s, st->lo, g).text : "0";
     L->hi = ad_flatten(s, st->hi, g).text;
-    const tk_expr *D = owned_dim(s), *hi = st->hi;
-    L->full = (!st->lo || (st->lo->kind == TK_E_INT && st->lo->ival == 0)) && hi->kind == D->kind &&
-              ((hi->kind == TK_E_NAME && strcmp(hi->name, D->name) == 0) || (hi->kind == TK_E_INT && hi->ival == D->ival));
     L->nlocal = s->nlocal;
     L->locals = tk_arena_alloc(s->mem, sizeof *L->locals * (size_t)(s->nlocal + 1));
     if (!L->locals) {
@@ -311,7 +314,7 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
     }
     if (s->nlocal) memcpy(L->locals, s->locals, sizeof *L->locals * (size_t)s->nlocal);
     find_accs(s, L, st->body, st->nbody, 1);
-    find_stores(s, s->out_val, st->body, st->nbody, li);
+    find_stores(s, s->store_loop, st->body, st->nbody, li);
     if (s->failed) return;
     L->after = tk_arena_alloc(s->mem, sizeof *L->after * (size_t)(L->naccs + 1));
     if (!L->after) {
@@ -381,8 +384,18 @@ static void grads_block(ad *s) {
     ad b;
     block_init(s, &b, AD_GRADS, -1);
     atom always = {-1, NULL, 0};
+    const tk_expr *D = owned_dim(s);
+    if (!D) {
+        ad_fail(s, s->d->loop_loc, "its inner loops read no tensor: there is no dim along the row to "
+                "differentiate; write the backward ops of this op");
+        return;
+    }
     for (int li = 0; li < s->nloops && !b.failed; li++) {
-        const loopinfo *L = &s->loops[li];
+        loopinfo *L = &s->loops[li];
+        const tk_expr *hi = L->st->hi;
+        L->full = (!L->st->lo || (L->st->lo->kind == TK_E_INT && L->st->lo->ival == 0)) && hi->kind == D->kind &&
+                  ((hi->kind == TK_E_NAME && strcmp(hi->name, D->name) == 0) ||
+                   (hi->kind == TK_E_INT && hi->ival == D->ival));
         b.cur_loop = li;
         b.inner_src = L->st->name;
         b.nlocal = 0;   /* each loop's own locals */
@@ -401,15 +414,30 @@ static void grads_block(ad *s) {
     if (b.failed) return;
     ad_reverse_values(&b);
     ad_store_grads(&b);
-    memcpy(s->read_val, b.read_val, sizeof s->read_val);
-    const char *t = block_text(&b, ad_fmt(s, "range(%s)", ad_expr_str(s, owned_dim(s))));
+    for (int p = 0; p < s->d->nparams; p++) {
+        s->block_read[p] = b.read_val[p] >= 0;
+        if (s->block_read[p] && s->read_val[p] >= 0) {
+            ad_fail(s, s->d->params[p].loc, "'%s' is read both in an inner loop and at the row's level: write the "
+                    "backward ops of this op", s->d->params[p].name);
+            return;
+        }
+    }
+    const char *t = block_text(&b, ad_fmt(s, "range(%s)", ad_expr_str(s, D)));
     if (t) ad_emit(s, -1, t);
 }
 
 void ad_rows(ad *s) {
     atom always = {-1, NULL, 0};
-    for (int i = 0; i < TK_MAX_TENSORS; i++) s->out_val[i] = -1;   /* here: the loop that stores each output */
+    for (int i = 0; i < TK_MAX_TENSORS; i++) s->out_val[i] = s->store_loop[i] = -1;   /* stores: the row's, loops' */
     ad_walk(s, s->d->body, s->d->nbody, always);
+    for (int o = 0; o < s->d->nreturns && !s->failed; o++) {   /* the incoming gradients of the row's stores */
+        int k = s->out_val[o];
+        if (k < 0) continue;
+        s->vals[k].adj = ad_fmt(s, "%sd%d", s->pre, k);
+        s->vals[k].adj_key = 2 * k + 1;
+        ad_emit(s, 2 * k + 1, ad_fmt(s, "%s = float(grad_%s[%s])", s->vals[k].adj, s->d->outputs[o].name,
+                                     ad_index(s, &s->d->outputs[o])));
+    }
     for (int k = s->nvals - 1; k >= 0 && !s->failed; k--) {
         const val *v = &s->vals[k];
         if (v->kind == V_LOOP && v->acc < 0) scalars_block(s, v->loop);
@@ -418,8 +446,17 @@ void ad_rows(ad *s) {
             b.row = s;
             const char *t = acc_share(&b, &s->loops[v->loop], v->acc, s->vals[v->prev].name, 1);
             if (t) ad_contrib(s, ad_val_atom(s, v->prev), always, 0, t);
+        } else if (v->adj) {
+            ad_partials(s, k);
         }
-        else if (v->adj) ad_partials(s, k);
     }
     if (!s->failed) grads_block(s);
+    const char *row = "";   /* the gradients of what the row reads outside its inner loops */
+    for (int j = 0; j < s->d->nloop; j++)
+        if (j != s->owned) row = ad_fmt(s, "%s%s%s", row, row[0] ? ", " : "", s->d->loop_vars[j]);
+    for (int p = 0; p < s->d->nparams && !s->failed; p++)
+        if (s->read_val[p] >= 0) {
+            const char *adj = s->vals[s->read_val[p]].adj;
+            ad_emit(s, -1, ad_fmt(s, "grad_%s[%s] = %s", s->d->params[p].name, row, adj ? adj : "0.0"));
+        }
 }

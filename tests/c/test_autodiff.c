@@ -26,8 +26,23 @@ static const bad_spec k_bad[] = {
      "bad.tk:4:16: error: backward auto of 'f': x[((i + 1) % N)]: it differentiates reads at the loop's index [i] "
      "and, of a tensor without '...', at its last variables (a broadcast); write the backward ops of this op"},
     {OP "        s = 0.0\n        for j in range(3):\n            s += x[i]\n        y[i] = s\n",
-     "bad.tk:5:9: error: backward auto of 'f': an inner 'for' loop: it differentiates the element-wise form "
-     "without inner loops (and row loops: `for r, _ in y`); write the backward ops of this op"},
+     "bad.tk:6:18: error: backward auto of 'f': x[i]: it differentiates reads at the loop's index [i, j] and, of "
+     "a tensor without '...', at its last variables (a broadcast); write the backward ops of this op"},
+    /* the element-wise form with inner loops: a row (the loop's index) and the dim its loops walk */
+    {"op f(x: float[R, N], b: x.dtype[R]) -> y: x.dtype[R]:\n    backward auto\n    for r in y:\n        s = 0.0\n"
+     "        for i in range(N):\n            s += x[r, i]\n        y[r] = s\n        for i in range(N):\n"
+     "            y[r] = x[r, i]\n",
+     "bad.tk:9:13: error: backward auto of 'f': 'y' is stored both in an inner loop and outside: it "
+     "differentiates an output stored in one inner loop or at the row's level; write the backward ops of this op"},
+    {"op f(x: float[R, N], b: x.dtype[R]) -> y: x.dtype[R]:\n    backward auto\n    for r in y:\n        s = 0.0\n"
+     "        for i in range(4):\n            s += float(i)\n        y[r] = b[r] * s\n",
+     "bad.tk:3:14: error: backward auto of 'f': its inner loops read no tensor: there is no dim along the row to "
+     "differentiate; write the backward ops of this op"},
+    {"op f(x: float[R, N], z: x.dtype[R, M]) -> y: x.dtype[R]:\n    backward auto\n    for r in y:\n        s = 0.0\n"
+     "        for i in range(N):\n            s += x[r, i]\n        for j in range(M):\n            s += z[r, j]\n"
+     "        y[r] = s\n",
+     "bad.tk:8:18: error: backward auto of 'f': 'z' is read at j, but its dim 'M' is not dim 'N' of the tensors "
+     "its inner loops read, which j runs over: name them alike"},
     /* row loops: what it does not differentiate, each at its place */
     {"op f(x: float[R, N]) -> y: x.dtype[R, N]:\n    backward auto\n    for _, _ in y:\n        for r in range(R):\n"
      "            for i in range(N):\n                y[r, i] = x[r, i]\n",
@@ -38,12 +53,13 @@ static const bad_spec k_bad[] = {
      "bad.tk:3:14: error: backward auto of 'f': a sum ('+=' into an output): it differentiates row loops that own "
      "one dim ('_' once in the loop) and store with '='; write the backward ops of this op"},
     {ROW "        s = x[r, 0]\n        for i in range(N):\n            y[r, i] = x[r, i] * s\n",
-     "bad.tk:4:13: error: backward auto of 'f': x[r, 0]: a row loop's tensors are differentiated in its inner "
-     "loops (`for i in range(...)`, read at the row's index [r, _] with i on the owned dim); write the backward "
-     "ops of this op"},
+     "bad.tk:4:13: error: backward auto of 'f': x[r, 0]: outside its inner loops a row's tensors are read at the "
+     "row's index [r] (along the row: in an inner loop `for i in range(...)`, at [r, i]); write the backward ops "
+     "of this op"},
     {ROW "        y[r, 0] = 1.0\n        for i in range(N):\n            y[r, i] = x[r, i]\n",
-     "bad.tk:4:9: error: backward auto of 'f': a store outside the row's inner loops: it differentiates stores "
-     "in inner loops (`for i in range(...)`); write the backward ops of this op"},
+     "bad.tk:4:9: error: backward auto of 'f': y[r, 0]: outside its inner loops a row's tensors are stored at "
+     "the row's index [r] (along the row: in an inner loop `for i in range(...)`, at [r, i]); write the backward "
+     "ops of this op"},
     {ROW "        for i in range(N - 1):\n            y[r, i] = x[r, i + 1]\n",
      "bad.tk:5:23: error: backward auto of 'f': x[r, (i + 1)]: it differentiates reads at the loop's index "
      "[r, i] and, of a tensor without '...', at its last variables (a broadcast); write the backward ops of this "

@@ -11,8 +11,11 @@ on fresh random inputs, outputs poisoned first:
   of ties; gradcheck and gradgradcheck;
 * a row's max and min (ties share the gradient as torch.amax's), sums over
   part of the row (from 1, up to an int parameter), `s = s + e` and
-  `s -= e`, a branch, two outputs stored in different loops: against torch,
-  with ties made on purpose, and gradcheck;
+  `s -= e`, a branch, two outputs stored in different loops, a tensor read
+  and an output stored at the row's level: against torch, with ties made on
+  purpose, and gradcheck;
+* the element-wise form with inner loops (a row reduced to one value):
+  logsumexp, a row dot product over batch dims with a broadcast weight;
 * a parameter an op never reads has gradient zero, not an error.
 """
 import os
@@ -97,19 +100,19 @@ def test_softmax_against_torch(dtype, tol):
     assert torch.autograd.gradgradcheck(tk.ar_softmax, (xs,))   # backward auto 2
 
 
-def parts_ref(x, k):
+def parts_ref(x, c, k):
     """ar_parts in torch ops (amax/amin: ties share the gradient evenly)."""
     N = x.shape[1]
     hi = torch.maximum(x.amax(1, keepdim=True), torch.tensor(-float("inf"), dtype=x.dtype))
     lo = torch.minimum(x.amin(1, keepdim=True), torch.zeros((), dtype=x.dtype))
     a = (x * x).sum(1, keepdim=True)
-    b = -torch.sin(x[:, 1:min(k, N)]).sum(1, keepdim=True)
+    b = c[:, None] * c[:, None] - torch.sin(x[:, 1:min(k, N)]).sum(1, keepdim=True)
     y = torch.where(x > 0, (x - hi) * a + b, torch.cos(x) * b - lo)
-    return y, torch.tanh(x * a)
+    return y, torch.tanh(x * a), (a * b)[:, 0]
 
 
 @pytest.mark.parametrize("k", [0, 5, 100])
-def test_max_min_ranges_and_two_outputs(k):
+def test_max_min_ranges_and_three_outputs(k):
     g = gen(10 + k)
     x = torch.randn(5, 9, generator=g, dtype=torch.float64)
     x[1, 3] = x[1, 6] = x[1].max() + 0.5   # two maxima: the gradient splits between them
@@ -117,16 +120,44 @@ def test_max_min_ranges_and_two_outputs(k):
     x[3, 2] = 0.0                            # min's initial 0.0 ties with x[3, 2] when the row is positive
     x[3] = x[3].abs()
     x.requires_grad_()
-    gy, gz = torch.randn(5, 9, generator=g, dtype=torch.float64), torch.randn(5, 9, generator=g, dtype=torch.float64)
-    y, z = tk.ar_parts(x, k)
-    wy, wz = parts_ref(x, k)
-    torch.testing.assert_close(y, wy, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(z, wz, rtol=1e-12, atol=1e-12)
-    (got,) = grads((y, z), x, (gy, gz))
-    (want,) = grads((wy, wz), x, (gy, gz))
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    c = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
+    gs = [torch.randn(5, 9, generator=g, dtype=torch.float64) for _ in range(2)] + [torch.randn(5, generator=g,
+                                                                                                dtype=torch.float64)]
+    got, want = tk.ar_parts(x, c, k), parts_ref(x, c, k)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads(got, (x, c), gs), grads(want, (x, c), gs)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     xs = torch.randn(3, 8, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: tk.ar_parts(x, k), (xs,))
+    cs = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, c: tk.ar_parts(x, c, k), (xs, cs))
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
+def test_row_reductions_in_the_element_wise_form(dtype, tol):
+    """`for r in y` with inner loops over x's last dim: logsumexp with a
+    value read at the row's index (ties of the max included), and a row dot
+    product over batch dims with a broadcast weight, against torch."""
+    g = gen(20)
+    x = torch.randn(6, 13, generator=g, dtype=torch.float64)
+    x[2, 4] = x[2, 9] = x[2].max() + 1.0
+    x = x.to(dtype).requires_grad_()
+    b = torch.randn(6, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    gy = torch.randn(6, generator=g, dtype=torch.float64).to(dtype)
+    y, want = tk.ar_lse(x, b), torch.logsumexp(x, 1) + b * b
+    torch.testing.assert_close(y, want, rtol=tol, atol=tol)
+    for a, r in zip(grads(y, (x, b), gy), grads(want, (x, b), gy)):
+        torch.testing.assert_close(a, r, rtol=tol, atol=tol)
+    x3 = torch.randn(2, 3, 5, 7, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    w = torch.randn(7, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    g3 = torch.randn(2, 3, 5, generator=g, dtype=torch.float64).to(dtype)
+    y, want = tk.ar_rowdot(x3, w), torch.tanh(x3 @ w)
+    torch.testing.assert_close(y, want, rtol=tol, atol=tol)
+    for a, r in zip(grads(y, (x3, w), g3), grads(want, (x3, w), g3)):
+        torch.testing.assert_close(a, r, rtol=tol, atol=tol)
+    if dtype == torch.float64:
+        assert torch.autograd.gradcheck(tk.ar_lse, (x.detach()[:3, :5].clone().requires_grad_(),
+                                                    b.detach()[:3].clone().requires_grad_()))
 
 
 def test_a_parameter_the_op_never_reads_has_gradient_zero():
