@@ -40,6 +40,7 @@ typedef struct val {
     int adj_key;            /* that local's key (its own adjoint's, or the one it took over: take_over) */
     int row_val;            /* V_ROWREF: the value of the row's tape */
     int loop, acc;          /* V_LOOP: the inner loop (ad.loops) and its accumulator (-1: the loop's end) */
+    int jac;                /* V_ROWREF in a jacobian block: 1 + its derivative's sum (a value of the row), 0 */
 } val;
 
 /* A line of the derived body: it defines key (2 * value, 2 * value + 1 its
@@ -76,6 +77,13 @@ typedef struct loopinfo {
     int *after;             /* per accumulator: its V_LOOP (the value after the loop) */
     adlocal *locals;        /* the row's locals where the loop starts */
     int nlocal;
+    /* a loop that only sums into one local (no store, no extreme): its sum's
+     * derivatives by the row's values it reads, summed in its forward pass
+     * (jac_sum[j]: d sum / d jac_of[j]), so that no second pass gives their
+     * adjoints their share */
+    int jac;
+    int *jac_of, *jac_sum;
+    int njac, capjac, capjac_sum;
 } loopinfo;
 
 enum { AD_ELEMENTS, AD_ROW, AD_FWD, AD_SCALARS, AD_GRADS };   /* what a tape is (ad.mode) */
@@ -114,6 +122,9 @@ typedef struct ad {
     int cur_loop;           /* a block: the loop it replays now */
     int nblocks;            /* the row's tape: blocks made (their names' prefixes) */
     int counting;           /* an AD_FWD block that counts the ties of max and min accumulators */
+    int jacobian;           /* an AD_FWD block that also sums its sum's derivatives (loopinfo.jac) */
+    const char *pending;    /* the row's tape: a counting pass not emitted yet (its lines), over */
+    const char *pending_range;
     struct { atom e; int loop, a, sign; atom g; } *accs;   /* a block: the accumulators' terms (sign: -1 for -=) */
     int naccs, capaccs;
 } ad;

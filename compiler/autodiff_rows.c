@@ -55,21 +55,35 @@ static void block_init(ad *s, ad *b, int mode, int li) {
 
 /* Block b's live lines as one line of its row: "for <inner> in <range>:"
  * and each line indented under it; NULL when no line is live. */
-static const char *block_text(ad *b, const char *range) {
+static const char *block_body(ad *b) {
     char *live = tk_arena_alloc(b->mem, (size_t)b->nlines + 1);
     if (!live) {
         ad_oom(b);
         return NULL;
     }
     ad_mark_live(b, live);
-    const char *t = ad_fmt(b, "for %s in %s:", b->inner, range);
-    int any = 0;
+    const char *t = "";
     for (int i = 0; i < b->nlines; i++)
-        if (live[i]) {
-            t = ad_fmt(b, "%s\n            %s", t, b->lines[i].text);
-            any = 1;
-        }
-    return any && !b->failed ? t : NULL;
+        if (live[i]) t = ad_fmt(b, "%s\n            %s", t, b->lines[i].text);
+    return t[0] && !b->failed ? t : NULL;
+}
+
+static const char *block_text(ad *b, const char *range) {
+    const char *t = block_body(b);
+    return t ? ad_fmt(b, "for %s in %s:%s", b->inner, range, t) : NULL;
+}
+
+/* Emits the row's pending pass (the ties of an extreme, counted) as a loop
+ * of its own; with body (of a pass over range: the next loop's), as one loop. */
+static void flush_pending(ad *s, const char *range, const char *body) {
+    if (s->pending && (!body || strcmp(range, s->pending_range) != 0)) {
+        ad_emit(s, -1, ad_fmt(s, "for %si in %s:%s", s->pre, s->pending_range, s->pending));
+        s->pending = NULL;
+    }
+    if (body) {
+        ad_emit(s, -1, ad_fmt(s, "for %si in %s:%s%s", s->pre, range, s->pending ? s->pending : "", body));
+        s->pending = NULL;
+    }
 }
 
 static const char *loop_range(ad *s, const loopinfo *L) {
@@ -122,9 +136,8 @@ void ad_row_acc(ad *b, const tk_stmt *st, atom g) {
     const char *m = s->vals[L->after[a]].name;
     if (b->mode == AD_FWD && L->accs[a].kind == ACC_SUM) {
         if (!b->counting) ad_emit(b, -1, ad_fmt(b, "%s %s= %s", m, sign < 0 ? "-" : "+", term.text));
-        return;
-    }
-    if (b->mode == AD_FWD) {
+        if (!b->jacobian) return;   /* (a jacobian block keeps the term: its reverse pass starts there) */
+    } else if (b->mode == AD_FWD) {
         const char *c = s->vals[L->accs[a].count].name;
         ad_emit(b, -1, b->counting ? ad_fmt(b, "%s += 1.0 if %s == %s else 0.0", c, term.text, m)
                                    : ad_fmt(b, "%s = %s(%s, %s)", m, L->accs[a].kind == ACC_MAX ? "max" : "min",
@@ -158,13 +171,29 @@ const char *ad_row_acc_term(ad *b, int i) {
 }
 
 void ad_row_contrib(ad *b, const val *target, atom g, int negate, const char *expr) {
-    if (b->mode != AD_SCALARS) return;   /* the gradients' loop: the row's adjoints are complete */
+    if (b->mode != AD_SCALARS && !b->jacobian) return;   /* the gradients' loop: the row's adjoints are complete */
     ad *s = b->row;
     int rk = target->row_val;
     val *rv = &s->vals[rk];
     if (!rv->is_float) return;
     const char *term = !g.text ? expr : negate ? ad_fmt(b, "0.0 if %s else %s", g.text, expr)
                                                : ad_fmt(b, "%s if %s else 0.0", expr, g.text);
+    if (b->jacobian) {   /* d sum / d row value, summed over the loop into a value of the row */
+        val *t = &b->vals[target - b->vals];
+        loopinfo *L = &s->loops[b->cur_loop];
+        if (!t->jac) {
+            atom always = {-1, NULL, 0};
+            int k = ad_new_val(s, V_TEMP, 1, always, NULL);
+            if (k < 0 || !ad_grow(s, (void **)&L->jac_of, L->njac, &L->capjac, sizeof *L->jac_of)) return;
+            if (!ad_grow(s, (void **)&L->jac_sum, L->njac, &L->capjac_sum, sizeof *L->jac_sum)) return;
+            L->jac_of[L->njac] = rk;
+            L->jac_sum[L->njac++] = k;
+            t->jac = 1 + k;
+            ad_emit(s, 2 * k, ad_fmt(s, "%s = 0.0", s->vals[k].name));
+        }
+        ad_emit(b, -1, ad_fmt(b, "%s += %s", s->vals[t->jac - 1].name, term));
+        return;
+    }
     if (!rv->adj) {   /* declared at the row's level, before this block's line */
         rv->adj = ad_fmt(s, "%sd%d", s->pre, rk);
         rv->adj_key = 2 * rk + 1;
@@ -332,12 +361,19 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
         L->after[a] = k;
         ad_emit(s, 2 * k, ad_fmt(s, "%s = %s", s->vals[k].name, s->vals[before].name));
     }
+    int stores = 0;
+    for (int o = 0; o < TK_MAX_TENSORS; o++) stores |= s->store_loop[o] == li;
+    L->jac = !stores && L->naccs == 1 && L->accs[0].kind == ACC_SUM;
     if (L->naccs) {   /* the forward's sums, without its stores */
         ad b;
         block_init(s, &b, AD_FWD, li);
+        b.jacobian = L->jac;
         if (!b.failed) ad_walk(&b, st->body, st->nbody, always);
-        const char *t = b.failed ? NULL : block_text(&b, loop_range(s, L));
-        if (t) ad_emit(s, -1, t);
+        for (int i = 0; i < b.naccs && !b.failed; i++)   /* d sum: each term's derivatives */
+            ad_contrib(&b, b.accs[i].e, b.accs[i].g, 0, b.accs[i].sign < 0 ? "(-1.0)" : "1.0");
+        if (L->jac && !b.failed) ad_reverse_values(&b);
+        const char *t = b.failed ? NULL : block_body(&b);
+        if (t) flush_pending(s, loop_range(s, L), t);   /* (with the last loop's count, over the same range) */
     }
     int extremes = 0;
     for (int a = 0; a < L->naccs; a++) {   /* max, min: how many values equal the result (ties share it) */
@@ -350,13 +386,15 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
                                  s->vals[L->after[a]].name));
         extremes = 1;
     }
-    if (extremes) {
+    if (extremes) {   /* a pass of its own, or with the next loop's forward pass */
         ad b;
         block_init(s, &b, AD_FWD, li);
         b.counting = 1;
         if (!b.failed) ad_walk(&b, st->body, st->nbody, always);
-        const char *t = b.failed ? NULL : block_text(&b, loop_range(s, L));
-        if (t) ad_emit(s, -1, t);
+        const char *t = b.failed ? NULL : block_body(&b);
+        flush_pending(s, "", NULL);
+        s->pending = t;
+        s->pending_range = loop_range(s, L);
     }
     for (int a = 0; a < L->naccs; a++) ad_set_local(s, L->accs[a].name, L->after[a]);
     int end = ad_new_val(s, V_LOOP, 0, always, NULL);
@@ -430,6 +468,7 @@ void ad_rows(ad *s) {
     atom always = {-1, NULL, 0};
     for (int i = 0; i < TK_MAX_TENSORS; i++) s->out_val[i] = s->store_loop[i] = -1;   /* stores: the row's, loops' */
     ad_walk(s, s->d->body, s->d->nbody, always);
+    flush_pending(s, "", NULL);
     for (int o = 0; o < s->d->nreturns && !s->failed; o++) {   /* the incoming gradients of the row's stores */
         int k = s->out_val[o];
         if (k < 0) continue;
@@ -440,7 +479,15 @@ void ad_rows(ad *s) {
     }
     for (int k = s->nvals - 1; k >= 0 && !s->failed; k--) {
         const val *v = &s->vals[k];
-        if (v->kind == V_LOOP && v->acc < 0) scalars_block(s, v->loop);
+        if (v->kind == V_LOOP && v->acc < 0 && s->loops[v->loop].jac) {   /* its sum's derivatives, summed */
+            const loopinfo *L = &s->loops[v->loop];
+            const char *D = s->vals[L->after[0]].adj;
+            for (int j = 0; j < L->njac && D; j++)
+                ad_contrib(s, ad_val_atom(s, L->jac_of[j]), always, 0,
+                           ad_fmt(s, "(%s * %s)", D, s->vals[L->jac_sum[j]].name));
+        } else if (v->kind == V_LOOP && v->acc < 0) {
+            scalars_block(s, v->loop);
+        }
         else if (v->kind == V_LOOP && v->adj) {   /* the value before the loop: its share */
             ad b = *s;   /* (acc_share prints into the arena of a block's row) */
             b.row = s;
