@@ -211,7 +211,7 @@ int ad_output_float(const tk_op *op, int o) {
  * dim after them): how many. */
 static int nvars(const ad *s) { return s->d->nloop + (s->owned == s->d->nloop); }
 
-static const ad *row_of(const ad *s) { return s->row ? s->row : s; }
+static ad *row_of(ad *s) { return s->row ? s->row : s; }
 
 /* Variable j as the body names it (a block: the inner loop's on the owned
  * dim) and as the derived op does (derived: 1). */
@@ -222,7 +222,7 @@ static const char *loop_var(const ad *s, int j, int derived) {
 }
 
 /* The dim variable j runs over (virt's owned dim: NULL until a read names it). */
-static const tk_expr *var_dim(const ad *s, int j) {
+static const tk_expr *var_dim(ad *s, int j) {
     const tk_param *lo = &s->d->outputs[s->op->loop_out];
     int out_batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
     return j == s->owned && row_of(s)->virt ? row_of(s)->vdim : lo->dims[out_batch + j];
@@ -286,7 +286,7 @@ int ad_check_index(ad *s, const tk_param *tp, tk_expr *const *args, int nargs, i
         for (int j = 0; j < k; j++) {
             const tk_expr *want = var_dim(s, idx[n - k + j]);
             if (!want) {   /* virt: the first read in an inner loop names the dim it walks */
-                ((ad *)row_of(s))->vdim = want = tp->dims[batch + j];
+                row_of(s)->vdim = want = tp->dims[batch + j];
             }
             if (!tk_expr_equal(tp->dims[batch + j], want)) {
                 tk_buf pd = {0}, od = {0};

@@ -1,17 +1,24 @@
 /* autodiff_rows.c - 'backward auto' of a row loop (docs/autograd.md,
  * Row loops): `for r, _ in y` whose body is row-level statements on locals
- * (the row's statistics) and inner loops `for i in range(lo, hi)` that read
- * tensors and store outputs at the row's index with i on the owned dim, and
- * add into the row's locals (`s += e`, `s -= e`, `s = s + e`).
+ * (the row's statistics; reads and stores at the row's index) and inner
+ * loops `for i in range(lo, hi)` that read tensors and store outputs at the
+ * row's index with i on the owned dim, and change the row's locals as sums
+ * (`s += e`, `s -= e`, `s = s + e`) or extremes (`m = max(m, e)`, min).
+ * The element-wise form with such inner loops is the same with a virtual
+ * owned dim after the loop's (ad.virt): the dim its inner loops read along.
  *
  * The derived op's iteration owns the same row and runs, in order:
  *  1. the forward's row-level statements as a tape (autodiff.c), each inner
- *     loop that adds into a local replayed without its stores (an FWD block);
+ *     loop that sums or takes an extreme replayed without its stores (an FWD
+ *     block; a loop that only sums into one local also sums that sum's
+ *     derivatives by the row's values it reads, loopinfo.jac), and a pass
+ *     counting each extreme's ties (with the next FWD block when it can);
  *  2. the reverse pass of the row's tape: at each inner loop's end (in
- *     reverse), a SCALARS block, the loop again with its own reverse pass,
- *     adding into the adjoints of the row's values it reads (its terms'
- *     share of the statistics' gradients); a sum passes its adjoint to its
- *     terms and to its value before the loop;
+ *     reverse), a SCALARS block (none for a jac loop), the loop again with
+ *     its own reverse pass, adding into the adjoints of the row's values it
+ *     reads (its terms' share of the statistics' gradients); a sum passes
+ *     its adjoint to its terms and to its value before the loop, an extreme
+ *     to the values equal to it, split evenly;
  *  3. one GRADS loop over the owned dim: every inner loop's body again at
  *     each i (under `lo <= i < hi` when its range is not the whole dim), its
  *     reverse pass (the row's adjoints now complete), and each float tensor
@@ -53,8 +60,8 @@ static void block_init(ad *s, ad *b, int mode, int li) {
     b->index = ix;
 }
 
-/* Block b's live lines as one line of its row: "for <inner> in <range>:"
- * and each line indented under it; NULL when no line is live. */
+/* Block b's live lines, each after a newline and indented as a loop's
+ * body; NULL when no line is live. */
 static const char *block_body(ad *b) {
     char *live = tk_arena_alloc(b->mem, (size_t)b->nlines + 1);
     if (!live) {
@@ -68,6 +75,7 @@ static const char *block_body(ad *b) {
     return t[0] && !b->failed ? t : NULL;
 }
 
+/* Block b as one line of its row: "for <inner> in <range>:" and its body. */
 static const char *block_text(ad *b, const char *range) {
     const char *t = block_body(b);
     return t ? ad_fmt(b, "for %s in %s:%s", b->inner, range, t) : NULL;
@@ -157,17 +165,16 @@ void ad_row_acc(ad *b, const tk_stmt *st, atom g) {
  * of the accumulator's value after the loop: D (a sum), or, for max and
  * min, D split evenly among the values equal to the result (torch.amax's
  * rule), NULL when D is (no adjoint). */
-static const char *acc_share(ad *b, const loopinfo *L, int a, const char *x, int sign) {
-    ad *s = b->row;
+static const char *acc_share(ad *s, const loopinfo *L, int a, const char *x, int sign) {
     const val *after = &s->vals[L->after[a]];
     if (!after->adj) return NULL;
-    if (L->accs[a].kind == ACC_SUM) return sign < 0 ? ad_fmt(b, "(-%s)", after->adj) : after->adj;
-    return ad_fmt(b, "(%s / %s if %s == %s else 0.0)", after->adj, s->vals[L->accs[a].count].name, x, after->name);
+    if (L->accs[a].kind == ACC_SUM) return sign < 0 ? ad_fmt(s, "(-%s)", after->adj) : after->adj;
+    return ad_fmt(s, "(%s / %s if %s == %s else 0.0)", after->adj, s->vals[L->accs[a].count].name, x, after->name);
 }
 
 const char *ad_row_acc_term(ad *b, int i) {
     const loopinfo *L = &b->row->loops[b->accs[i].loop];
-    return acc_share(b, L, b->accs[i].a, b->accs[i].e.text, b->accs[i].sign);
+    return acc_share(b->row, L, b->accs[i].a, b->accs[i].e.text, b->accs[i].sign);
 }
 
 void ad_row_contrib(ad *b, const val *target, atom g, int negate, const char *expr) {
@@ -452,13 +459,20 @@ static void grads_block(ad *s) {
     if (b.failed) return;
     ad_reverse_values(&b);
     ad_store_grads(&b);
+    int any = 0;
     for (int p = 0; p < s->d->nparams; p++) {
         s->block_read[p] = b.read_val[p] >= 0;
+        any |= s->block_read[p];
         if (s->block_read[p] && s->read_val[p] >= 0) {
             ad_fail(s, s->d->params[p].loc, "'%s' is read both in an inner loop and at the row's level: write the "
                     "backward ops of this op", s->d->params[p].name);
             return;
         }
+    }
+    if (!any) {
+        ad_fail(s, s->d->loop_loc, "its inner loops read no float tensor: there is nothing along the row to "
+                "differentiate; write the backward ops of this op");
+        return;
     }
     const char *t = block_text(&b, ad_fmt(s, "range(%s)", ad_expr_str(s, D)));
     if (t) ad_emit(s, -1, t);
@@ -489,9 +503,7 @@ void ad_rows(ad *s) {
             scalars_block(s, v->loop);
         }
         else if (v->kind == V_LOOP && v->adj) {   /* the value before the loop: its share */
-            ad b = *s;   /* (acc_share prints into the arena of a block's row) */
-            b.row = s;
-            const char *t = acc_share(&b, &s->loops[v->loop], v->acc, s->vals[v->prev].name, 1);
+            const char *t = acc_share(s, &s->loops[v->loop], v->acc, s->vals[v->prev].name, 1);
             if (t) ad_contrib(s, ad_val_atom(s, v->prev), always, 0, t);
         } else if (v->adj) {
             ad_partials(s, k);

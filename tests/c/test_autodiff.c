@@ -38,6 +38,11 @@ static const bad_spec k_bad[] = {
      "        for i in range(4):\n            s += float(i)\n        y[r] = b[r] * s\n",
      "bad.tk:3:14: error: backward auto of 'f': its inner loops read no tensor: there is no dim along the row to "
      "differentiate; write the backward ops of this op"},
+    {"op f(x: float[R, N], n: int32[R, N]) -> y: x.dtype[R, N]:\n    backward auto\n    for r, _ in y:\n"
+     "        s = 0.0\n        for i in range(N):\n            s += float(n[r, i])\n        for i in range(N):\n"
+     "            y[r, i] = s\n",
+     "bad.tk:3:17: error: backward auto of 'f': its inner loops read no float tensor: there is nothing along the "
+     "row to differentiate; write the backward ops of this op"},
     {"op f(x: float[R, N], z: x.dtype[R, M]) -> y: x.dtype[R]:\n    backward auto\n    for r in y:\n        s = 0.0\n"
      "        for i in range(N):\n            s += x[r, i]\n        for j in range(M):\n            s += z[r, j]\n"
      "        y[r] = s\n",
@@ -284,6 +289,81 @@ static void test_spec_file(const char *tests) {
     free(text);
 }
 
+/* A row reduction in the element-wise form, derived as a row loop over the
+ * dim its inner loops read along: the max's pass; its tie count, the sum and
+ * the sum's derivative by the max in one pass; the row's reverse pass; the
+ * gradients' pass; the gradient of b, read at the row's index, after it. */
+static const char k_lse[] =
+    "op lse(x: float[R, N], b: x.dtype[R]) -> y: x.dtype[R]:\n"
+    "    backward auto\n"
+    "    for r in y:\n"
+    "        m = -inf\n"
+    "        for i in range(N):\n"
+    "            m = max(m, x[r, i])\n"
+    "        s = 0.0\n"
+    "        for i in range(N):\n"
+    "            s += exp(x[r, i] - m)\n"
+    "        y[r] = log(s) + m + b[r] * b[r]\n";
+static const char k_lse_backward[] =
+    "# derived by 'backward auto' from 'lse' (lse.tk:1)\n"
+    "op lse_backward(x: float[R, N], b: x.dtype[R], grad_y: x.dtype[R])\n"
+    "        -> (grad_x: x.dtype[R, N], grad_b: x.dtype[R]):\n"
+    "    for r, _ in grad_x:\n"
+    "        ad0 = -inf\n"
+    "        ad1_m = ad0\n"
+    "        for adi in range(0, N):\n"
+    "            adb0_1 = x[r, adi]\n"
+    "            ad1_m = max(ad1_m, adb0_1)\n"
+    "        ad2 = 1.0 if ad0 == ad1_m else 0.0\n"
+    "        ad4_s = 0.0\n"
+    "        ad5_s = ad4_s\n"
+    "        ad6 = 0.0\n"
+    "        for adi in range(0, N):\n"
+    "            adb1_1 = x[r, adi]\n"
+    "            ad2 += 1.0 if adb1_1 == ad1_m else 0.0\n"
+    "            adb2_1 = x[r, adi]\n"
+    "            adb2_3 = adb2_1 - ad1_m\n"
+    "            adb2_4 = exp(adb2_3)\n"
+    "            ad5_s += adb2_4\n"
+    "            adb2_d4 = 1.0\n"
+    "            adb2_d3 = (adb2_d4 * adb2_4)\n"
+    "            ad6 += (-adb2_d3)\n"
+    "        ad10 = b[r]\n"
+    "        add13 = float(grad_y[r])\n"
+    "        add9 = add13\n"
+    "        add11 = add13\n"
+    "        add10 = (add11 * ad10)\n"
+    "        add10 += (add11 * ad10)\n"
+    "        add8 = add9\n"
+    "        add1 = add9\n"
+    "        add5 = (add8 / ad5_s)\n"
+    "        add1 += (add5 * ad6)\n"
+    "        for adi in range(N):\n"
+    "            adb4_1 = x[r, adi]\n"
+    "            adb4_4 = adb4_1 - ad1_m\n"
+    "            adb4_5 = exp(adb4_4)\n"
+    "            adb4_d1 = (add1 / ad2 if adb4_1 == ad1_m else 0.0)\n"
+    "            adb4_d5 = add5\n"
+    "            adb4_d4 = (adb4_d5 * adb4_5)\n"
+    "            adb4_d1 += adb4_d4\n"
+    "            grad_x[r, adi] = adb4_d1\n"
+    "        grad_b[r] = add10\n";
+
+static void test_golden_rows(void) {
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "lse.tk", k_lse, strlen(k_lse)) == TK_OK);
+    CHECK(tk_ctx_link(ctx) == TK_OK);
+    const tk_op *b = tk_op_find(ctx, "lse_backward");
+    CHECK(b != NULL);
+    if (b && strcmp(b->decl->text, k_lse_backward) != 0) fprintf(stderr, "derived:\n%s", b->decl->text);
+    CHECK(b && strcmp(b->decl->text, k_lse_backward) == 0);
+    CHECK(b && strcmp(tk_op_schema(b), "lse_backward(Tensor x, Tensor b, Tensor grad_y) -> (Tensor, Tensor)") == 0);
+    tk_ctx *again = tk_ctx_new();   /* the text loads as a spec of its own */
+    CHECK(tk_load_spec(again, "d.tk", k_lse_backward, strlen(k_lse_backward)) == TK_OK);
+    tk_ctx_free(again);
+    tk_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_autodiff OPS TESTS\n");
@@ -291,6 +371,7 @@ int main(int argc, char **argv) {
     }
     test_bad();
     test_golden();
+    test_golden_rows();
     test_spec_file(argv[2]);
     return tk_test_report("test_autodiff");
 }
