@@ -17,10 +17,12 @@
  * What it differentiates: the element-wise form, `if`, locals, the
  * operators and functions of the language; tensors read at the loop's own
  * index, or (no '...') at its last dims: a broadcast, whose gradient keeps
- * the loop's dims and which torch sums to the tensor's shape. Everything
- * else (row loops, inner loops, gathers, 'mut', scratch) is an error at
- * its place: write those backward ops by hand. The loader (api.c) parses
- * and checks the text, and for 'backward auto 2' derives it in turn. */
+ * the loop's dims and which torch sums to the tensor's shape. Row loops,
+ * and inner loops that reduce a row, are autodiff_rows.c's, on this tape:
+ * the row's statements are one, each inner loop's body another (a block).
+ * Everything else (gathers, scans, 'mut', scratch) is an error at its
+ * place: write those backward ops by hand. The loader (api.c) parses and
+ * checks the text, and for 'backward auto 2' derives it in turn. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
