@@ -146,10 +146,11 @@ void ad_row_acc(ad *b, const tk_stmt *st, atom g) {
         if (!b->counting) ad_emit(b, -1, ad_fmt(b, "%s %s= %s", m, sign < 0 ? "-" : "+", term.text));
         if (!b->jacobian) return;   /* (a jacobian block keeps the term: its reverse pass starts there) */
     } else if (b->mode == AD_FWD) {
-        const char *c = s->vals[L->accs[a].count].name;
-        ad_emit(b, -1, b->counting ? ad_fmt(b, "%s += 1.0 if %s == %s else 0.0", c, term.text, m)
-                                   : ad_fmt(b, "%s = %s(%s, %s)", m, L->accs[a].kind == ACC_MAX ? "max" : "min",
-                                            m, term.text));
+        if (b->counting)   /* (the count exists from the counting pass on) */
+            ad_emit(b, -1, ad_fmt(b, "%s += 1.0 if %s == %s else 0.0", s->vals[L->accs[a].count].name,
+                                  term.text, m));
+        else
+            ad_emit(b, -1, ad_fmt(b, "%s = %s(%s, %s)", m, L->accs[a].kind == ACC_MAX ? "max" : "min", m, term.text));
         return;
     }
     if (!ad_grow(b, (void **)&b->accs, b->naccs, &b->capaccs, sizeof *b->accs)) return;
