@@ -79,11 +79,11 @@ typedef struct loopinfo {
     int nlocal;
     /* a loop that only sums into one local (no store, no extreme): its sum's
      * derivatives by the row's values it reads, summed in its forward pass
-     * (jac_sum[j]: d sum / d jac_of[j]), so that no second pass gives their
+     * (jacs[j].sum: d sum / d jacs[j].of), so that no second pass gives their
      * adjoints their share */
     int jac;
-    int *jac_of, *jac_sum;
-    int njac, capjac, capjac_sum;
+    struct { int of, sum; } *jacs;   /* values of the row */
+    int njac, capjac;
 } loopinfo;
 
 enum { AD_ELEMENTS, AD_ROW, AD_FWD, AD_SCALARS, AD_GRADS };   /* what a tape is (ad.mode) */
@@ -174,6 +174,6 @@ void ad_row_acc(ad *s, const tk_stmt *st, atom g);
  * term e, NULL when nothing. */
 const char *ad_row_acc_term(ad *b, int i);
 /* A block: adds expr (under g) to the adjoint of row value target. */
-void ad_row_contrib(ad *s, const val *target, atom g, int negate, const char *expr);
+void ad_row_contrib(ad *b, val *target, atom g, int negate, const char *expr);
 
 #endif

@@ -178,7 +178,7 @@ const char *ad_row_acc_term(ad *b, int i) {
     return acc_share(b->row, L, b->accs[i].a, b->accs[i].e.text, b->accs[i].sign);
 }
 
-void ad_row_contrib(ad *b, const val *target, atom g, int negate, const char *expr) {
+void ad_row_contrib(ad *b, val *target, atom g, int negate, const char *expr) {
     if (b->mode != AD_SCALARS && !b->jacobian) return;   /* the gradients' loop: the row's adjoints are complete */
     ad *s = b->row;
     int rk = target->row_val;
@@ -187,19 +187,17 @@ void ad_row_contrib(ad *b, const val *target, atom g, int negate, const char *ex
     const char *term = !g.text ? expr : negate ? ad_fmt(b, "0.0 if %s else %s", g.text, expr)
                                                : ad_fmt(b, "%s if %s else 0.0", expr, g.text);
     if (b->jacobian) {   /* d sum / d row value, summed over the loop into a value of the row */
-        val *t = &b->vals[target - b->vals];
         loopinfo *L = &s->loops[b->cur_loop];
-        if (!t->jac) {
+        if (!target->jac) {
             atom always = {-1, NULL, 0};
             int k = ad_new_val(s, V_TEMP, 1, always, NULL);
-            if (k < 0 || !ad_grow(s, (void **)&L->jac_of, L->njac, &L->capjac, sizeof *L->jac_of)) return;
-            if (!ad_grow(s, (void **)&L->jac_sum, L->njac, &L->capjac_sum, sizeof *L->jac_sum)) return;
-            L->jac_of[L->njac] = rk;
-            L->jac_sum[L->njac++] = k;
-            t->jac = 1 + k;
+            if (k < 0 || !ad_grow(s, (void **)&L->jacs, L->njac, &L->capjac, sizeof *L->jacs)) return;
+            L->jacs[L->njac].of = rk;
+            L->jacs[L->njac++].sum = k;
+            target->jac = 1 + k;
             ad_emit(s, 2 * k, ad_fmt(s, "%s = 0.0", s->vals[k].name));
         }
-        ad_emit(b, -1, ad_fmt(b, "%s += %s", s->vals[t->jac - 1].name, term));
+        ad_emit(b, -1, ad_fmt(b, "%s += %s", s->vals[target->jac - 1].name, term));
         return;
     }
     if (!rv->adj) {   /* declared at the row's level, before this block's line */
@@ -257,8 +255,8 @@ static const tk_stmt *reads_running(tk_stmt *const *body, int n, const char *nam
 }
 
 /* Records loop L's accumulators: the row's locals its body assigns, each
- * only at the loop's own level as `s += e`, `s -= e` or `s = s + e` and
- * read nowhere else in it; else an error at the assignment. */
+ * only at the loop's own level as a sum or an extreme (acc_kind) and read
+ * nowhere else in it; else an error at the assignment. */
 static void find_accs(ad *s, loopinfo *L, tk_stmt *const *body, int n, int top) {
     for (int i = 0; i < n && !s->failed; i++) {
         const tk_stmt *st = body[i];
@@ -268,17 +266,15 @@ static void find_accs(ad *s, loopinfo *L, tk_stmt *const *body, int n, int top) 
             continue;
         }
         if (st->kind != TK_S_ASSIGN || ad_find_local(s, st->name) < 0) continue;
-        const tk_expr *v = st->value;
         int kind = acc_kind(st);
         if (kind < 0 || !top) {
             ad_fail(s, st->loc, "'%s' is made before the inner loop and assigned in it %s: it differentiates a "
                     "row's local that an inner loop changes only at the loop's own level, as a sum (`%s += e`, "
                     "`%s -= e`, `%s = %s + e`) or an extreme (`%s = max(%s, e)`, min); write the backward ops "
-                    "of this op", st->name, top ? "other than as a sum or an extreme" : "under an 'if'", st->name, st->name, st->name,
-                    st->name, st->name, st->name);
+                    "of this op", st->name, top ? "other than as a sum or an extreme" : "under an 'if'", st->name,
+                    st->name, st->name, st->name, st->name, st->name);
             return;
         }
-        (void)v;
         const tk_stmt *r = reads_running(L->st->body, L->st->nbody, st->name, 1);
         if (r) {
             ad_fail(s, r->loc, "the inner loop reads the running sum '%s': it differentiates sums whose value "
@@ -286,10 +282,10 @@ static void find_accs(ad *s, loopinfo *L, tk_stmt *const *body, int n, int top) 
             return;
         }
         int have = find_acc(L, st->name);
-        if (have >= 0 && L->accs[have].kind != kind) {
+        if (have >= 0 && L->accs[have].kind != kind) {   /* (one of the two is the sum) */
+            int extreme = L->accs[have].kind == ACC_SUM ? kind : L->accs[have].kind;
             ad_fail(s, st->loc, "'%s' is both summed and a %s in the inner loop: write the backward ops of this op",
-                    st->name, L->accs[have].kind == ACC_SUM ? (kind == ACC_MAX ? "max" : "min")
-                                                            : (L->accs[have].kind == ACC_MAX ? "max" : "min"));
+                    st->name, extreme == ACC_MAX ? "max" : "min");
             return;
         }
         if (have >= 0) continue;
@@ -498,8 +494,8 @@ void ad_rows(ad *s) {
             const loopinfo *L = &s->loops[v->loop];
             const char *D = s->vals[L->after[0]].adj;
             for (int j = 0; j < L->njac && D; j++)
-                ad_contrib(s, ad_val_atom(s, L->jac_of[j]), always, 0,
-                           ad_fmt(s, "(%s * %s)", D, s->vals[L->jac_sum[j]].name));
+                ad_contrib(s, ad_val_atom(s, L->jacs[j].of), always, 0,
+                           ad_fmt(s, "(%s * %s)", D, s->vals[L->jacs[j].sum].name));
         } else if (v->kind == V_LOOP && v->acc < 0) {
             scalars_block(s, v->loop);
         }
