@@ -753,16 +753,6 @@ static int gradient_name_taken(const tk_op *op, const char *name) {
     return 0;
 }
 
-/* Whether statement st has a `for` loop in it. */
-static int has_for(const tk_stmt *st) {
-    if (st->kind == TK_S_FOR) return 1;
-    for (int i = 0; i < st->nbody; i++)
-        if (has_for(st->body[i])) return 1;
-    for (int i = 0; i < st->norelse; i++)
-        if (has_for(st->orelse[i])) return 1;
-    return 0;
-}
-
 /* What makes an op one auto cannot differentiate, found before the body:
  * an error at its place; 0 then, else 1. */
 static int check_form(ad *s) {
@@ -780,13 +770,11 @@ static int check_form(ad *s) {
             return 0;
         }
         s->mode = AD_ROW;
-    } else {   /* inner loops in the element-wise form: a row (the loop's index) and the dim they walk */
-        for (int i = 0; i < d->nbody && s->mode != AD_ROW; i++)
-            if (d->body[i]->kind == TK_S_FOR || (d->body[i]->kind == TK_S_IF && has_for(d->body[i]))) {
-                s->mode = AD_ROW;
-                s->virt = 1;
-                s->owned = d->nloop;
-            }
+    } else if (!tk_op_loop_free(op)) {   /* inner loops in the element-wise form: a row (the loop's index)
+                                          * and the dim they walk */
+        s->mode = AD_ROW;
+        s->virt = 1;
+        s->owned = d->nloop;
     }
     for (int i = 0; i < d->nparams; i++) {
         const tk_param *p = &d->params[i];
