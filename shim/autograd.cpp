@@ -73,6 +73,7 @@ struct Plan {
   std::vector<bool> save_output;       // per forward output
   std::vector<bool> takes_grad;        // per forward output: some backward op takes grad_<output>
   std::vector<bool> has_grad;          // per forward parameter: some backward op computes grad_<param>
+  std::vector<bool> read;              // per forward parameter: the op's body reads it (tk_op_param_read)
   bool in_place = false;               // updates 'mut' parameters (run_in_place)
 };
 
@@ -87,8 +88,10 @@ Plan make_plan(const tk_op* op) {
   p.save_output.assign(static_cast<size_t>(tk_op_nreturns(op)), false);   // (what the op returns)
   p.takes_grad.assign(static_cast<size_t>(tk_op_nreturns(op)), false);
   p.has_grad.assign(static_cast<size_t>(tk_op_nparams(op)), false);
-  for (int i = 0; i < tk_op_nparams(op); ++i)
+  for (int i = 0; i < tk_op_nparams(op); ++i) {
     if (tk_op_param_kind(op, i) == 0 /* TK_P_TENSOR */) p.tensor_params.push_back(i);
+    p.read.push_back(tk_op_param_read(op, i) != 0);
+  }
   for (int b = 0; b < tk_op_nbackward(op); ++b) {
     const tk_op* bw = tk_op_find(ctx, tk_op_backward_at(op, b));
     TORCH_INTERNAL_ASSERT(bw != nullptr, "tk: backward op ", tk_op_backward_at(op, b), " of ", p.name,
@@ -457,8 +460,8 @@ void boxed_autograd(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
   // derived op's bias: its derivative is constant) has gradient zero: none
   TORCH_INTERNAL_ASSERT(args.size() == plan.has_grad.size());   // (schema arguments are the spec's parameters)
   for (size_t i = 0; i < args.size(); ++i)
-    TORCH_CHECK(!args[i].isTensor() || !args[i].toTensor().requires_grad() || plan.has_grad[i] ||
-                    !tk_op_param_read(plan.op, static_cast<int>(i)), "tk.", plan.name,
+    TORCH_CHECK(!args[i].isTensor() || !args[i].toTensor().requires_grad() || plan.has_grad[i] || !plan.read[i],
+                "tk.", plan.name,
                 ": argument '", handle.schema().arguments()[i].name(), "' requires grad but no backward op of tk.",
                 plan.name, " computes grad_", handle.schema().arguments()[i].name(),
                 " (pass it detached, or add a backward op that computes it)");
