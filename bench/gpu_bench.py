@@ -36,7 +36,10 @@ Cases (each checked before it is timed; times are CUDA-event medians after a war
   derived       backward ops derived by `backward auto`: forward + backward of
                 examples/specs/activations.tk's bias_gelu (8192, 4096) vs
                 F.gelu(x + bias), and of the derived dropout vs the one
-                written by hand (bit-equal gradients) and F.dropout
+                written by hand (bit-equal gradients) and F.dropout; of
+                tests/specs/autodiff_rows.tk's layer norm (weight and bias)
+                and softmax (4096, 1024), row loops derived, vs F.layer_norm
+                and torch.softmax
   per call      host time per call of a tiny tk op vs torch.add of the same
                 size (launch overhead), many calls, one synchronize
   first call    a fresh process's first call of each op: cold (empty kernel
@@ -450,8 +453,11 @@ def bench_derived(repeat):
     """Backward ops derived by `backward auto` (docs/autograd.md): forward +
     backward of examples/specs/activations.tk's bias_gelu against
     F.gelu(x + bias), and of the derived dropout (tests/specs/autodiff.tk)
-    against the hand-written one (examples/specs/dropout.tk); checked first."""
-    for spec in ("examples/specs/activations.tk", "examples/specs/dropout.tk", "tests/specs/autodiff.tk"):
+    against the hand-written one (examples/specs/dropout.tk), and of the row
+    loops of tests/specs/autodiff_rows.tk (layer norm, softmax) against
+    torch's; checked first."""
+    for spec in ("examples/specs/activations.tk", "examples/specs/dropout.tk", "tests/specs/autodiff.tk",
+                 "tests/specs/autodiff_rows.tk"):
         torch_tk.load(os.path.join(HERE, "..", spec))
     tk = torch.ops.tk
     R, N = (16, 64) if SMALL else (8192, 4096)
@@ -464,10 +470,22 @@ def bench_derived(repeat):
     err = max(rel_err(a, b.double()) for a, b in zip(got, want))
     hand = torch.autograd.grad(tk.dropout(x, 0.1, 5), (x,), gy)[0]
     same = torch.equal(torch.autograd.grad(tk.ad_dropout(x, 0.1, 5), (x,), gy)[0], hand)
-    ok = err < 1e-4 and same
+    # row loops: layer norm with weight and bias, softmax, (4096, 1024)
+    RR, RN = (8, 100) if SMALL else (4096, 1024)
+    xr = torch.randn(RR, RN, generator=g).to(DEVICE).requires_grad_()
+    wr, br = (torch.randn(RN, generator=g).to(DEVICE).requires_grad_() for _ in range(2))
+    gr = torch.randn(RR, RN, generator=g).to(DEVICE)
+    ln = lambda: tk.ar_layernorm(xr, wr, br, 1e-5)   # noqa: E731
+    ln_ref = lambda: F.layer_norm(xr, (RN,), wr, br, 1e-5)   # noqa: E731
+    err_ln = max(rel_err(a, b.double()) for a, b in zip(torch.autograd.grad(ln(), (xr, wr, br), gr),
+                                                         torch.autograd.grad(ln_ref(), (xr, wr, br), gr)))
+    err_sm = rel_err(torch.autograd.grad(tk.ar_softmax(xr), xr, gr)[0],
+                     torch.autograd.grad(torch.softmax(xr, -1), xr, gr)[0].double())
+    ok = err < 1e-4 and same and err_ln < 1e-4 and err_sm < 1e-4
     work = dict(bytes=4 * R * N * 4)   # x and y forward; x, grad_y and grad_x backward (bias's sum aside)
+    rwork = dict(bytes=4 * RR * RN * 5)   # x and y forward; x, grad_y and grad_x backward: the least traffic
 
-    def fb(f, *leaves):
+    def fb(f, *leaves, gy=gy):
         return lambda: torch.autograd.grad(f(), leaves, gy)
 
     return [row("bias_gelu fwd+bwd", "tk backward auto", fb(lambda: tk.bias_gelu(x, bias), x, bias), repeat, work,
@@ -478,7 +496,15 @@ def bench_derived(repeat):
                 f"grad {'bit-equal to' if same else 'DIFFERS from'} the written one's"),
             row("dropout fwd+bwd", "tk backward by hand", fb(lambda: tk.dropout(x, 0.1, 5), x), repeat, work,
                 "reference"),
-            row("dropout fwd+bwd", "F.dropout", fb(lambda: F.dropout(x, 0.1), x), repeat, work, "reference")], ok
+            row("dropout fwd+bwd", "F.dropout", fb(lambda: F.dropout(x, 0.1), x), repeat, work, "reference"),
+            row(f"layernorm {RR}x{RN} fwd+bwd", "tk backward auto (row loop)", fb(ln, xr, wr, br, gy=gr), repeat,
+                rwork, f"grads rel err {err_ln:.2g} vs torch's"),
+            row(f"layernorm {RR}x{RN} fwd+bwd", "F.layer_norm", fb(ln_ref, xr, wr, br, gy=gr), repeat, rwork,
+                "reference"),
+            row(f"softmax {RR}x{RN} fwd+bwd", "tk backward auto (row loop)",
+                fb(lambda: tk.ar_softmax(xr), xr, gy=gr), repeat, rwork, f"grad rel err {err_sm:.2g} vs torch's"),
+            row(f"softmax {RR}x{RN} fwd+bwd", "torch.softmax", fb(lambda: torch.softmax(xr, -1), xr, gy=gr), repeat,
+                rwork, "reference")], ok
 
 
 def bench_call_overhead(repeat):

@@ -17,6 +17,9 @@ on fresh random inputs, outputs poisoned first:
 * the element-wise form with inner loops (a row reduced to one value):
   logsumexp, a row dot product over batch dims with a broadcast weight;
 * a parameter an op never reads has gradient zero, not an error.
+
+The comparisons with torch run on CUDA too when there is a GPU (ci/gpu-check.sh
+runs the ids naming cuda), with rows of 1,000 elements there as well.
 """
 import os
 
@@ -33,6 +36,9 @@ tk = torch.ops.tk
 torch_tk.load(os.path.join(ROOT, "tests", "specs", "autodiff_rows.tk"))
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))]
+
+
 def gen(seed):
     return torch.Generator().manual_seed(seed)
 
@@ -42,15 +48,20 @@ def grads(out, inputs, grad_out):
     return torch.autograd.grad(out, inputs, grad_out, allow_unused=True)
 
 
+def rand(g, *shape, dtype, device):
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("R, N", [(6, 37), (33, 1000)])
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
 @pytest.mark.parametrize("affine", [True, False])
-def test_layernorm_against_torch(dtype, tol, affine):
+def test_layernorm_against_torch(dtype, tol, affine, R, N, device):
     g = gen(1)
-    R, N = 6, 37
-    x = torch.randn(R, N, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
-    w = (torch.randn(N, generator=g, dtype=torch.float64).to(dtype).requires_grad_() if affine else None)
-    b = (torch.randn(N, generator=g, dtype=torch.float64).to(dtype).requires_grad_() if affine else None)
-    gy = torch.randn(R, N, generator=g, dtype=torch.float64).to(dtype)
+    x = rand(g, R, N, dtype=dtype, device=device).requires_grad_()
+    w = rand(g, N, dtype=dtype, device=device).requires_grad_() if affine else None
+    b = rand(g, N, dtype=dtype, device=device).requires_grad_() if affine else None
+    gy = rand(g, R, N, dtype=dtype, device=device)
     inputs = (x, w, b) if affine else (x,)
     y = tk.ar_layernorm(x, w, b, 1e-5)
     want = F.layer_norm(x, (N,), w, b, 1e-5)
@@ -84,18 +95,20 @@ def test_layernorm_gradcheck_and_second_derivatives():
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("N", [41, 1000])
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-6)])
-def test_softmax_against_torch(dtype, tol):
+def test_softmax_against_torch(dtype, tol, N, device):
     g = gen(3)
-    x = (3 * torch.randn(2, 5, 41, generator=g, dtype=torch.float64)).to(dtype)
+    x = 3 * rand(g, 2, 5, N, dtype=dtype, device=device)
     x[1, 2] = 0.5   # a row of ties: every element the max
     x.requires_grad_()
-    gy = torch.randn(2, 5, 41, generator=g, dtype=torch.float64).to(dtype)
+    gy = rand(g, 2, 5, N, dtype=dtype, device=device)
     y = tk.ar_softmax(x)
     want = torch.softmax(x, -1)
     torch.testing.assert_close(y, want, rtol=tol, atol=tol)
     torch.testing.assert_close(grads(y, x, gy)[0], grads(want, x, gy)[0], rtol=tol, atol=tol)
-    xs = torch.randn(3, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    xs = rand(g, 3, 6, dtype=torch.float64, device=device).requires_grad_()
     assert torch.autograd.gradcheck(tk.ar_softmax, (xs,))
     assert torch.autograd.gradgradcheck(tk.ar_softmax, (xs,))   # backward auto 2
 
@@ -112,46 +125,48 @@ def parts_ref(x, c, k):
     return y, torch.tanh(x * a), (a * b + q)[:, 0]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("k", [0, 5, 100])
-def test_max_min_ranges_and_three_outputs(k):
+def test_max_min_ranges_and_three_outputs(k, device):
     g = gen(10 + k)
-    x = torch.randn(5, 9, generator=g, dtype=torch.float64)
+    x = rand(g, 5, 9, dtype=torch.float64, device=device)
     x[1, 3] = x[1, 6] = x[1].max() + 0.5   # two maxima: the gradient splits between them
     x[2, :4] = x[2].min() - 0.25             # four minima
     x[3, 2] = 0.0                            # min's initial 0.0 ties with x[3, 2] when the row is positive
     x[3] = x[3].abs()
     x.requires_grad_()
-    c = torch.randn(5, generator=g, dtype=torch.float64, requires_grad=True)
-    gs = [torch.randn(5, 9, generator=g, dtype=torch.float64) for _ in range(2)] + [torch.randn(5, generator=g,
-                                                                                                dtype=torch.float64)]
+    c = rand(g, 5, dtype=torch.float64, device=device).requires_grad_()
+    gs = [rand(g, 5, 9, dtype=torch.float64, device=device) for _ in range(2)] + [rand(g, 5, dtype=torch.float64,
+                                                                                        device=device)]
     got, want = tk.ar_parts(x, c, k), parts_ref(x, c, k)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads(got, (x, c), gs), grads(want, (x, c), gs)):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    xs = torch.randn(3, 8, generator=g, dtype=torch.float64, requires_grad=True)
-    cs = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    xs = rand(g, 3, 8, dtype=torch.float64, device=device).requires_grad_()
+    cs = rand(g, 3, dtype=torch.float64, device=device).requires_grad_()
     assert torch.autograd.gradcheck(lambda x, c: tk.ar_parts(x, c, k), (xs, cs))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
-def test_row_reductions_in_the_element_wise_form(dtype, tol):
+def test_row_reductions_in_the_element_wise_form(dtype, tol, device):
     """`for r in y` with inner loops over x's last dim: logsumexp with a
     value read at the row's index (ties of the max included), and a row dot
     product over batch dims with a broadcast weight, against torch."""
     g = gen(20)
-    x = torch.randn(6, 13, generator=g, dtype=torch.float64)
+    x = rand(g, 6, 13, dtype=torch.float64, device=device)
     x[2, 4] = x[2, 9] = x[2].max() + 1.0
     x = x.to(dtype).requires_grad_()
-    b = torch.randn(6, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
-    gy = torch.randn(6, generator=g, dtype=torch.float64).to(dtype)
+    b = rand(g, 6, dtype=dtype, device=device).requires_grad_()
+    gy = rand(g, 6, dtype=dtype, device=device)
     y, want = tk.ar_lse(x, b), torch.logsumexp(x, 1) + b * b
     torch.testing.assert_close(y, want, rtol=tol, atol=tol)
     for a, r in zip(grads(y, (x, b), gy), grads(want, (x, b), gy)):
         torch.testing.assert_close(a, r, rtol=tol, atol=tol)
-    x3 = torch.randn(2, 3, 5, 7, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
-    w = torch.randn(7, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
-    g3 = torch.randn(2, 3, 5, generator=g, dtype=torch.float64).to(dtype)
+    x3 = rand(g, 2, 3, 5, 7, dtype=dtype, device=device).requires_grad_()
+    w = rand(g, 7, dtype=dtype, device=device).requires_grad_()
+    g3 = rand(g, 2, 3, 5, dtype=dtype, device=device)
     y, want = tk.ar_rowdot(x3, w), torch.tanh(x3 @ w)
     torch.testing.assert_close(y, want, rtol=tol, atol=tol)
     for a, r in zip(grads(y, (x3, w), g3), grads(want, (x3, w), g3)):
