@@ -47,6 +47,10 @@ static tk_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 extern "C" {   /* inline: one pair however many generated files include this */
 inline long tk_emu_misaligned = 0, tk_emu_vector_stores = 0, tk_emu_vector_loads = 0;
 }
+/* the products of derived ops (emit_expr.c), never contracted on a GPU: here
+ * the op's pragmas (k_exact_begin, emit.c) keep GCC from contracting them */
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
 template <class T>
 static inline T __ldg(const T *p) {
     return *p;
