@@ -864,7 +864,13 @@ void ad_print_header(ad *s, tk_buf *b) {
             sep = ", ";
             if (!first && (s->mode != AD_ROW || s->block_read[p])) first = d->params[p].name;
         }
-    tk_buf_printf(b, "):\n    for %s in grad_%s:\n", s->index, first ? first : "?");
+    tk_buf_puts(b, "):\n");
+    for (int i = 0; i < s->nscratch; i++) {   /* a scan's states (autodiff_scan.c): the loop output's shape */
+        tk_buf_printf(b, "    scratch %s: float", s->scratch[i]);
+        print_dims(b, lo);
+        tk_buf_puts(b, "\n");
+    }
+    tk_buf_printf(b, "    for %s in grad_%s:\n", s->index, first ? first : "?");
 }
 
 tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {

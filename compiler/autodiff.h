@@ -60,11 +60,13 @@ typedef struct adlocal {
 /* An accumulator of an inner loop: a local the row made before the loop,
  * which the loop changes only as `s += e`, `s -= e`, `s = s + e`, or
  * `m = max(m, e)`, `m = min(m, e)`. */
-enum { ACC_SUM, ACC_MAX, ACC_MIN };
+enum { ACC_SUM, ACC_MAX, ACC_MIN, ACC_SCAN };   /* ACC_SCAN: a scan's carried local (autodiff_scan.c) */
 typedef struct acc {
     const char *name;
     int kind;               /* ACC_* */
     int count;              /* ACC_MAX, ACC_MIN: the row's value counting the ties of the result */
+    const char *scratch;    /* ACC_SCAN: the scratch keeping its value as each step starts */
+    const char *carrier;    /* ACC_SCAN: the local carrying its adjoint back through the steps */
 } acc;
 
 /* An inner loop of a row loop: `for i in range(lo, hi)` at the row's level. */
@@ -72,6 +74,7 @@ typedef struct loopinfo {
     const tk_stmt *st;
     const char *lo, *hi;    /* its bounds as the row's values' text ("0" for none) */
     int full;               /* range(D) over the owned dim D: no guard in the gradients' loop */
+    int scan;               /* a scan (autodiff_scan.c): its accumulators are ACC_SCAN */
     acc *accs;
     int naccs, capaccs;
     int *after;             /* per accumulator: its V_LOOP (the value after the loop) */
@@ -86,7 +89,7 @@ typedef struct loopinfo {
     int njac, capjac;
 } loopinfo;
 
-enum { AD_ELEMENTS, AD_ROW, AD_FWD, AD_SCALARS, AD_GRADS };   /* what a tape is (ad.mode) */
+enum { AD_ELEMENTS, AD_ROW, AD_FWD, AD_SCALARS, AD_GRADS, AD_SCAN };   /* what a tape is (ad.mode) */
 
 typedef struct ad {
     tk_op *op;
@@ -127,6 +130,8 @@ typedef struct ad {
     const char *pending_range;
     struct { atom e; int loop, a, sign; atom g; } *accs;   /* a block: the accumulators' terms (sign: -1 for -=) */
     int naccs, capaccs;
+    const char **scratch;   /* the row's tape: the derived op's scratch tensors (a scan's states) */
+    int nscratch, capscratch;
 } ad;
 
 void ad_fail(ad *s, tk_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -175,5 +180,33 @@ void ad_row_acc(ad *s, const tk_stmt *st, atom g);
 const char *ad_row_acc_term(ad *b, int i);
 /* A block: adds expr (under g) to the adjoint of row value target. */
 void ad_row_contrib(ad *b, val *target, atom g, int negate, const char *expr);
+/* b: a block of row s, in mode, replaying loop li (-1: none). */
+void ad_block_init(ad *s, ad *b, int mode, int li);
+/* Block b's live lines, each after a newline and indented as a loop's body; NULL when none is live. */
+const char *ad_block_body(ad *b);
+/* "range(lo, hi)" of loop L. */
+const char *ad_loop_range(ad *s, const loopinfo *L);
+/* The accumulator of loop L that local name is, -1 if none. */
+int ad_find_acc(const loopinfo *L, const char *name);
+/* What accumulator statement st is (ACC_SUM, ACC_MAX, ACC_MIN), -1 if none. */
+int ad_acc_kind(const tk_stmt *st);
+/* Where body[0..n) (top: the loop's own level) reads local name other than as
+ * the running value of an accumulator statement of it: that statement, NULL. */
+const tk_stmt *ad_reads_running(tk_stmt *const *body, int n, const char *name, int top);
+/* The loop output's owned dim (virt: the dim the inner loops read along, NULL until known). */
+const tk_expr *ad_owned_dim(const ad *s);
+
+/* autodiff_scan.c */
+/* Whether inner loop li (its locals recorded) is a scan, its carried locals
+ * then its accumulators (ACC_SCAN); an error where the scan is not one it
+ * derives. */
+int ad_scan_find(ad *s, int li);
+/* The scan's forward pass (the row's line): its steps without stores, each
+ * carried local's value kept in a scratch as the step starts. */
+void ad_scan_forward(ad *s, int li);
+/* A block of the forward pass: assignment st to carried local a (under g). */
+void ad_scan_assign(ad *b, const tk_stmt *st, atom g, int a);
+/* The scan's reverse pass (the row's line, at its place in the row's). */
+void ad_scan_reverse(ad *s, int li);
 
 #endif

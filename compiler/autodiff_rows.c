@@ -6,6 +6,8 @@
  * (`s += e`, `s -= e`, `s = s + e`) or extremes (`m = max(m, e)`, min).
  * The element-wise form with such inner loops is the same with a virtual
  * owned dim after the loop's (ad.virt): the dim its inner loops read along.
+ * An inner loop that changes a row's local otherwise (`s = s * a + x`), or
+ * reads it as it runs, is a scan: autodiff_scan.c derives it.
  *
  * The derived op's iteration owns the same row and runs, in order:
  *  1. the forward's row-level statements as a tape (autodiff.c), each inner
@@ -33,7 +35,7 @@
 /* ---- blocks: the tapes of one inner loop's body ---------------------------- */
 
 /* b: a block of row s, in mode, replaying loop li. */
-static void block_init(ad *s, ad *b, int mode, int li) {
+void ad_block_init(ad *s, ad *b, int mode, int li) {
     memset(b, 0, sizeof *b);
     b->op = s->op;
     b->d = s->d;
@@ -62,7 +64,7 @@ static void block_init(ad *s, ad *b, int mode, int li) {
 
 /* Block b's live lines, each after a newline and indented as a loop's
  * body; NULL when no line is live. */
-static const char *block_body(ad *b) {
+const char *ad_block_body(ad *b) {
     char *live = tk_arena_alloc(b->mem, (size_t)b->nlines + 1);
     if (!live) {
         ad_oom(b);
@@ -77,7 +79,7 @@ static const char *block_body(ad *b) {
 
 /* Block b as one line of its row: "for <inner> in <range>:" and its body. */
 static const char *block_text(ad *b, const char *range) {
-    const char *t = block_body(b);
+    const char *t = ad_block_body(b);
     return t ? ad_fmt(b, "for %s in %s:%s", b->inner, range, t) : NULL;
 }
 
@@ -94,7 +96,7 @@ static void flush_pending(ad *s, const char *range, const char *body) {
     }
 }
 
-static const char *loop_range(ad *s, const loopinfo *L) {
+const char *ad_loop_range(ad *s, const loopinfo *L) {
     return ad_fmt(s, "range(%s, %s)", L->lo, L->hi);
 }
 
@@ -104,7 +106,8 @@ int ad_row_name(ad *b, const char *name) {
     int i = L->nlocal - 1;
     while (i >= 0 && strcmp(L->locals[i].name, name) != 0) i--;
     if (i < 0) return -1;
-    int rk = L->locals[i].val;
+    int rk = L->locals[i].val, a;
+    if (L->scan && (a = ad_find_acc(L, name)) >= 0) rk = L->after[a];   /* the running value (AD_FWD) */
     if (b->rowref[rk] >= 0) return b->rowref[rk];
     atom always = {-1, NULL, 0};
     int k = ad_new_val(b, V_ROWREF, s->vals[rk].is_float, always, NULL);
@@ -116,7 +119,7 @@ int ad_row_name(ad *b, const char *name) {
 }
 
 /* The accumulator of loop L that local name is, -1 if none. */
-static int find_acc(const loopinfo *L, const char *name) {
+int ad_find_acc(const loopinfo *L, const char *name) {
     for (int a = 0; a < L->naccs; a++)
         if (strcmp(L->accs[a].name, name) == 0) return a;
     return -1;
@@ -133,9 +136,13 @@ static const tk_expr *acc_term(const tk_stmt *st) {
 void ad_row_acc(ad *b, const tk_stmt *st, atom g) {
     ad *s = b->row;
     const loopinfo *L = &s->loops[b->cur_loop];
-    int a = find_acc(L, st->name);
+    int a = ad_find_acc(L, st->name);
     if (a < 0) {   /* (ad_row_for checked every assignment) */
         ad_fail(b, st->loc, "'%s' is assigned in an inner loop", st->name);
+        return;
+    }
+    if (L->scan) {
+        ad_scan_assign(b, st, g, a);
         return;
     }
     int sign = st->op == TK_OPC_SUB ? -1 : 1;
@@ -179,7 +186,8 @@ const char *ad_row_acc_term(ad *b, int i) {
 }
 
 void ad_row_contrib(ad *b, val *target, atom g, int negate, const char *expr) {
-    if (b->mode != AD_SCALARS && !b->jacobian) return;   /* the gradients' loop: the row's adjoints are complete */
+    if (b->mode != AD_SCALARS && b->mode != AD_SCAN && !b->jacobian)
+        return;   /* the gradients' loop: the row's adjoints are complete */
     ad *s = b->row;
     int rk = target->row_val;
     val *rv = &s->vals[rk];
@@ -212,7 +220,7 @@ void ad_row_contrib(ad *b, val *target, atom g, int negate, const char *expr) {
 
 /* What accumulator statement st is (ACC_*), -1 if none: `s += e`, `s -= e`,
  * `s = s + e`, `m = max(m, e)` or `m = max(e, m)`, min alike. */
-static int acc_kind(const tk_stmt *st) {
+int ad_acc_kind(const tk_stmt *st) {
     const tk_expr *v = st->value;
     if (st->op == TK_OPC_ADD || st->op == TK_OPC_SUB) return ACC_SUM;
     if (st->op != TK_OPC_NONE || !v) return -1;
@@ -239,49 +247,31 @@ static int reads_name(const tk_expr *e, const char *name) {
 /* Where statements body[0..n) (top: the loop's own level) read local name
  * other than as the running sum of an accumulator statement of it: that
  * statement, else NULL. */
-static const tk_stmt *reads_running(tk_stmt *const *body, int n, const char *name, int top) {
+const tk_stmt *ad_reads_running(tk_stmt *const *body, int n, const char *name, int top) {
     for (int i = 0; i < n; i++) {
         const tk_stmt *st = body[i];
         const tk_expr *v = st->value;
-        if (top && st->kind == TK_S_ASSIGN && strcmp(st->name, name) == 0 && acc_kind(st) >= 0)
+        if (top && st->kind == TK_S_ASSIGN && strcmp(st->name, name) == 0 && ad_acc_kind(st) >= 0)
             v = acc_term(st);   /* s = s + e, m = max(m, e): e */
         if (reads_name(v, name)) return st;
         for (int j = 0; j < st->nindex; j++)
             if (reads_name(st->index[j], name)) return st;
-        if (reads_running(st->body, st->nbody, name, 0) || reads_running(st->orelse, st->norelse, name, 0))
+        if (ad_reads_running(st->body, st->nbody, name, 0) || ad_reads_running(st->orelse, st->norelse, name, 0))
             return st;
     }
     return NULL;
 }
 
 /* Records loop L's accumulators: the row's locals its body assigns, each
- * only at the loop's own level as a sum or an extreme (acc_kind) and read
- * nowhere else in it; else an error at the assignment. */
-static void find_accs(ad *s, loopinfo *L, tk_stmt *const *body, int n, int top) {
+ * only at the loop's own level as a sum or an extreme (ad_acc_kind) and read
+ * nowhere else in it (any other assignment makes the loop a scan,
+ * ad_scan_find); an error for a local both summed and an extreme. */
+static void find_accs(ad *s, loopinfo *L, tk_stmt *const *body, int n) {
     for (int i = 0; i < n && !s->failed; i++) {
         const tk_stmt *st = body[i];
-        if (st->kind == TK_S_IF) {
-            find_accs(s, L, st->body, st->nbody, 0);
-            find_accs(s, L, st->orelse, st->norelse, 0);
-            continue;
-        }
         if (st->kind != TK_S_ASSIGN || ad_find_local(s, st->name) < 0) continue;
-        int kind = acc_kind(st);
-        if (kind < 0 || !top) {
-            ad_fail(s, st->loc, "'%s' is made before the inner loop and assigned in it %s: it differentiates a "
-                    "row's local that an inner loop changes only at the loop's own level, as a sum (`%s += e`, "
-                    "`%s -= e`, `%s = %s + e`) or an extreme (`%s = max(%s, e)`, min); write the backward ops "
-                    "of this op", st->name, top ? "other than as a sum or an extreme" : "under an 'if'", st->name,
-                    st->name, st->name, st->name, st->name, st->name);
-            return;
-        }
-        const tk_stmt *r = reads_running(L->st->body, L->st->nbody, st->name, 1);
-        if (r) {
-            ad_fail(s, r->loc, "the inner loop reads the running sum '%s': it differentiates sums whose value "
-                    "is read after the loop; write the backward ops of this op", st->name);
-            return;
-        }
-        int have = find_acc(L, st->name);
+        int kind = ad_acc_kind(st);
+        int have = ad_find_acc(L, st->name);
         if (have >= 0 && L->accs[have].kind != kind) {   /* (one of the two is the sum) */
             int extreme = L->accs[have].kind == ACC_SUM ? kind : L->accs[have].kind;
             ad_fail(s, st->loc, "'%s' is both summed and a %s in the inner loop: write the backward ops of this op",
@@ -290,6 +280,7 @@ static void find_accs(ad *s, loopinfo *L, tk_stmt *const *body, int n, int top) 
         }
         if (have >= 0) continue;
         if (!ad_grow(s, (void **)&L->accs, L->naccs, &L->capaccs, sizeof *L->accs)) return;
+        memset(&L->accs[L->naccs], 0, sizeof L->accs[L->naccs]);
         L->accs[L->naccs].name = st->name;
         L->accs[L->naccs].kind = kind;
         L->accs[L->naccs].count = -1;
@@ -319,7 +310,7 @@ static void find_stores(ad *s, int *stored, tk_stmt *const *body, int n, int li)
 
 /* The loop output's owned dim (the expression; virt: the dim the inner
  * loops read along, NULL until a read names it). */
-static const tk_expr *owned_dim(const ad *s) {
+const tk_expr *ad_owned_dim(const ad *s) {
     if (s->virt) return s->vdim;
     const tk_param *lo = &s->d->outputs[s->op->loop_out];
     int batch = lo->ndims > 0 && lo->dims[0]->kind == TK_E_ELLIPSIS;
@@ -346,7 +337,12 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
         return;
     }
     if (s->nlocal) memcpy(L->locals, s->locals, sizeof *L->locals * (size_t)s->nlocal);
-    find_accs(s, L, st->body, st->nbody, 1);
+    if (li > 0 && s->loops[0].scan) {
+        ad_fail(s, st->loc, "an inner loop after a scan: it differentiates a scan that is the row's only inner "
+                "loop; write the backward ops of this op");
+        return;
+    }
+    if (!ad_scan_find(s, li) && !s->failed) find_accs(s, L, st->body, st->nbody);
     find_stores(s, s->store_loop, st->body, st->nbody, li);
     if (s->failed) return;
     L->after = tk_arena_alloc(s->mem, sizeof *L->after * (size_t)(L->naccs + 1));
@@ -368,20 +364,22 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
     int stores = 0;
     for (int o = 0; o < TK_MAX_TENSORS; o++) stores |= s->store_loop[o] == li;
     L->jac = !stores && L->naccs == 1 && L->accs[0].kind == ACC_SUM;
-    if (L->naccs) {   /* the forward's sums, without its stores */
+    if (L->scan) {
+        ad_scan_forward(s, li);
+    } else if (L->naccs) {   /* the forward's sums, without its stores */
         ad b;
-        block_init(s, &b, AD_FWD, li);
+        ad_block_init(s, &b, AD_FWD, li);
         b.jacobian = L->jac;
         if (!b.failed) ad_walk(&b, st->body, st->nbody, always);
         for (int i = 0; i < b.naccs && !b.failed; i++)   /* d sum: each term's derivatives */
             ad_contrib(&b, b.accs[i].e, b.accs[i].g, 0, b.accs[i].sign < 0 ? "(-1.0)" : "1.0");
         if (L->jac && !b.failed) ad_reverse_values(&b);
-        const char *t = b.failed ? NULL : block_body(&b);
-        if (t) flush_pending(s, loop_range(s, L), t);   /* (with the last loop's count, over the same range) */
+        const char *t = b.failed ? NULL : ad_block_body(&b);
+        if (t) flush_pending(s, ad_loop_range(s, L), t);   /* (with the last loop's count, over the same range) */
     }
     int extremes = 0;
     for (int a = 0; a < L->naccs; a++) {   /* max, min: how many values equal the result (ties share it) */
-        if (L->accs[a].kind == ACC_SUM) continue;
+        if (L->accs[a].kind != ACC_MAX && L->accs[a].kind != ACC_MIN) continue;
         int c = ad_new_val(s, V_TEMP, 1, always, NULL);
         if (c < 0) return;
         L->accs[a].count = c;
@@ -392,13 +390,13 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
     }
     if (extremes) {   /* a pass of its own, or with the next loop's forward pass */
         ad b;
-        block_init(s, &b, AD_FWD, li);
+        ad_block_init(s, &b, AD_FWD, li);
         b.counting = 1;
         if (!b.failed) ad_walk(&b, st->body, st->nbody, always);
-        const char *t = b.failed ? NULL : block_body(&b);
+        const char *t = b.failed ? NULL : ad_block_body(&b);
         flush_pending(s, "", NULL);
         s->pending = t;
-        s->pending_range = loop_range(s, L);
+        s->pending_range = ad_loop_range(s, L);
     }
     for (int a = 0; a < L->naccs; a++) ad_set_local(s, L->accs[a].name, L->after[a]);
     int end = ad_new_val(s, V_LOOP, 0, always, NULL);
@@ -412,11 +410,11 @@ void ad_row_for(ad *s, const tk_stmt *st, atom g) {
  * adjoints, each adjoint of a row's value a sum over the loop. */
 static void scalars_block(ad *s, int li) {
     ad b;
-    block_init(s, &b, AD_SCALARS, li);
+    ad_block_init(s, &b, AD_SCALARS, li);
     atom always = {-1, NULL, 0};
     if (!b.failed) ad_walk(&b, s->loops[li].st->body, s->loops[li].st->nbody, always);
     if (!b.failed) ad_reverse_values(&b);
-    const char *t = b.failed ? NULL : block_text(&b, loop_range(s, &s->loops[li]));
+    const char *t = b.failed ? NULL : block_text(&b, ad_loop_range(s, &s->loops[li]));
     if (t) ad_emit(s, -1, t);
 }
 
@@ -424,9 +422,9 @@ static void scalars_block(ad *s, int li) {
  * reverse pass at each i (guarded by its range), then the stores. */
 static void grads_block(ad *s) {
     ad b;
-    block_init(s, &b, AD_GRADS, -1);
+    ad_block_init(s, &b, AD_GRADS, -1);
     atom always = {-1, NULL, 0};
-    const tk_expr *D = owned_dim(s);
+    const tk_expr *D = ad_owned_dim(s);
     if (!D) {
         ad_fail(s, s->d->loop_loc, "its inner loops read no tensor: there is no dim along the row to "
                 "differentiate; write the backward ops of this op");
@@ -490,7 +488,11 @@ void ad_rows(ad *s) {
     }
     for (int k = s->nvals - 1; k >= 0 && !s->failed; k--) {
         const val *v = &s->vals[k];
-        if (v->kind == V_LOOP && v->acc < 0 && s->loops[v->loop].jac) {   /* its sum's derivatives, summed */
+        if (v->kind == V_LOOP && s->loops[v->loop].scan) {   /* its reverse pass; the initial values' adjoints */
+            const acc *A = v->acc >= 0 ? &s->loops[v->loop].accs[v->acc] : NULL;
+            if (!A) ad_scan_reverse(s, v->loop);
+            else if (A->carrier) ad_contrib(s, ad_val_atom(s, v->prev), always, 0, A->carrier);
+        } else if (v->kind == V_LOOP && v->acc < 0 && s->loops[v->loop].jac) {   /* its sum's derivatives, summed */
             const loopinfo *L = &s->loops[v->loop];
             const char *D = s->vals[L->after[0]].adj;
             for (int j = 0; j < L->njac && D; j++)
@@ -506,7 +508,7 @@ void ad_rows(ad *s) {
             ad_partials(s, k);
         }
     }
-    if (!s->failed) grads_block(s);
+    if (!s->failed && !(s->nloops && s->loops[0].scan)) grads_block(s);   /* (a scan's reverse pass stores them) */
     const char *row = "";   /* the gradients of what the row reads outside its inner loops */
     for (int j = 0; j < s->d->nloop; j++)
         if (j != s->owned) row = ad_fmt(s, "%s%s%s", row, row[0] ? ", " : "", s->d->loop_vars[j]);

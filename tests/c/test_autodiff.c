@@ -71,18 +71,32 @@ static const bad_spec k_bad[] = {
      "op"},
     {ROW "        s = 1.0\n        for i in range(N):\n            s *= x[r, i]\n        for i in range(N):\n"
      "            y[r, i] = s\n",
-     "bad.tk:6:13: error: backward auto of 'f': 's' is made before the inner loop and assigned in it other than "
-     "as a sum or an extreme: it differentiates a row's local that an inner loop changes only at the loop's own "
-     "level, as a sum (`s += e`, `s -= e`, `s = s + e`) or an extreme (`s = max(s, e)`, min); write the "
-     "backward ops of this op"},
+     "bad.tk:7:9: error: backward auto of 'f': an inner loop after a scan: it differentiates a scan that is the "
+     "row's only inner loop; write the backward ops of this op"},
     {ROW "        s = 0.0\n        for i in range(N):\n            if x[r, i] > 0.0:\n                s += x[r, i]\n"
      "        for i in range(N):\n            y[r, i] = s\n",
-     "bad.tk:7:17: error: backward auto of 'f': 's' is made before the inner loop and assigned in it under an "
-     "'if': it differentiates a row's local that an inner loop changes only at the loop's own level, as a sum "
-     "(`s += e`, `s -= e`, `s = s + e`) or an extreme (`s = max(s, e)`, min); write the backward ops of this op"},
-    {ROW "        s = 0.0\n        for i in range(N):\n            s += x[r, i]\n            y[r, i] = s\n",
-     "bad.tk:7:13: error: backward auto of 'f': the inner loop reads the running sum 's': it differentiates sums "
-     "whose value is read after the loop; write the backward ops of this op"},
+     "bad.tk:8:9: error: backward auto of 'f': an inner loop after a scan: it differentiates a scan that is the "
+     "row's only inner loop; write the backward ops of this op"},
+    /* scans (autodiff_scan.c) */
+    {ROW "        s = 0.0\n        for i in range(1, N):\n            s += x[r, i]\n            y[r, i] = s\n",
+     "bad.tk:5:9: error: backward auto of 'f': a scan over part of the row: it differentiates scans over the "
+     "whole owned dim (`range(N)`); write the backward ops of this op"},
+    {ROW "        s = 0.0\n        for i in range(N):\n            y[r, i] = s\n        for i in range(N):\n"
+     "            s = s * 0.5 + x[r, i]\n            y[r, i] = s\n",
+     "bad.tk:7:9: error: backward auto of 'f': a scan after another inner loop: it differentiates a scan that is "
+     "the row's only inner loop; write the backward ops of this op"},
+    {ROW "        n = 0\n        s = 0.0\n        for i in range(N):\n            n = n * 2 + 1\n"
+     "            s = s + x[r, i] * float(n)\n            y[r, i] = s\n",
+     "bad.tk:7:13: error: backward auto of 'f': 'n' is not a float and the scan carries it from step to step: it "
+     "differentiates scans that carry floats; write the backward ops of this op"},
+    {"op f(x: float[R, N]) -> y: x.dtype[R]:\n    backward auto\n    for r in y:\n        s = 0.0\n"
+     "        for i in range(N):\n            s = s * 0.5 + x[r, i]\n        y[r] = s\n",
+     "bad.tk:5:9: error: backward auto of 'f': a scan in the element-wise form: it differentiates scans in row "
+     "loops (`for r, _ in y`, the loop owning the dim the scan walks); write the backward ops of this op"},
+    {"op f(x: float[R, N]) -> y: x.dtype[R, N]:\n    backward auto 2\n    for r, _ in y:\n        s = 0.0\n"
+     "        for i in range(N):\n            s = s * 0.5 + x[r, i]\n            y[r, i] = s\n",
+     "bad.tk:2:14: error: backward auto of 'f_backward': scratch tensor 'ads0': write the backward ops of this op "
+     "(line 4 of its derived op, which `tkc derived` prints)"},
     {ROW "        s = 0.0\n        for i in range(N):\n            s += x[r, i]\n            s = max(s, x[r, i])\n"
      "        for i in range(N):\n            y[r, i] = s\n",
      "bad.tk:7:13: error: backward auto of 'f': 's' is both summed and a max in the inner loop: write the "
@@ -349,6 +363,55 @@ static const char k_lse_backward[] =
     "            grad_x[r, adi] = adb4_d1\n"
     "        grad_b[r] = add10\n";
 
+/* a scan (autodiff_scan.c): its states kept in a scratch, then the steps backwards */
+static const char k_sc[] =
+    "op sc(x: float[R, N], a: x.dtype[R, N]) -> y: x.dtype[R, N]:\n    backward auto\n    for r, _ in y:\n"
+    "        h = 0.0\n        for i in range(N):\n            h = h * a[r, i] + x[r, i]\n            y[r, i] = h\n";
+static const char k_sc_backward[] =
+    "# derived by 'backward auto' from 'sc' (sc.tk:1)\n"
+    "op sc_backward(x: float[R, N], a: x.dtype[R, N], grad_y: x.dtype[R, N])\n"
+    "        -> (grad_x: x.dtype[R, N], grad_a: x.dtype[R, N]):\n"
+    "    scratch ads0: float[R, N]\n"
+    "    for r, _ in grad_x:\n"
+    "        ad0_h = 0.0\n"
+    "        ad1_h = ad0_h\n"
+    "        for adi in range(0, N):\n"
+    "            ads0[r, adi] = ad1_h\n"
+    "            adb0_1 = a[r, adi]\n"
+    "            adb0_2 = ad1_h * adb0_1\n"
+    "            adb0_3 = x[r, adi]\n"
+    "            adb0_4 = adb0_2 + adb0_3\n"
+    "            ad1_h = adb0_4\n"
+    "        ada0 = 0.0\n"
+    "        for adj in range(N):\n"
+    "            adt = N - 1 - adj\n"
+    "            adb1_0 = ads0[r, adt]\n"
+    "            adb1_1 = a[r, adt]\n"
+    "            adb1_d6 = float(grad_y[r, adt])\n"
+    "            ada0 += adb1_d6\n"
+    "            adb1_d4 = ada0\n"
+    "            adb1_d2 = adb1_d4\n"
+    "            adb1_d3 = adb1_d4\n"
+    "            adb1_d0 = (adb1_d2 * adb1_1)\n"
+    "            adb1_d1 = (adb1_d2 * adb1_0)\n"
+    "            ada0 = adb1_d0\n"
+    "            grad_x[r, adt] = adb1_d3\n"
+    "            grad_a[r, adt] = adb1_d1\n";
+
+static void test_golden_scan(void) {
+    tk_ctx *ctx = tk_ctx_new();
+    CHECK(tk_load_spec(ctx, "sc.tk", k_sc, strlen(k_sc)) == TK_OK);
+    CHECK(tk_ctx_link(ctx) == TK_OK);
+    const tk_op *b = tk_op_find(ctx, "sc_backward");
+    CHECK(b != NULL);
+    if (b && strcmp(b->decl->text, k_sc_backward) != 0) fprintf(stderr, "derived:\n%s", b->decl->text);
+    CHECK(b && strcmp(b->decl->text, k_sc_backward) == 0);
+    tk_ctx *again = tk_ctx_new();   /* the text loads as a spec of its own */
+    CHECK(tk_load_spec(again, "d.tk", k_sc_backward, strlen(k_sc_backward)) == TK_OK);
+    tk_ctx_free(again);
+    tk_ctx_free(ctx);
+}
+
 static void test_golden_rows(void) {
     tk_ctx *ctx = tk_ctx_new();
     CHECK(tk_load_spec(ctx, "lse.tk", k_lse, strlen(k_lse)) == TK_OK);
@@ -372,6 +435,7 @@ int main(int argc, char **argv) {
     test_bad();
     test_golden();
     test_golden_rows();
+    test_golden_scan();
     test_spec_file(argv[2]);
     return tk_test_report("test_autodiff");
 }

@@ -110,8 +110,40 @@ class Gen:
         lines.extend(body)
         self.locals.extend(name for name, _ in accs)
 
+    def scan_op(self, name):
+        """A scan: one inner loop over the whole row carrying one or two
+        locals by any (bounded) update, maybe under an `if`, read as they run."""
+        rng = self.rng
+        lines = [f"op {name}(x: float64[R, N], w: float64[N], c: float64[R]) -> (y: float64[R, N], z: float64[R]):",
+                 "    backward auto",
+                 "    for r, _ in y:"]
+        if rng.random() < 0.5:
+            lines.append(f"        a{len(self.locals)} = {self.row()}")
+            self.locals.append(f"a{len(self.locals)}")
+        carried = [f"h{k}" for k in range(rng.choice([1, 1, 2]))]
+        for h in carried:
+            lines.append(f"        {h} = {self.row(1)}")
+        self.locals.extend(carried)
+        lines.append("        for i in range(N):")
+        if rng.random() < 0.4:
+            lines.append(f"            t0 = {self.elem_reading()}")
+        for h in carried:
+            e = self.elem_reading()
+            update = rng.choice([f"{h} * 0.5 + {e}", f"tanh({h} * {e} + {self.elem()})", f"{h} + {e}",
+                                 f"max({h}, {e})", f"{h} * tanh({e}) + {self.elem()}"])
+            if rng.random() < 0.3:
+                lines += [f"            if {self.elem_reading()} > 0.0:", f"                {h} = {update}",
+                          "            else:", f"                {h} = {h} - {self.elem_reading()} * 0.25"]
+            else:
+                lines.append(f"            {h} = {update}")
+        lines.append(f"            y[r, i] = {self.elem_reading()}")
+        lines.append(f"        z[r] = {self.row()}")
+        return "\n".join(lines) + "\n"
+
     def op(self, name):
         rng = self.rng
+        if rng.random() < 0.3:
+            return self.scan_op(name)
         lines = [f"op {name}(x: float64[R, N], w: float64[N], c: float64[R]) -> (y: float64[R, N], z: float64[R]):",
                  "    backward auto",
                  "    for r, _ in y:"]
@@ -143,7 +175,7 @@ def check(seed):
     return text
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6, 1017])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6, 7, 8, 1017])
 def test_random_row_loops_gradcheck(seed):
     """1017: a max over a computed term (x / (1 + x * x) + (x + 0.25)) lost
     its gradient when GCC contracted x * x + 1 into an FMA in the max's pass
