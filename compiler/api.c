@@ -137,7 +137,8 @@ static tk_status derive_backward(tk_ctx *ctx, tk_op *op, tk_op *const *ops, int 
     tk_opdecl *d = op->decl;
     const char *site = d->auto_file ? d->auto_file : d->file;   /* where 'backward auto' is written */
     char *text = NULL;
-    tk_status st = tk_derive_backward(op, &text, &ctx->error);
+    int exact = 0;
+    tk_status st = tk_derive_backward(op, &text, &exact, &ctx->error);
     if (st != TK_OK && d->derived_from) {   /* a higher order's refusal: at the user's 'backward auto 2' */
         char why[sizeof ctx->error.text];
         snprintf(why, sizeof why, "%s (line %d of its derived op, which `tkc derived` prints)", ctx->error.message,
@@ -179,6 +180,7 @@ static tk_status derive_backward(tk_ctx *ctx, tk_op *op, tk_op *const *ops, int 
                         "op does not check (%s); please report it with the spec", d->name, why);
     }
     m->ops[0]->derived_from = d->name;
+    m->ops[0]->exact = exact;
     m->ops[0]->backward_auto = d->backward_auto - 1;   /* 'backward auto 2': derive the derived op's too */
     m->ops[0]->backward_locs = d->backward_locs;
     m->ops[0]->auto_file = site;

@@ -163,6 +163,9 @@ typedef struct tk_opdecl {
                                  * loader derives (autodiff.c): the backward op, named in backward[0]
                                  * (at backward_locs[0]), and for N > 1 its own, with N - 1 */
     const char *derived_from;   /* a derived backward op: the op it differentiates, else NULL */
+    int exact;                  /* a derived op that compares values it computes in two passes (the ties of a
+                                 * max or min, a scan's replayed steps): compiled without FMA contraction
+                                 * (emit.c, k_exact_begin) */
     const char *auto_file;      /* a derived op with backward_auto: the file backward_locs[0] is in */
     uint64_t float_type_skip;   /* a derived op: bit i when parameter i (an incoming gradient) does not
                                  * count for the float type, which is then its forward's (variants.c) */

@@ -873,7 +873,7 @@ void ad_print_header(ad *s, tk_buf *b) {
     tk_buf_printf(b, "    for %s in grad_%s:\n", s->index, first ? first : "?");
 }
 
-tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
+tk_status tk_derive_backward(tk_op *op, char **text, int *exact, tk_error *err) {
     ad s;
     tk_arena mem;
     memset(&s, 0, sizeof s);
@@ -928,6 +928,11 @@ tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err) {
             ad_oom(&s);
         } else {
             *text = b.p;
+        }
+        for (int l = 0; l < s.nloops && exact; l++) {   /* values computed in two passes compared */
+            if (s.loops[l].scan) *exact = 1;   /* (the steps replayed: their branches, max and min) */
+            for (int a = 0; a < s.loops[l].naccs; a++)
+                if (s.loops[l].accs[a].kind == ACC_MAX || s.loops[l].accs[a].kind == ACC_MIN) *exact = 1;
         }
     }
     tk_arena_free(&mem);

@@ -160,7 +160,7 @@ double tk_tensor_fill(const tk_param *p);
  * ('backward auto', docs/autograd.md), named <op>_backward; TK_ERR_CHECK in
  * err, at what it cannot differentiate (a row loop, an inner loop, a
  * gather...), or TK_ERR_NOMEM. op is checked. */
-tk_status tk_derive_backward(tk_op *op, char **text, tk_error *err);
+tk_status tk_derive_backward(tk_op *op, char **text, int *exact, tk_error *err);
 
 /* schema.c: the torch schema of decl ("f(Tensor x, SymInt n=3) -> Tensor",
  * no namespace), in a's memory; NULL when out of memory. */

@@ -358,7 +358,7 @@ static void binary(emitter *E, const tk_expr *e) {
     if (e->op == TK_OPC_FLOORDIV) fn = t == TK_V_INT ? "tk_floordiv" : t == TK_V_F32 ? "tk_floordivf_py" : "tk_floordiv_py";
     if (e->op == TK_OPC_MOD) fn = t == TK_V_INT ? "tk_mod" : t == TK_V_F32 ? "tk_fmodf_py" : "tk_fmod_py";
     if (e->op == TK_OPC_POW) fn = t == TK_V_F32 ? "powf" : "pow";
-    if (e->op == TK_OPC_MUL && E->tg->gpu && E->op->decl->derived_from && is_float_vt(t))
+    if (e->op == TK_OPC_MUL && E->tg->gpu && E->op->decl->exact && is_float_vt(t))
         fn = t == TK_V_F32 ? "__fmul_rn" : "__dmul_rn";   /* never contracted (k_exact_begin, emit.c) */
     if (fn) {
         tk_buf_printf(E->b, "%s(", fn);

@@ -25,15 +25,17 @@
  *                                   CPU one thread after another;
  *                                   --table: NAME_specs... instead of tk_builtin_*;
  *                                   --parts N: the kernels go to N files
- *                                   OUT.part0.c ... (ops balanced by source
- *                                   size, so a parallel build compiles them
- *                                   side by side) and OUT keeps the tables)
+ *                                   OUT.part0.c ... (OUT.part0.cc ... for
+ *                                   OUT.cc; ops balanced by source size, so
+ *                                   a parallel build compiles them side by
+ *                                   side) and OUT keeps the tables)
  *
  * CUDA kernels (emit-cuda, plan --target cuda, gen-builtin --cuda-emu) take
  * the schedule of TK_CUDA_TUNE (compiler/schedule.c) over the specs' own.
  *
  * Exit status: 0 on success, 1 on a spec error (message on stderr as
  * file:line:col: error: ...), 2 on a usage or I/O error. */
+#define _POSIX_C_SOURCE 200809L   /* open_memstream */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,10 +134,45 @@ static int load_all(tk_ctx *ctx, int n, char **paths, char **texts) {
 
 /* Writes the source of every op; emu: CUDA kernels become static functions
  * (the same names as the CPU kernels they are tested against). */
-static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, int emu, const char *dtype, FILE *out) {
+/* Op op's kernels (variants [first, last)) for target into out; emu: its
+ * CUDA kernels static (each emulated file holds its own). Returns 0, 1 on error. */
+static int emit_op(tk_ctx *ctx, const tk_op *op, int first, int last, tk_target target, unsigned flags, int emu,
+                   FILE *out) {
     static const char head[] = "extern \"C\" __global__ ";
+    char *src;
+    if (tk_emit_scheduled(ctx, op, first, last, target, flags, &g_sched, &src, NULL) != TK_OK) {
+        fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+        return 1;
+    }
+    const char *p = src, *q;
+    while (emu && (q = strstr(p, head)) != NULL) {
+        fwrite(p, 1, (size_t)(q - p), out);
+        fputs("static __global__ ", out);
+        p = q + sizeof head - 1;
+    }
+    fputs(p, out);
+    tk_free(src);
+    return 0;
+}
+
+/* Each emulated CUDA kernel of op behind the CPU kernel type (<kernel>_emu: a
+ * launch of the whole index space; static: in the table's own file). */
+static int emu_wrappers(tk_ctx *ctx, const tk_op *op, int is_static, FILE *out) {
+    for (int v = 0; v < tk_op_nvariants(op); v++) {
+        const char *k = tk_op_kernel_name(op, v);
+        /* threads as fibers only where they exchange values or meet (warp shuffles, __syncwarp) */
+        char *src = NULL;
+        if (tk_emit_scheduled(ctx, op, v, v + 1, TK_TARGET_CUDA, 0, &g_sched, &src, NULL) != TK_OK) return 1;
+        int fibers = strstr(src, "__shfl") != NULL || strstr(src, "__syncwarp") != NULL;
+        free(src);
+        fprintf(out, "%svoid %s_emu(const tk_kargs *a, tk_i64 begin, tk_i64 end) "
+                     "{ tk_emu_launch(%s, a, begin, end, %d); }\n", is_static ? "static " : "", k, k, fibers);
+    }
+    return 0;
+}
+
+static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, int emu, const char *dtype, FILE *out) {
     for (int i = 0; i < tk_op_count(ctx); i++) {
-        char *src;
         const tk_op *op = tk_op_at(ctx, i);
         int first = 0, last = tk_op_nvariants(op);
         if (dtype) {   /* the variant coded dtype alone */
@@ -146,18 +183,7 @@ static int emit_all(tk_ctx *ctx, tk_target target, unsigned flags, int emu, cons
             }
             last = first + 1;
         }
-        if (tk_emit_scheduled(ctx, op, first, last, target, flags, &g_sched, &src, NULL) != TK_OK) {
-            fprintf(stderr, "%s\n", tk_ctx_error(ctx));
-            return 1;
-        }
-        const char *p = src, *q;
-        while (emu && (q = strstr(p, head)) != NULL) {
-            fwrite(p, 1, (size_t)(q - p), out);
-            fputs("static __global__ ", out);
-            p = q + sizeof head - 1;
-        }
-        fputs(p, out);
-        tk_free(src);
+        if (emit_op(ctx, op, first, last, target, flags, emu, out)) return 1;
     }
     return 0;
 }
@@ -174,32 +200,52 @@ static void put_c_string(FILE *out, const char *s) {
     fputs("\"", out);
 }
 
-/* The name of part k of OUT: "gen/tkv_opt.c" -> "gen/tkv_opt.part2.c". */
+/* The name of part k of OUT: "gen/tkv_opt.c" -> "gen/tkv_opt.part2.c",
+ * "gen/tkv_cuda.cc" -> "gen/tkv_cuda.part2.cc". */
 static char *part_path(const char *outpath, int k) {
     size_t len = strlen(outpath);
-    if (len >= 2 && strcmp(outpath + len - 2, ".c") == 0) len -= 2;
+    const char *ext = len >= 3 && strcmp(outpath + len - 3, ".cc") == 0 ? ".cc" : ".c";
+    if (len >= strlen(ext) && strcmp(outpath + len - strlen(ext), ext) == 0) len -= strlen(ext);
     char *p = malloc(len + 32);
-    if (p) snprintf(p, len + 32, "%.*s.part%d.c", (int)len, outpath, k);
+    if (p) snprintf(p, len + 32, "%.*s.part%d%s", (int)len, outpath, k, ext);
     return p;
 }
 
-/* Writes the C kernels of every op into nparts files next to outpath: each
- * op goes whole to the part with the least source so far, largest op first
- * (the compile time follows the source size). Part files left by an
- * earlier run with more parts are not removed; the build names its own. */
-static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int nparts) {
+/* Op op's source for a part: its C kernels, or (emu) its emulated CUDA
+ * kernels and their launch wrappers. NULL on error (ctx's, printed). */
+static char *part_source(tk_ctx *ctx, const tk_op *op, unsigned flags, int emu) {
+    char *src = NULL;
+    if (!emu) {
+        if (tk_emit_ex(ctx, op, TK_TARGET_C, flags, &src) != TK_OK) fprintf(stderr, "%s\n", tk_ctx_error(ctx));
+        return src;
+    }
+    size_t n = 0;
+    FILE *f = open_memstream(&src, &n);
+    if (!f) return NULL;
+    int rc = emit_op(ctx, op, 0, tk_op_nvariants(op), TK_TARGET_CUDA, flags, 1, f) ||
+             emu_wrappers(ctx, op, 0, f);
+    if (fclose(f) != 0 || rc) {
+        free(src);
+        return NULL;
+    }
+    return src;   /* (tk_free is free) */
+}
+
+/* Writes the C kernels (emu: the emulated CUDA kernels and their wrappers)
+ * of every op into nparts files next to outpath: each op goes whole to the
+ * part with the least source so far, largest op first (the compile time
+ * follows the source size). Part files left by an earlier run with more
+ * parts are not removed; the build names its own. */
+static int write_parts(tk_ctx *ctx, unsigned flags, int emu, const char *outpath, int nparts) {
     int nops = tk_op_count(ctx), rc = 0, written = 0;
     char **src = calloc((size_t)nops + 1, sizeof *src);
     int *part = calloc((size_t)nops + 1, sizeof *part);
     size_t *len = calloc((size_t)nops + 1, sizeof *len), *load = calloc((size_t)nparts, sizeof *load);
     if (!src || !part || !len || !load) rc = 2;
     for (int i = 0; i < nops && rc == 0; i++) {
-        if (tk_emit_ex(ctx, tk_op_at(ctx, i), TK_TARGET_C, flags, &src[i]) != TK_OK) {
-            fprintf(stderr, "%s\n", tk_ctx_error(ctx));
-            rc = 1;
-        } else {
-            len[i] = strlen(src[i]);
-        }
+        src[i] = part_source(ctx, tk_op_at(ctx, i), flags, emu);
+        if (!src[i]) rc = 1;
+        else len[i] = strlen(src[i]);
     }
     for (int done = 0; done < nops && rc == 0; done++) {
         int big = -1;                   /* the largest op not yet placed */
@@ -220,7 +266,7 @@ static int write_parts(tk_ctx *ctx, unsigned flags, const char *outpath, int npa
         } else {
             const char *base = strrchr(outpath, '/');
             fprintf(f, "/* Generated by tkc gen-builtin: part %d of %d of the kernels of %s. Do not edit. */\n"
-                       "#include \"tk.h\"\n", k, nparts, base ? base + 1 : outpath);
+                       "#include \"%s\"\n", k, nparts, base ? base + 1 : outpath, emu ? "cuda_emu.h" : "tk.h");
             for (int i = 0; i < nops; i++)
                 if (part[i] == k + 1) fputs(src[i], f);
             written++;
@@ -257,30 +303,17 @@ static int gen_builtin(tk_ctx *ctx, int n, char **paths, char **texts, unsigned 
         fputs("/* Generated by tkc gen-builtin: the built-in ops of libtk. Do not edit. */\n"
               "#include \"tk.h\"\n", out);
     int rc;
-    if (nparts > 0) {   /* the kernels are in the parts: declare them here */
-        rc = write_parts(ctx, flags, outpath, nparts);
+    if (nparts > 0) {   /* the kernels (emu: their wrappers) are in the parts: declare them here */
+        rc = write_parts(ctx, flags, emu, outpath, nparts);
         for (int i = 0; i < tk_op_count(ctx) && rc == 0; i++)
             for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++)
                 fprintf(out, "void %s%s(const tk_kargs *a, tk_i64 begin, tk_i64 end);\n",
-                        tk_op_kernel_name(tk_op_at(ctx, i), v), kernel_suffix(flags, 0));
+                        tk_op_kernel_name(tk_op_at(ctx, i), v), kernel_suffix(flags, emu));
     } else {
         rc = emit_all(ctx, emu ? TK_TARGET_CUDA : TK_TARGET_C, flags, emu, NULL, out);
+        for (int i = 0; i < tk_op_count(ctx) && emu && rc == 0; i++) rc = emu_wrappers(ctx, tk_op_at(ctx, i), 1, out);
     }
     if (rc) return rc;
-    if (emu) {   /* each kernel behind the CPU kernel type: a launch of the whole index space */
-        for (int i = 0; i < tk_op_count(ctx); i++)
-            for (int v = 0; v < tk_op_nvariants(tk_op_at(ctx, i)); v++) {
-                const char *k = tk_op_kernel_name(tk_op_at(ctx, i), v);
-                /* threads as fibers only where they exchange values or meet (warp shuffles, __syncwarp) */
-                char *src = NULL;
-                if (tk_emit_scheduled(ctx, tk_op_at(ctx, i), v, v + 1, TK_TARGET_CUDA, 0, &g_sched, &src, NULL) != TK_OK)
-                    return 1;
-                int fibers = strstr(src, "__shfl") != NULL || strstr(src, "__syncwarp") != NULL;
-                free(src);
-                fprintf(out, "static void %s_emu(const tk_kargs *a, tk_i64 begin, tk_i64 end) "
-                             "{ tk_emu_launch(%s, a, begin, end, %d); }\n", k, k, fibers);
-            }
-    }
     fprintf(out, "\n%sconst tk_builtin_spec %s_specs[] = {\n", ext, table);
     for (int i = 0; i < n; i++) {
         fprintf(out, "    {\"%s\",\n", paths[i]);
@@ -382,7 +415,7 @@ int main(int argc, char **argv) {
                 nparts = (int)v;
             } else return usage();
         }
-        if (!outpath || first >= argc || (emu && (flags || nparts))) return usage();
+        if (!outpath || first >= argc || (emu && flags)) return usage();
     } else if (strcmp(cmd, "check") && strcmp(cmd, "derived") && strcmp(cmd, "emit-c") && strcmp(cmd, "emit-cuda")) {
         return usage();
     } else if (strcmp(cmd, "check") && strcmp(cmd, "derived")) {   /* emit-c, emit-cuda */

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sha256.h"
@@ -916,6 +917,15 @@ static void test_per_thread(tk_ctx *ctx) {
     }
 }
 
+/* Prints the seconds since the last call after name (where CI's time goes). */
+static void phase(const char *name) {
+    static struct timespec last;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (name) printf("time: %s %.1f s\n", name, (double)(now.tv_sec - last.tv_sec) + (now.tv_nsec - last.tv_nsec) * 1e-9);
+    last = now;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_nvrtc OPS_DIR TESTS_DIR [NVRTC_DIR...]\n");
@@ -924,25 +934,34 @@ int main(int argc, char **argv) {
     g_dirs = (const char *const *)argv + 3;
     g_ndirs = argc - 3;
     unsetenv("TK_CUDA_TUNE");   /* the default tile shapes are checked */
+    phase(NULL);
     test_sha256();
     test_grid_size();
     tk_ctx *ctx = load_ops(argv[1]);
     test_per_thread(ctx);
     test_no_driver(ctx);
     test_no_nvrtc(ctx);
+    phase("setup, no driver, no NVRTC");
     tk_nvrtc *nv = open_nvrtc();
     if (nv) {
         tk_binary cubin = test_compile_all(nv, ctx);
+        phase("compile all");
         test_compile_error(nv);
+        phase("compile error");
         test_compile_maths(nv);
+        phase("maths");
         test_arch_choice(nv);
+        phase("arch choice");
         if (cubin.data) test_cache_files(&cubin, tk_nvrtc_version(nv));
         tk_binary_free(&cubin);
         test_precompile(ctx);
+        phase("cache files, precompile");
         test_threads(ctx);
+        phase("threads");
         const char *fake = getenv("TK_TEST_FAKE_DRIVER");
         if (fake && fake[0]) test_fake_driver(ctx, fake);
         else printf("TK_TEST_FAKE_DRIVER unset: launcher test against the fake driver not run\n");
+        phase("fake driver");
         tk_nvrtc_close(nv);
     }
     tk_ctx_free(ctx);

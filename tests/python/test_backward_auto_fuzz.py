@@ -186,9 +186,11 @@ def test_random_row_loops_gradcheck(seed):
 
 
 def test_derived_ops_compile_without_contraction(tkc, tmp_path):
-    """A derived op's C turns FMA contraction off (tk_kernel.h's helpers
-    included, so they still inline) and its CUDA multiplies by __fmul_rn /
-    __dmul_rn (here float64: __dmul_rn); the forward op keeps both."""
+    """A derived op with a max or min (ties: values computed in two passes
+    compared) turns FMA contraction off in its C (tk_kernel.h's helpers
+    included, so they still inline) and multiplies by __fmul_rn / __dmul_rn
+    in its CUDA (here float64: __dmul_rn); the forward op keeps both, and so
+    does a derived op without an extreme."""
     spec = tmp_path / "contract.tk"
     spec.write_text(Gen(1017).op("fz_contract"))
     for cmd, mark in (("emit-c", 'optimize("fp-contract=off")'), ("emit-cuda", "__dmul_rn(")):
@@ -198,6 +200,15 @@ def test_derived_ops_compile_without_contraction(tkc, tmp_path):
         assert mark not in forward and mark in derived, cmd
         if cmd == "emit-c":
             assert derived.index(mark) < derived.index('#include "tk_kernel.h"') < derived.index("pop_options")
+    plain = tmp_path / "plain.tk"   # sums only: no tie to find
+    plain.write_text("op fz_plain(x: float64[R, N], w: float64[N]) -> y: float64[R, N]:\n    backward auto\n"
+                     "    for r, _ in y:\n        s = 0.0\n        for i in range(N):\n"
+                     "            s += x[r, i] * x[r, i] + 1.0\n        for i in range(N):\n"
+                     "            y[r, i] = x[r, i] * w[i] + s\n")
+    for cmd, mark in (("emit-c", 'optimize("fp-contract=off")'), ("emit-cuda", "__dmul_rn(")):
+        r = subprocess.run([tkc, cmd, str(plain)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "(backward auto of fz_plain)" in r.stdout and mark not in r.stdout, cmd
 
 
 def main():
