@@ -85,8 +85,8 @@ def interleaved_args(doc: str) -> argparse.Namespace:
 
 
 def print_interleaved(script: str, args: argparse.Namespace, what: str, shapes, cases) -> None:
-    """The command and machine lines, then per shape (R, N) a markdown table
-    of every case of cases(R, N) (a list of (name, fn)) with the median of
+    """The command and machine lines, then per shape (R, N) (any tuple) a
+    markdown table of every case of cases(*shape) (a list of (name, fn)) with the median of
     its round medians: each of args.rounds rounds times every case once, in
     order (median_ms of args.repeat calls), so the machine's drift reaches
     all cases alike."""
@@ -96,13 +96,13 @@ def print_interleaved(script: str, args: argparse.Namespace, what: str, shapes, 
           f"--rounds {args.rounds} --repeat {args.repeat}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; {what}, ms (median of {args.rounds} round medians)")
-    for R, N in shapes:
-        cs = cases(R, N)
+    for shape in shapes:   # (R, N), or any tuple cases takes
+        cs = cases(*shape)
         runs = {name: [] for name, _ in cs}
         for _ in range(args.rounds):
             for name, fn in cs:
                 runs[name].append(median_ms(fn, args.repeat))
-        print(f"\n| ({R}, {N}) | ms |\n|---|---:|")
+        print(f"\n| {tuple(shape)} | ms |\n|---|---:|")
         for name, _ in cs:
             print(f"| {name} | {statistics.median(runs[name]):.4f} |")
         sys.stdout.flush()
