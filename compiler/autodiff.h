@@ -184,6 +184,10 @@ void ad_row_contrib(ad *b, val *target, atom g, int negate, const char *expr);
 void ad_block_init(ad *s, ad *b, int mode, int li);
 /* Block b's live lines, each after a newline and indented as a loop's body; NULL when none is live. */
 const char *ad_block_body(ad *b);
+/* Block b's index with inner (its variable on the owned dim) as the derived op names it. */
+void ad_block_index(ad *s, ad *b, const char *inner);
+/* Whether inner loop st runs over the whole owned dim D: `range(D)` or `range(0, D)`. */
+int ad_loop_full(const tk_stmt *st, const tk_expr *D);
 /* "range(lo, hi)" of loop L. */
 const char *ad_loop_range(ad *s, const loopinfo *L);
 /* The accumulator of loop L that local name is, -1 if none. */

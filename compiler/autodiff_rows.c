@@ -56,10 +56,21 @@ void ad_block_init(ad *s, ad *b, int mode, int li) {
         return;
     }
     for (int k = 0; k < s->nvals; k++) b->rowref[k] = -1;
+    ad_block_index(s, b, b->inner);
+}
+
+void ad_block_index(ad *s, ad *b, const char *inner) {
+    b->inner = inner;
     const char *ix = "";
     for (int j = 0; j < s->d->nloop + s->virt; j++)
-        ix = ad_fmt(s, "%s%s%s", ix, j ? ", " : "", j == s->owned ? b->inner : s->d->loop_vars[j]);
+        ix = ad_fmt(s, "%s%s%s", ix, j ? ", " : "", j == s->owned ? inner : s->d->loop_vars[j]);
     b->index = ix;
+}
+
+int ad_loop_full(const tk_stmt *st, const tk_expr *D) {
+    const tk_expr *hi = st->hi;
+    return D && (!st->lo || (st->lo->kind == TK_E_INT && st->lo->ival == 0)) && hi->kind == D->kind &&
+           ((hi->kind == TK_E_NAME && strcmp(hi->name, D->name) == 0) || (hi->kind == TK_E_INT && hi->ival == D->ival));
 }
 
 /* Block b's live lines, each after a newline and indented as a loop's
@@ -432,10 +443,7 @@ static void grads_block(ad *s) {
     }
     for (int li = 0; li < s->nloops && !b.failed; li++) {
         loopinfo *L = &s->loops[li];
-        const tk_expr *hi = L->st->hi;
-        L->full = (!L->st->lo || (L->st->lo->kind == TK_E_INT && L->st->lo->ival == 0)) && hi->kind == D->kind &&
-                  ((hi->kind == TK_E_NAME && strcmp(hi->name, D->name) == 0) ||
-                   (hi->kind == TK_E_INT && hi->ival == D->ival));
+        L->full = ad_loop_full(L->st, D);
         b.cur_loop = li;
         b.inner_src = L->st->name;
         b.nlocal = 0;   /* each loop's own locals */

@@ -69,10 +69,8 @@ int ad_scan_find(ad *s, int li) {
     loopinfo *L = &s->loops[li];
     const tk_stmt *st = L->st;
     if (!needs_scan(s, L, st->body, st->nbody, 1)) return 0;
-    const tk_expr *D = ad_owned_dim(s), *hi = st->hi;
-    int full = D && !s->virt && (!st->lo || (st->lo->kind == TK_E_INT && st->lo->ival == 0)) && hi->kind == D->kind &&
-               ((hi->kind == TK_E_NAME && strcmp(hi->name, D->name) == 0) ||
-                (hi->kind == TK_E_INT && hi->ival == D->ival));
+    const tk_expr *D = ad_owned_dim(s);
+    int full = !s->virt && ad_loop_full(st, D);
     if (s->virt)
         ad_fail(s, st->loc, "a scan in the element-wise form: it differentiates scans in row loops (`for r, _ in "
                 "y`, the loop owning the dim the scan walks); write the backward ops of this op");
@@ -138,11 +136,7 @@ void ad_scan_reverse(ad *s, int li) {
     ad b;
     ad_block_init(s, &b, AD_SCAN, li);
     if (b.failed) return;
-    b.inner = ad_fmt(s, "%st", s->pre);   /* the step, t = D - 1 - j: a local (the loop's variable is j) */
-    const char *ix = "";
-    for (int j = 0; j < s->d->nloop; j++)
-        ix = ad_fmt(s, "%s%s%s", ix, j ? ", " : "", j == s->owned ? b.inner : s->d->loop_vars[j]);
-    b.index = ix;
+    ad_block_index(s, &b, ad_fmt(s, "%st", s->pre));   /* the step, t = D - 1 - j: a local (the loop's is j) */
     ad_emit(&b, -1, ad_fmt(&b, "%s = %s - 1 - %sj", b.inner, D, s->pre));
     atom always = {-1, NULL, 0};
     int start[64];
