@@ -139,11 +139,15 @@ static void jammed_body(emitter *E) {
 
 /* ---- CPU plan: loop-invariant statements and incremental divisions ------- */
 
-/* The top-level statements, those in (hoisted == 1) or out of the run loop. */
+/* The top-level statements, those in (hoisted == 1) or out of the run loop.
+ * Only the first sizeof E->hoisted statements can be hoisted (plan_run
+ * hoists none in a longer body). */
 void run_block(emitter *E, int hoisted) {
     const tk_opdecl *d = E->op->decl;
-    for (int i = 0; i < d->nbody; i++)
-        if (E->hoisted[i] == hoisted) block(E, &d->body[i], 1);
+    for (int i = 0; i < d->nbody; i++) {
+        int h = i < (int)sizeof E->hoisted && E->hoisted[i];
+        if (h == hoisted) block(E, &d->body[i], 1);
+    }
 }
 
 /* Whether body has a loop, at any depth (CPU segments, GPU chunks). */

@@ -421,3 +421,27 @@ op ld_wrapmod(x: float32[N], k: int) -> (y: x.dtype[N], z: x.dtype[N]):
         y, z = op(x, k)
         assert y.tolist() == [float(wrap(i + k) % N) for i in range(N)], k
         assert z.tolist() == [float(wrap(i - k) % N) for i in range(N)], k
+
+
+def test_a_body_longer_than_the_run_plan():
+    """More than 256 top-level statements (the run plan's per-statement
+    flags hold 256; past them nothing is hoisted): the emitter read the
+    flags past their array (found by fuzz_smoke under UBSan), which could
+    move a statement out of the run loop or drop it. Here uniform locals sit
+    on both sides of statement 256."""
+    body = ["        a = x[i]"]
+    for k in range(300):
+        if k % 50 == 49:
+            body.append(f"        c{k} = s * {k}.0")
+            body.append(f"        a = a * 0.5 + c{k}")
+        else:
+            body.append(f"        a = a * 0.5 + x[i] * {k % 7}.0")
+    op = torch_tk.kernel("op ld_long(x: float64[N], s: float) -> y: x.dtype[N]:\n    for i in y:\n"
+                         + "\n".join(body) + "\n        y[i] = a\n")
+    x = torch.randn(300, dtype=torch.float64, generator=gen(7))
+    s = 0.375
+    want = x.clone()
+    for k in range(300):
+        want = want * 0.5 + (s * k if k % 50 == 49 else x * (k % 7))
+    poison_cache(float("nan"))
+    torch.testing.assert_close(op(x, s), want, rtol=1e-12, atol=1e-12)
