@@ -24,7 +24,8 @@ runs on the CPU), into one disk cache; the timed processes then load them.
 Prints a table per kernel, fastest first, and writes JSON with --json.
 
     PYTHONPATH=python TK_LIBRARY=build/libtk.so python3 ci/gpu_tune.py [--json PATH] [--quick]
-    TK_TUNE_DEVICE=cpu ... ci/gpu_tune.py --quick --small   (a dry run: no GPU, the shapes change nothing)
+    TK_TUNE_DEVICE=cpu ... ci/gpu_tune.py --quick --small   (a dry run: no GPU, the shapes change
+        nothing; every shape is parsed, two of each step run)
 """
 
 from __future__ import annotations
@@ -206,6 +207,14 @@ def main(argv=None) -> int:
     if args.small:
         env["TK_TUNE_SMALL"] = "1"
     gpu = env.get("TK_TUNE_DEVICE", "cuda") == "cuda"
+    if not gpu:
+        # a dry run: every shape parsed by the library (a malformed one
+        # would fail each process on the GPU), the first two of each step
+        # run (the default and another: on the CPU the shape changes nothing)
+        from torch_tk.gpu import check_tune
+        for _, tune in plan:
+            check_tune(tune)
+        plan = [p for k, p in enumerate(plan) if [q[0] for q in plan[:k]].count(p[0]) < 2]
     with ThreadPoolExecutor(max_workers=min(len(plan), os.cpu_count() or 4) if gpu else 1) as ex:
         for (which, tune), (res, err) in zip(plan, ex.map(lambda p: run(p[0], p[1], 1, True, env),
                                                           plan if gpu else [])):

@@ -76,6 +76,7 @@ SIGNATURES = {
     "tk_op_nreturns": (_I, [_P]),
     "tk_op_param_mut": (_I, [_P, _I]),
     "tk_op_output_name": (_C, [_P, _I]),
+    "tk_schedule_parse": (_I, [_C, _P, _C, _Z]),
     # the shim: loading (shim/registry.cpp) and run-time specs (shim/runtime.cpp)
     "tk_shim_load_error": (_C, []),
     "tk_shim_register": (_I, [_C, _C, _I, _C, _Z, ctypes.POINTER(Error)]),

@@ -24,7 +24,7 @@ import torch
 from . import _capi
 from ._lib import load
 
-__all__ = ["info", "kernels", "parse_arch", "precompile", "main_info", "main_precompile"]
+__all__ = ["info", "kernels", "parse_arch", "check_tune", "precompile", "main_info", "main_precompile"]
 
 
 def _lib() -> ctypes.CDLL:
@@ -55,6 +55,16 @@ def parse_arch(text: str) -> int:
     if not m:
         raise ValueError(f"not a CUDA arch: '{text}' (expected e.g. sm_90 or 9.0)")
     return int(m.group(1)) if m.group(1) else int(m.group(2)) * 10 + int(m.group(3))
+
+
+def check_tune(text: str) -> None:
+    """Raises ValueError with the library's message when text is not a valid
+    TK_CUDA_TUNE value ("lanes=8,rows=2"; docs/gpu.md); "" is the defaults.
+    Parsing needs neither a GPU nor NVRTC."""
+    sched = ctypes.create_string_buffer(64)   # tk_schedule: int v[10] (compiler/tk.h)
+    err = ctypes.create_string_buffer(1024)
+    if _lib().tk_schedule_parse(text.encode(), sched, err, len(err)) != _capi.OK:
+        raise ValueError(err.value.decode("utf-8", "replace"))
 
 
 def _bar(done: int, total: int, width: int = 24) -> str:

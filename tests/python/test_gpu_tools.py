@@ -44,7 +44,8 @@ def test_every_op_has_a_cuda_kernel(op):
 
 
 def test_info_precompile_debug_and_damaged_entries(lib_path, tmp_path):
-    """One cache folder through its life (each step a fresh process)."""
+    """One cache folder through its life (each step a fresh process), with
+    brick_pad_backward's kernels (small: a cache entry lives alike for any)."""
     r = run_tk(lib_path, tmp_path, "info")
     assert r.returncode == 0, r.stderr
     assert f"libtk: {lib_path}" in r.stdout
@@ -53,14 +54,14 @@ def test_info_precompile_debug_and_damaged_entries(lib_path, tmp_path):
     assert f"cache: {tmp_path}" in r.stdout
     assert "cached kernels: none" in r.stdout or "cached kernels: 0," in r.stdout
 
-    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--arch", "8.0", "--op", "rwkv_forward")
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--arch", "8.0", "--op", "brick_pad_backward")
     assert r.returncode == 0, r.stderr
     assert "[########################]   8/8" in r.stderr
     assert "8 compiled, 0 already cached, 0 failed" in r.stderr
     assert len(cached_files(tmp_path)) == 8  # 4 dtypes x 2 archs
-    assert "---- tk_rwkv_forward" not in r.stderr  # TK_DEBUG unset: quiet
+    assert "---- tk_brick_pad_backward" not in r.stderr  # TK_DEBUG unset: quiet
 
-    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward")
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad_backward")
     assert r.returncode == 0 and "0 compiled, 4 already cached, 0 failed" in r.stderr, r.stderr
 
     sm90 = [n for n in cached_files(tmp_path) if b" sm_90" in (tmp_path / n).read_bytes()[96:160]]
@@ -74,15 +75,15 @@ def test_info_precompile_debug_and_damaged_entries(lib_path, tmp_path):
         else:
             del data[-10:]  # truncated
         path.write_bytes(bytes(data))
-    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "rwkv_forward", TK_DEBUG="1")
+    r = run_tk(lib_path, tmp_path, "precompile", "--arch", "sm_90", "--op", "brick_pad_backward", TK_DEBUG="1")
     assert r.returncode == 0 and "4 compiled, 0 already cached" in r.stderr, r.stderr
     assert "rejected: " in r.stderr  # TK_DEBUG says why a file was not used
-    assert "---- tk_rwkv_forward__f32.cu ----" in r.stderr
-    assert 'extern "C" __global__ void tk_rwkv_forward__f32(const tk_kargs a)' in r.stderr
+    assert "---- tk_brick_pad_backward__f32.cu ----" in r.stderr
+    assert 'extern "C" __global__ void tk_brick_pad_backward__f32(const tk_kargs a)' in r.stderr
     assert "options: --std=c++17 -default-device -arch=sm_90" in r.stderr
 
     r = run_tk(lib_path, tmp_path, "info")
-    assert "cached kernels: 8" in r.stdout and "tk_rwkv_forward__f32 sm_90" in r.stdout, r.stdout
+    assert "cached kernels: 8" in r.stdout and "tk_brick_pad_backward__f32 sm_90" in r.stdout, r.stdout
     assert r.stdout.count("(damaged)") == 1, r.stdout  # the truncated sm_80 file, not recompiled
 
 
@@ -395,3 +396,14 @@ def test_warp_model_mirrored_tiles_balance_blocks():
     wf = {m.group(1): int(m.group(2)) for m in re.finditer(r"(rwkv_\w+, [^\n]*?)\s+\d+\s+(\d+)\s", out)}
     assert wf["rwkv_backward_k, 16-byte stream loads (now)"] * 3 == wf["rwkv_backward_k, 4-byte stream loads (as timed)"]
     assert wf["rwkv_forward, 16-byte stream loads (now)"] * 2 == wf["rwkv_forward, 4-byte stream loads (as timed)"]
+
+
+def test_check_tune_parses_as_the_library_does():
+    """torch_tk.gpu.check_tune: TK_CUDA_TUNE's syntax checked without a GPU
+    or NVRTC (ci/gpu_tune.py's dry run parses every shape with it)."""
+    from torch_tk.gpu import check_tune
+    for good in ("", "lanes=8,rows=2,warp_rows=16", "chunk=128", "regs=64,coop=8,parts=16"):
+        check_tune(good)
+    for bad in ("lanes=3", "foo=1", "rows=2,", "regs=100", "lanes=8;rows=2"):
+        with pytest.raises(ValueError, match=re.escape(f'TK_CUDA_TUNE="{bad}": expected key=value items')):
+            check_tune(bad)
