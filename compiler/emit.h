@@ -148,6 +148,10 @@ void assigned_locals(tk_stmt **body, int n, unsigned char *out);
 int lane_coef(const tk_expr *e, const char *v, int64_t *coef);
 int lane_blocks(const emitter *E, int G);
 int lane_plan(emitter *E);
+/* Counts the reads in body[0..n) that use lane variable v: in their last
+ * index alone with coefficient +-1 (vector loads, *unit), or otherwise
+ * (gathers across the lanes, *other). */
+void lane_loads_stmts(tk_stmt **body, int n, const char *v, int *unit, int *other);
 
 /* plan_run.c */
 void plan_run(emitter *E);
@@ -155,6 +159,7 @@ void plan_run(emitter *E);
 /* plan_rows.c */
 /* Fills P->rows (a CPU row loop, not plain; else leaves it empty). */
 void plan_rows(tk_plan *P);
+int plan_across(tk_plan *P);
 /* The vectorised-loop plan of inner loop `loop`, NULL when it runs as written. */
 const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop);
 /* Fills P->gpu_parts, part_copy and (in parts) rows.parts: a CUDA row loop

@@ -312,7 +312,9 @@ void row_vec_close(emitter *E, const tk_stmt *loop) {
 }
 
 /* CPU, a row loop: one iteration (a row, or a (b, c) pair) per index,
- * decomposed each time; the body walks the dims it owns. */
+ * decomposed each time; the body walks the dims it owns. The element-wise
+ * form planned across (plan_rows.c, plan_across) prints as one with lanes:
+ * an element an iteration. */
 static void cpu_row_loop(emitter *E) {
     const tk_row_plan *R = &E->plan->rows;
     if (!R->lanes) {
@@ -369,7 +371,7 @@ static void cpu_row_loop(emitter *E) {
  * with a top-level loop walk it ncopies elements at a time (unroll-and-jam). */
 static void cpu_loop(emitter *E) {
     const tk_opdecl *d = E->op->decl;
-    if (E->plan->row_loop) {
+    if (E->plan->row_loop || E->plan->across) {   /* (across: the element-wise form as lanes) */
         cpu_row_loop(E);
         return;
     }

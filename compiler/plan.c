@@ -74,7 +74,7 @@ static void plan_cpu_body(tk_plan *P, int wide, tk_buf *scratch) {
     emitter_init(&E, scratch, P);
     E.plain |= P->checked || P->data_checked;   /* checked kernels take the plain form */
     E.wide = wide;
-    if (P->row_loop) {
+    if (P->row_loop || P->across) {
         snapshot(&E, &P->body[wide]);
         return;
     }
@@ -170,6 +170,11 @@ tk_status tk_plan_make(tk_ctx *ctx, const tk_op *cop, int variant, tk_target tar
          * (checked accesses are conditional, and record the first failure
          * atomically: plan_rows.c) */
         plan_rows(P);
+        /* the element-wise form whose narrow body runs its loops in jammed
+         * copies, without vector bodies: lanes across iterations instead
+         * (plan_rows.c, plan_across), its body planned again (bare) */
+        if (!P->row_loop && !P->wide && P->body[TK_BODY_NARROW].lanes == 0 && plan_across(P))
+            plan_cpu_body(P, TK_BODY_NARROW, &scratch);
         /* one CPU: the bodies it compiles (tk_kernel.h: TK_VXW with
          * AVX-512, TK_VXH with AVX2 and FMA but not AVX-512) */
         P->kept[TK_BODY_NARROW] = 1;
@@ -195,10 +200,17 @@ static void locals_list(tk_buf *b, const tk_op *op, const unsigned char *flags) 
     if (!n) tk_buf_puts(b, "none");
 }
 
+static void rows_text(tk_buf *b, const tk_plan *P);
+
 /* One body's tiles (or copies and run plan) as indented lines. */
 static void body_text(tk_buf *b, const tk_plan *P, const tk_body_plan *B, int gpu) {
     const tk_opdecl *d = P->op->decl;
     const char *inner = d->nloop ? d->loop_vars[d->nloop - 1] : "-";
+    if (!gpu && P->across) {   /* the element-wise form as a row loop's lanes (plan_rows.c, plan_across) */
+        tk_buf_puts(b, "    no lane tiles or copies: printed as a row loop (one element an index)\n");
+        rows_text(b, P);
+        return;
+    }
     if (B->lanes) {
         tk_buf_printf(b, "    lane tile: %d lanes along %s%s", B->lanes, inner,
                       gpu ? " (registers of one thread)" : B->vx ? " (explicit vectors)" : B->vx_any ? " (explicit vectors where a loop allows)" : " (omp simd loops)");

@@ -130,6 +130,8 @@ typedef struct tk_plan {
     int row_loop;                       /* a row loop (`for b, _, c in y`): the plain form, one iteration
                                          * (its sequential loops over the '_' dims) a thread or a CPU index;
                                          * no tiles, copies, run plan, chunks, split or mirror */
+    int across;                         /* CPU, the element-wise form: printed as a row loop's lanes across
+                                         * iterations (rows.lanes; plan_rows.c, plan_across), not in copies */
     /* bounds (plan_bounds.c): a row loop's stores and, per store, the
      * indices not proven in range from the loop bounds (bit k: index k),
      * which the kernel compares to their dim's size before it stores */

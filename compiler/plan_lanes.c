@@ -199,7 +199,7 @@ static void lane_loads(const tk_expr *e, const char *v, int *unit, int *other) {
 }
 
 /* lane_loads over statements body[0..n), their bounds and nested blocks. */
-static void lane_loads_stmts(tk_stmt **body, int n, const char *v, int *unit, int *other) {
+void lane_loads_stmts(tk_stmt **body, int n, const char *v, int *unit, int *other) {
     for (int i = 0; i < n; i++) {
         lane_loads(body[i]->value, v, unit, other);
         lane_loads(body[i]->lo, v, unit, other);

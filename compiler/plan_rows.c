@@ -410,6 +410,35 @@ void plan_rows(tk_plan *P) {
     plan_parts(P);
 }
 
+/* The element-wise form on the CPU whose body has top-level loops, when
+ * its narrow body would run them in unroll-and-jam copies (lane tiles
+ * refused: locals carried through the loops, or no vector the loops share
+ * between group rows): the body printed as a row loop's lanes across
+ * iterations instead (plan_lanes_across; emit_cpu.c, cpu_row_loop), V
+ * adjacent elements along the innermost dim walking the loops once, their
+ * statements omp simd loops over the lanes with exp() as tk_vexpf. RWKV's
+ * wkv_backward_wu (f32, B=8 T=256 C=512, one thread): 9.6 ms in 4 jammed
+ * copies, 2.3 as lanes; the quadratic WKV 10.8 -> 0.9
+ * (bench/results/2026-12-07-cpu-elementwise-lanes.txt).
+ * Sets P->across and P->rows; returns P->across. */
+int plan_across(tk_plan *P) {
+    const tk_opdecl *d = P->op->decl;
+    memset(&P->rows, 0, sizeof P->rows);
+    P->across = 0;
+    if (P->row_loop || P->plain || P->checked || P->data_checked || P->target != TK_TARGET_C) return 0;
+    if (P->op->random || !has_top_level_for(d)) return 0;   /* (rand's counters: the element-wise kernel's) */
+    /* every read that moves with the lanes a vector load: a gather across
+     * them loses to the copies' loops, which omp simd vectorises along a
+     * loop of their own (a dot-product matmul, y[b, n] = sum_k x[b, k] *
+     * w[n, k]: 2.3 ms in copies, 59 as lanes) */
+    int unit = 0, other = 0;
+    lane_loads_stmts(d->body, d->nbody, d->loop_vars[d->nloop - 1], &unit, &other);
+    if (other) return 0;
+    plan_lanes_across(P);
+    P->across = P->rows.lanes > 0;
+    return P->across;
+}
+
 const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop) {
     for (int i = 0; i < P->rows.nvec; i++)
         if (P->rows.vec[i].loop == loop) return &P->rows.vec[i];
