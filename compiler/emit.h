@@ -159,6 +159,8 @@ void plan_run(emitter *E);
 /* plan_rows.c */
 /* Fills P->rows (a CPU row loop, not plain; else leaves it empty). */
 void plan_rows(tk_plan *P);
+/* The element-wise form's loops as lanes across iterations (sets P->across
+ * and P->rows); returns P->across. */
 int plan_across(tk_plan *P);
 /* The vectorised-loop plan of inner loop `loop`, NULL when it runs as written. */
 const tk_row_vec *row_vec_find(const tk_plan *P, const tk_stmt *loop);

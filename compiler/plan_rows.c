@@ -426,7 +426,7 @@ int plan_across(tk_plan *P) {
     memset(&P->rows, 0, sizeof P->rows);
     P->across = 0;
     if (P->row_loop || P->plain || P->checked || P->data_checked || P->target != TK_TARGET_C) return 0;
-    if (P->op->random || !has_top_level_for(d)) return 0;   /* (rand's counters: the element-wise kernel's) */
+    if (d->nloop == 0 || P->op->random || !has_top_level_for(d)) return 0;   /* (rand's counters: the element-wise kernel's) */
     /* every read that moves with the lanes a vector load: a gather across
      * them loses to the copies' loops, which omp simd vectorises along a
      * loop of their own (a dot-product matmul, y[b, n] = sum_k x[b, k] *
