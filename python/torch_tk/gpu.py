@@ -60,7 +60,9 @@ def parse_arch(text: str) -> int:
 def check_tune(text: str) -> None:
     """Raises ValueError with the library's message when text is not a valid
     TK_CUDA_TUNE value ("lanes=8,rows=2"; docs/gpu.md); "" is the defaults.
-    Parsing needs neither a GPU nor NVRTC."""
+    Parsing needs neither a GPU nor NVRTC. A non-str raises TypeError."""
+    if not isinstance(text, str):
+        raise TypeError(f"torch_tk.gpu.check_tune: the value must be a str, got {type(text).__name__}")
     sched = ctypes.create_string_buffer(64)   # tk_schedule: int v[10] (compiler/tk.h)
     err = ctypes.create_string_buffer(1024)
     if _lib().tk_schedule_parse(text.encode(), sched, err, len(err)) != _capi.OK:

@@ -134,7 +134,12 @@ def kernel(spec: str, file: str = "<string>", checked: bool | None = None) -> to
 
 @torch.compiler.disable
 def load(path: str | os.PathLike, checked: bool | None = None) -> torch._ops.OpOverloadPacket:
-    """torch_tk.kernel of a spec file: errors name the file as given."""
+    """torch_tk.kernel of a spec file: errors name the file as given.
+    Spec text rather than a path raises TypeError pointing to
+    torch_tk.kernel (a str with a line break is never taken for a path)."""
+    if isinstance(path, str) and "\n" in path:
+        raise TypeError("torch_tk.load takes a spec file's path; this str holds line breaks: "
+                        "register spec text with torch_tk.kernel(text)")
     with open(path, encoding="utf-8") as f:
         text = f.read()
     names = _register_spec(text, os.fspath(path), checked)

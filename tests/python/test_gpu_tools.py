@@ -407,3 +407,5 @@ def test_check_tune_parses_as_the_library_does():
     for bad in ("lanes=3", "foo=1", "rows=2,", "regs=100", "lanes=8;rows=2"):
         with pytest.raises(ValueError, match=re.escape(f'TK_CUDA_TUNE="{bad}": expected key=value items')):
             check_tune(bad)
+    with pytest.raises(TypeError, match="check_tune: the value must be a str, got int"):
+        check_tune(8)

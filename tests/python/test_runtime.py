@@ -521,6 +521,16 @@ def test_spec_error_from_a_file(tmp_path):
                                      "        y[i] = x[i] * q", "                      ^"]
 
 
+def test_load_given_spec_text_points_to_kernel():
+    """torch_tk.load takes a path: spec text passed to it (a str with line
+    breaks) raises a TypeError naming torch_tk.kernel, not an OSError about
+    a file name."""
+    text = "op load_text(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n"
+    with pytest.raises(TypeError, match=r"torch_tk\.load takes a spec file's path.*torch_tk\.kernel\(text\)"):
+        torch_tk.load(text)
+    assert not hasattr(torch.ops.tk, "load_text")
+
+
 def test_spec_error_fields_not_parsed_from_text():
     """A file name that looks like a place, and a message that holds one: the
     fields still say where the error is (they are not read back from the text)."""
