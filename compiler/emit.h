@@ -212,8 +212,8 @@ int has_for(tk_stmt **body, int n);
 void stride_cond(emitter *E, const tk_param *p, int slot, int arg);
 int unit_stride_test(emitter *E, const char *extra);
 void cpu_kernel(emitter *E);
-int row_vec_open(emitter *E, const tk_stmt *loop);
-void row_vec_close(emitter *E, const tk_stmt *loop);
+int row_vec_open(emitter *E, const tk_stmt *loop, int c0, int c1);
+void row_vec_close(emitter *E, const tk_stmt *loop, int c0, int c1);
 
 /* emit_lanes.c */
 void set_copy(emitter *E, int c);

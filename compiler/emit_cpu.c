@@ -15,13 +15,14 @@
  * body holds every copy (loads of copy-invariant values are shared and the
  * accumulators are independent), the rest per copy before and after it. */
 /* Whether e has the same value in every unroll copy: it reads neither the
- * innermost loop variable nor a local other than a shared loop variable. */
+ * loop variable the copies offset (gdim: the innermost one, or a row
+ * loop's jammed one) nor a local other than a shared loop variable. */
 static int copy_invariant(const emitter *E, const tk_expr *e) {
     if (!e) return 1;
     if (e->kind == TK_E_NAME) {
         const tk_opdecl *d = E->op->decl;
         int idx;
-        if (strcmp(e->name, d->loop_vars[d->nloop - 1]) == 0) return 0;
+        if (strcmp(e->name, d->loop_vars[E->gdim]) == 0) return 0;
         for (int i = 0; i < d->nloop; i++)
             if (strcmp(e->name, d->loop_vars[i]) == 0) return 1;
         if (tk_resolve_header(E->op, e->name, &idx) != TK_SYM_NONE) return 1;
@@ -35,6 +36,17 @@ static int copy_invariant(const emitter *E, const tk_expr *e) {
 }
 
 static void jammed_for(emitter *E, const tk_stmt *s);
+static void jam_block(emitter *E, tk_stmt **body, int n);
+
+/* for (v = lo; v < hi; ++v) with every copy's statements inside, its
+ * loops jammed in turn; v is shared by the copies (on E->shared). */
+static void jammed_range(emitter *E, const tk_stmt *s, const char *lo, const char *hi) {
+    line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
+    E->indent++;
+    jam_block(E, s->body, s->nbody);
+    E->indent--;
+    line(E, "}");
+}
 
 /* Statements of a jammed region: loops are jammed, the rest copied. */
 static void jam_block(emitter *E, tk_stmt **body, int n) {
@@ -68,15 +80,10 @@ static void shared_for(emitter *E, const tk_stmt *s) {
     snprintf(lo, sizeof lo, "r_%s_lo", s->name);
     snprintf(hi, sizeof hi, "r_%s_end", s->name);
     E->shared[E->nshared++] = s->name;
-    if (reduction_vars(E, s, refs, 16) > 0) {
-        range_loop(E, s, lo, hi, 0, E->ncopies);
-    } else {
-        line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
-        E->indent++;
-        jam_block(E, s->body, s->nbody);
-        E->indent--;
-        line(E, "}");
-    }
+    if (E->plan->rows.jam ? row_vec_find(E->plan, s) != NULL : reduction_vars(E, s, refs, 16) > 0)
+        range_loop(E, s, lo, hi, 0, E->ncopies);   /* (a row loop's: vectorised along the row as planned) */
+    else
+        jammed_range(E, s, lo, hi);
     E->nshared--;
     E->indent--;
     line(E, "}");
@@ -111,7 +118,15 @@ static void jammed_for(emitter *E, const tk_stmt *s) {
         snprintf(a, sizeof a, "lo_%d", c);
         range_loop(E, s, a, "lo", c, c + 1);
     }
-    range_loop(E, s, "lo", "hi", 0, U);
+    if (E->plan->rows.jam && !row_vec_find(E->plan, s) && E->nshared < 8) {
+        /* a row loop's: the common range's loops jammed too (attention's
+         * dot products and row updates share the loads of k's and v's rows) */
+        E->shared[E->nshared++] = s->name;
+        jammed_range(E, s, "lo", "hi");
+        E->nshared--;
+    } else {
+        range_loop(E, s, "lo", "hi", 0, U);
+    }
     for (int c = 0; c < U; c++) {
         snprintf(b, sizeof b, "hi_%d", c);
         range_loop(E, s, "hi", b, c, c + 1);
@@ -263,52 +278,116 @@ static void group_rows(emitter *E, int step) {
     line(E, "}");
 }
 
+/* The incoming value of extreme accumulator `name` set aside before a
+ * vectorised loop: tk_in_<name>, of a jammed copy tk_in_<name>_<copy>. */
+static void saved_name(emitter *E, const char *name) {
+    if (E->copy >= 0) tk_buf_printf(E->b, "tk_in_%s_%d", name, E->copy);
+    else tk_buf_printf(E->b, "tk_in_%s", name);
+}
+
 /* CPU row loops: before an inner loop the plan vectorises (plan_rows.c),
  * the incoming values of its max and min accumulators set aside and the
  * accumulators set to their identity (so that the lanes' partial results
  * never hold a NaN and their combination is exact), then `#pragma omp
- * simd` with its reductions; exp() prints as tk_vexpf inside. Returns 0,
+ * simd` with its reductions, those of jammed copies [c0, c1) (c0 == -1:
+ * none) each its own; exp() prints as tk_vexpf inside. Returns 0,
  * printing nothing, for a loop that runs as written. */
-int row_vec_open(emitter *E, const tk_stmt *loop) {
+int row_vec_open(emitter *E, const tk_stmt *loop, int c0, int c1) {
     static const char *const clause[] = {"+", "*", "max", "min"}, kinds[] = "+*Mm";
     const tk_row_vec *v = row_vec_find(E->plan, loop);
     if (!v) return 0;
-    for (int j = 0; j < v->nred; j++) {
-        if (v->red_op[j] != 'M' && v->red_op[j] != 'm') continue;
-        const tk_local *l = &E->op->locals[v->red[j]];
-        int mx = v->red_op[j] == 'M';
-        line(E, "const %s tk_in_%s = v_%s;", k_vctype[l->type], l->name, l->name);
-        line(E, "v_%s = %s;", l->name, l->type == TK_V_INT ? (mx ? "INT64_MIN" : "INT64_MAX") : mx ? "-INFINITY" : "INFINITY");
-    }
+    int saved = E->copy, cn = c0 < 0 ? c0 + 1 : c1;
+    for (int c = c0; c < cn; c++)
+        for (int j = 0; j < v->nred; j++) {
+            if (v->red_op[j] != 'M' && v->red_op[j] != 'm') continue;
+            const tk_local *l = &E->op->locals[v->red[j]];
+            int mx = v->red_op[j] == 'M';
+            E->copy = c;
+            begin_line(E);
+            tk_buf_printf(E->b, "const %s ", k_vctype[l->type]);
+            saved_name(E, l->name);
+            tk_buf_puts(E->b, " = ");
+            local_name(E, l->name, v->red[j]);
+            tk_buf_puts(E->b, ";\n");
+            begin_line(E);
+            local_name(E, l->name, v->red[j]);
+            tk_buf_printf(E->b, " = %s;\n",
+                          l->type == TK_V_INT ? (mx ? "INT64_MIN" : "INT64_MAX") : mx ? "-INFINITY" : "INFINITY");
+        }
     begin_line(E);
     tk_buf_puts(E->b, "#pragma omp simd");
     for (int k = 0; k < 4; k++) {
         int n = 0;
-        for (int j = 0; j < v->nred; j++) {
-            if (v->red_op[j] != kinds[k]) continue;
-            if (!n++) tk_buf_printf(E->b, " reduction(%s:", clause[k]);
-            else tk_buf_puts(E->b, ", ");
-            tk_buf_printf(E->b, "v_%s", E->op->locals[v->red[j]].name);
-        }
+        for (int c = c0; c < cn; c++)
+            for (int j = 0; j < v->nred; j++) {
+                if (v->red_op[j] != kinds[k]) continue;
+                if (!n++) tk_buf_printf(E->b, " reduction(%s:", clause[k]);
+                else tk_buf_puts(E->b, ", ");
+                E->copy = c;
+                local_name(E, E->op->locals[v->red[j]].name, v->red[j]);
+            }
         if (n) tk_buf_puts(E->b, ")");
     }
     tk_buf_puts(E->b, "\n");
+    E->copy = saved;
     E->vexp = 1;
     return 1;
 }
 
 /* After it: each max (min) accumulator is the max (min) of its incoming
  * value and the loop's, in the order the loop as written would take. */
-void row_vec_close(emitter *E, const tk_stmt *loop) {
+void row_vec_close(emitter *E, const tk_stmt *loop, int c0, int c1) {
     static const char *const sfx[] = {"", "i", "i", "f", "d"};     /* ORDER tk_vtype */
     const tk_row_vec *v = row_vec_find(E->plan, loop);
     E->vexp = 0;
-    for (int j = 0; v && j < v->nred; j++) {
-        if (v->red_op[j] != 'M' && v->red_op[j] != 'm') continue;
-        const tk_local *l = &E->op->locals[v->red[j]];
-        line(E, "v_%s = tk_%s%s(tk_in_%s, v_%s);", l->name, v->red_op[j] == 'M' ? "max" : "min", sfx[l->type],
-             l->name, l->name);
-    }
+    int saved = E->copy, cn = c0 < 0 ? c0 + 1 : c1;
+    for (int c = c0; c < cn; c++)
+        for (int j = 0; v && j < v->nred; j++) {
+            if (v->red_op[j] != 'M' && v->red_op[j] != 'm') continue;
+            const tk_local *l = &E->op->locals[v->red[j]];
+            E->copy = c;
+            begin_line(E);
+            local_name(E, l->name, v->red[j]);
+            tk_buf_printf(E->b, " = tk_%s%s(", v->red_op[j] == 'M' ? "max" : "min", sfx[l->type]);
+            saved_name(E, l->name);
+            tk_buf_puts(E->b, ", ");
+            local_name(E, l->name, v->red[j]);
+            tk_buf_puts(E->b, ");\n");
+        }
+    E->copy = saved;
+}
+
+/* CPU, a row loop jammed (plan_rows.c, plan_jam): J adjacent iterations
+ * of the jammed variable (the innermost parallel one) in one row of it
+ * and in the thread's range run as unroll-and-jam copies, their loops
+ * shared where the bounds agree (one loop over every copy's statements,
+ * vectorised along the row as planned) and cut into a common range and
+ * per-copy ends where they move with the variable (attention's keys up to
+ * t); the rest one iteration at a time. */
+static void jammed_rows(emitter *E) {
+    const tk_opdecl *d = E->op->decl;
+    const tk_row_plan *R = &E->plan->rows;
+    const char *v = d->loop_vars[R->jam_var];
+    line(E, "for (tk_i64 lin = begin; lin < end;) {");
+    E->indent++;
+    decompose(E, 0);
+    line(E, "if (end - lin >= %d && n_%s - v_%s >= %d) {", R->jam, v, v, R->jam);
+    E->indent++;
+    int gdim = E->gdim;
+    E->gdim = R->jam_var;
+    E->ncopies = R->jam;
+    jam_block(E, d->body, d->nbody);
+    E->copy = -1;
+    E->ncopies = 1;
+    E->gdim = gdim;
+    line(E, "lin += %d;", R->jam);
+    line(E, "continue;");
+    E->indent--;
+    line(E, "}");
+    block(E, d->body, d->nbody);
+    line(E, "++lin;");
+    E->indent--;
+    line(E, "}");
 }
 
 /* CPU, a row loop: one iteration (a row, or a (b, c) pair) per index,
@@ -317,6 +396,10 @@ void row_vec_close(emitter *E, const tk_stmt *loop) {
  * an element an iteration. */
 static void cpu_row_loop(emitter *E) {
     const tk_row_plan *R = &E->plan->rows;
+    if (R->jam) {
+        jammed_rows(E);
+        return;
+    }
     if (!R->lanes) {
         line(E, "for (tk_i64 lin = begin; lin < end; ++lin) {");
         E->indent++;

@@ -625,7 +625,7 @@ static void simd_pragma(emitter *E, const tk_stmt *loop, int c0, int c1) {
 
 /* for (v = lo; v < hi; ++v) { body } with lo, hi given as text. */
 void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char *hi, int c0, int c1) {
-    int vec = E->plan->row_loop && !E->tg->gpu && !E->in_lane && row_vec_open(E, s);   /* CPU row loops: as planned */
+    int vec = E->plan->row_loop && !E->tg->gpu && !E->in_lane && row_vec_open(E, s, c0, c1);   /* CPU row loops: as planned */
     if (!E->plan->row_loop && !E->plan->across) simd_pragma(E, s, c0, c1);
     line(E, "for (tk_i64 v_%s = %s; v_%s < %s; ++v_%s) {", s->name, lo, s->name, hi, s->name);
     E->indent++;
@@ -637,7 +637,7 @@ void range_loop(emitter *E, const tk_stmt *s, const char *lo, const char *hi, in
     E->copy = saved;
     E->indent--;
     line(E, "}");
-    if (vec) row_vec_close(E, s);
+    if (vec) row_vec_close(E, s, c0, c1);
 }
 
 /* A range loop in its own block, so that its bounds are evaluated once and

@@ -446,6 +446,13 @@ static void row_text(tk_buf *b, const tk_plan *P) {
             tk_buf_puts(b, "  kernel: one iteration a thread (grid-stride loop), its loops sequential\n"
                            "    elements a thread computes: 1 iteration (the launcher's grid is the domain's size)\n");
         }
+    } else if (P->rows.jam) {
+        const char *v = P->op->decl->loop_vars[P->rows.jam_var];
+        tk_buf_printf(b, "  body: %d adjacent iterations along %s as unroll-and-jam copies (where the thread's range "
+                      "holds them in one row of %s; else one at a time), sharing the reads that do not move with %s: "
+                      "their loops run once for every copy where the bounds agree, else a common range and each "
+                      "copy's ends\n", P->rows.jam, v, v, v);
+        rows_text(b, P);
     } else {
         tk_buf_puts(b, "  body: one iteration an index of at::parallel_for's range, its loops sequential; "
                        "no unroll copies or run plan\n");

@@ -101,6 +101,10 @@ typedef struct tk_row_plan {
      * the caller adds up (parts > 0); NULL: none */
     const tk_stmt *parts;
     unsigned char part0[256];           /* top-level statement i stores: part 0 alone runs it */
+    /* jammed rows (plan_jam): `jam` adjacent iterations of loop variable
+     * jam_var (the innermost parallel one) run as unroll-and-jam copies,
+     * sharing the loads of the reads that do not move with it. 0: none */
+    int jam, jam_var;
 } tk_row_plan;
 
 /* CUDA cooperative rows (plan_coop.c): a loop of a row loop's body dealt

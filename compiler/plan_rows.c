@@ -398,6 +398,64 @@ void gpu_parts_plan(tk_plan *P) {
         P->part_copy[o] = P->rows.parts != NULL || P->op->out_sum[o];
 }
 
+/* Whether e reads an input tensor at an index that names neither loop
+ * variable `jv` nor a local other than a loop variable: the same element
+ * for every jammed copy at once. */
+static int shared_read(const tk_op *op, const tk_expr *e, const char *jv) {
+    if (!e) return 0;
+    if (e->kind == TK_E_INDEX && !e->is_out) {
+        int moves = 0;
+        for (int k = 0; k < e->nargs; k++) {
+            moves |= expr_uses(e->args[k], jv);
+            for (int r = 0; r < op->nlocals; r++)
+                if (!op->locals[r].is_loop) moves |= expr_uses(e->args[k], op->locals[r].name);
+        }
+        if (!moves) return 1;
+    }
+    for (int i = 0; i < e->nargs; i++)
+        if (shared_read(op, e->args[i], jv)) return 1;
+    return 0;
+}
+
+/* Whether a loop nested depth loops deep or more in body (a loop inside a
+ * loop of the row: depth 2) reads an input the jammed copies share. */
+static int nested_shared_read(const tk_op *op, tk_stmt **body, int n, const char *jv, int depth) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        if (depth <= 0 && s->kind != TK_S_FOR &&
+            (shared_read(op, s->value, jv) || shared_read(op, s->lo, jv) || shared_read(op, s->hi, jv)))
+            return 1;
+        for (int k = 0; depth <= 0 && k < s->nindex; k++)
+            if (shared_read(op, s->index[k], jv)) return 1;
+        int inner = depth - (s->kind == TK_S_FOR);
+        if (nested_shared_read(op, s->body, s->nbody, jv, inner) ||
+            nested_shared_read(op, s->orelse, s->norelse, jv, depth))
+            return 1;
+    }
+    return 0;
+}
+
+/* Jammed rows: a row loop whose body reads, inside a loop nested in
+ * another, inputs at indices that do not move with the innermost parallel
+ * variable v (attention's keys and values k[b, h, u, d] for queries along
+ * t: `for b, h, t, _ in o`, the loop over u holding loops over d) runs 4
+ * adjacent iterations along v as unroll-and-jam copies (emit_cpu.c,
+ * jammed_rows): each such read is loaded once for the 4, and the copies'
+ * reductions and exp() calls are independent work side by side. Not with
+ * sums (the copies would reorder their additions), rand(), or more than
+ * 32 locals (4 copies of each). */
+static void plan_jam(tk_plan *P) {
+    const tk_op *op = P->op;
+    const tk_opdecl *d = op->decl;
+    int jv = -1;
+    for (int i = 0; i < d->nloop; i++)
+        if (!tk_owned_dim(d->loop_vars[i])) jv = i;
+    if (jv < 0 || op->has_sum || op->random || op->nlocals > 32) return;
+    if (!nested_shared_read(op, d->body, d->nbody, d->loop_vars[jv], 2)) return;
+    P->rows.jam = 4;
+    P->rows.jam_var = jv;
+}
+
 void plan_rows(tk_plan *P) {
     memset(&P->rows, 0, sizeof P->rows);
     if (!P->row_loop || P->plain || P->checked || P->target != TK_TARGET_C) return;
@@ -408,6 +466,7 @@ void plan_rows(tk_plan *P) {
     if (P->data_checked || bounds_any_check(P)) return;
     plan_lanes_across(P);
     plan_parts(P);
+    if (!P->rows.lanes && !P->rows.parts && 0) plan_jam(P);
 }
 
 /* The element-wise form on the CPU whose body has top-level loops, when
