@@ -466,7 +466,7 @@ void plan_rows(tk_plan *P) {
     if (P->data_checked || bounds_any_check(P)) return;
     plan_lanes_across(P);
     plan_parts(P);
-    if (!P->rows.lanes && !P->rows.parts && 0) plan_jam(P);
+    if (!P->rows.lanes && !P->rows.parts) plan_jam(P);
 }
 
 /* The element-wise form on the CPU whose body has top-level loops, when
