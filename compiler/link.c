@@ -237,12 +237,34 @@ static tk_status link_outputs(tk_ctx *ctx, const tk_op *op, int b, const tk_op *
     return TK_OK;
 }
 
+/* A parameter or returned output of op named grad_<o> for a returned
+ * output o: a backward op's parameter of that name would be both the
+ * forward's tensor and o's incoming gradient (the forward's tensor would
+ * win, silently: a wrong gradient). An error at the name. */
+static tk_status link_names(tk_ctx *ctx, const tk_op *op) {
+    const tk_opdecl *d = op->decl;
+    for (int k = 0; k < d->nparams + d->nreturns; k++) {
+        const tk_param *p = k < d->nparams ? &d->params[k] : &d->outputs[k - d->nparams];
+        const char *g = grad_of(p->name);
+        if (g && output_index(d, g) >= 0)
+            return tk_error_set(&ctx->error, TK_ERR_CHECK, d->file, p->loc,
+                                "%s '%s' of '%s' has the name its backward ops give the incoming gradient of "
+                                "output '%s': rename it", k < d->nparams ? "parameter" : "output", p->name,
+                                d->name, g);
+    }
+    return TK_OK;
+}
+
 /* Checks op's backward clause: each op exists and links; a tensor
  * parameter gets its gradient from at most one. */
 static tk_status link_op(tk_ctx *ctx, const tk_op *op) {
     const tk_opdecl *d = op->decl;
     int maker[TK_MAX_TENSORS * 4];
     for (int i = 0; i < d->nparams; i++) maker[i] = -1;
+    if (d->nbackward > 0) {
+        tk_status st = link_names(ctx, op);
+        if (st != TK_OK) return st;
+    }
     for (int b = 0; b < d->nbackward; b++) {
         const tk_op *bw = tk_op_find(ctx, d->backward[b]);
         if (!bw) return link_fail(ctx, op, b, "no such op (is its spec file loaded?)");

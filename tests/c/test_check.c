@@ -305,6 +305,20 @@ static const bad_spec k_bad_link[] = {
      "of 'f' or 'grad_<output>' (grad_y)"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    backward f\n    for i in y:\n        y[i] = x[i]\n",
      "bad.tk:2:14: error: backward op 'f' of 'f': an op cannot be its own backward"},
+    /* a forward tensor named grad_<output>: a backward op's parameter of that name would be both */
+    /* (with backward auto: the derived op's grad_y was read as the output, a wrong gradient) */
+    {"op f(x: float[N]) -> (y: x.dtype[N], grad_y: x.dtype[N]):\n    backward auto\n    for i in y:\n"
+     "        y[i] = x[i] * x[i]\n        grad_y[i] = 3.0 * x[i]\n",
+     "bad.tk:1:38: error: output 'grad_y' of 'f' has the name its backward ops give the incoming gradient of "
+     "output 'y': rename it"},
+    {"op f(x: float[N], grad_y: x.dtype[N]) -> y: x.dtype[N]:\n    backward f_bw\n    for i in y:\n"
+     "        y[i] = x[i] * grad_y[i]\n" BW("grad_y: float[N]", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:1:19: error: parameter 'grad_y' of 'f' has the name its backward ops give the incoming gradient of "
+     "output 'y': rename it"},
+    {"op f(x: float[N]) -> (y: x.dtype[N], grad_y: x.dtype[N]):\n    backward f_bw\n    for i in y:\n"
+     "        y[i] = x[i]\n        grad_y[i] = x[i]\n" BW("grad_y: float[N]", "grad_x: grad_y.dtype[N]"),
+     "bad.tk:1:38: error: output 'grad_y' of 'f' has the name its backward ops give the incoming gradient of "
+     "output 'y': rename it"},
     {FWD BW("x: float[N], g: x.dtype[N]", "grad_x: x.dtype[N]"),
      "bad.tk:2:14: error: backward op 'f_bw' of 'f': parameter 'g' (bad.tk:5:22) is not a parameter of 'f', "
      "an output of 'f' or 'grad_<output>' (grad_y)"},

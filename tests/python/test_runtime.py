@@ -486,6 +486,13 @@ MALFORMED = [
      "bad.tk:3:23: error: non-ASCII character 'σ': names, numbers and operators are ASCII\n"
      "        y[i] = x[i] + σ\n"
      "                      ^"),
+    # an output named grad_<output>: its derived backward op read it as y's gradient (a wrong gradient)
+    ("op bad_gy(x: float[N]) -> (y: x.dtype[N], grad_y: x.dtype[N]):\n    backward auto\n    for i in y:\n"
+     "        y[i] = x[i] * x[i]\n        grad_y[i] = 3.0 * x[i]\n",
+     "bad.tk:1:43: error: output 'grad_y' of 'bad_gy' has the name its backward ops give the incoming gradient of "
+     "output 'y': rename it\n"
+     "op bad_gy(x: float[N]) -> (y: x.dtype[N], grad_y: x.dtype[N]):\n"
+     "                                          ^"),
     # the core reads C strings: without the check it compiled "y[i] = x[i]"
     (ID.format(n="bad_o") + "        y[i] = x[i]\x00 * 100.0\n",
      "bad.tk:3:20: error: invalid character '\\x00'\n"
