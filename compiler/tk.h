@@ -163,6 +163,7 @@ int tk_op_param_mut(const tk_op *op, int i);      /* 1 if tensor parameter i is 
 int tk_op_output_alias(const tk_op *op, int i);   /* the 'mut' parameter output i is, -1 for a new tensor */
 int tk_op_nreturns(const tk_op *op);              /* the outputs the op returns (the first ones) */
 int tk_op_in_place(const tk_op *op);              /* 1 if some parameter is 'mut' */
+int tk_op_random(const tk_op *op);                /* 1 if the body draws rand() or randn() (docs/spec.md) */
 /* 1 if output i is a scratch tensor (a 'scratch' line; docs/spec.md, Scratch
  * tensors): the caller gives it memory of its dims and dtype, uninitialised,
  * that the op's body uses and the op does not return. They follow the

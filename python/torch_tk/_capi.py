@@ -62,6 +62,7 @@ SIGNATURES = {
     "tk_op_file": (_C, [_P]),
     "tk_op_schema": (_C, [_P]),
     "tk_op_nbackward": (_I, [_P]),
+    "tk_op_random": (_I, [_P]),
     "tk_op_backward_at": (_C, [_P, _I]),
     "tk_op_nparams": (_I, [_P]),
     "tk_op_param_kind": (_I, [_P, _I]),

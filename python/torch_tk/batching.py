@@ -12,7 +12,16 @@ w: [N])) are passed as they are when unbatched. When one of them is
 batched, or the op is not batchable (batchable() below), or one more dim
 would pass tk's 8, the op runs once per vmapped index and the results are
 stacked, as torch's own fallback would, without its warning that asks
-users to file an issue with PyTorch.
+users to file an issue with PyTorch; so does a batched `...` tensor whose
+samples have fewer dims than the spec declares (each call then raises the
+op's own error).
+
+An op whose spec draws rand() or randn() follows vmap's `randomness`:
+'error' (vmap's default) raises, as torch's random ops do; 'different'
+runs the op once for the batch, each sample a batch element of its own
+(docs/spec.md: the draws depend on it), and raises where it cannot;
+'same' runs it once per sample, each drawing what a call outside vmap
+draws.
 
 Every op gets its rule when it is registered: the built-in ones when
 torch_tk is imported, a run-time spec's by torch_tk.kernel / torch_tk.load.
@@ -45,12 +54,25 @@ def _rule(info: OpInfo, op):
 
     def rule(vinfo, in_dims, *args):
         n = vinfo.batch_size
+        randomness = getattr(vinfo, "randomness", "error")
+        if info.random and randomness == "error":
+            raise RuntimeError(f"tk.{info.name}: vmap: called a random operation (its spec draws rand or randn) "
+                               "in randomness='error' mode: pass randomness='same' or 'different' to vmap, or "
+                               "call it outside vmap")
         # per sample: each '...' tensor's batch rank, and the most of them
         ranks = {i: args[i].dim() - (d is not None) - info.params[i].explicit_dims
                  for i, d in enumerate(in_dims) if batch_params[i] and args[i] is not None}
         most = max(ranks.values(), default=0)
+        # a sample with fewer dims than the spec declares: per index, so the op's own error is raised
+        # (folding the vmapped dim into its explicit dims would compute something else); 'same'
+        # randomness: per index too, each sample drawing what one call draws
         if (not fused or any(d is not None and not batch_params[i] for i, d in enumerate(in_dims))
+                or any(r < 0 for r in ranks.values()) or (info.random and randomness == "same")
                 or any(most + 1 + info.params[i].explicit_dims > _MAX_DIMS for i in ranks)):
+            if info.random and randomness == "different":
+                raise RuntimeError(f"tk.{info.name}: vmap(randomness='different') of a random op needs one call "
+                                   "for the whole batch (every batched tensor with '...' dims, every output too): "
+                                   "one call per sample would draw the same numbers for every sample")
             return _loop(op, n, in_dims, args, single)
         moved = list(args)
         for i, d in enumerate(in_dims):

@@ -52,6 +52,7 @@ class OpInfo:
     outputs: tuple                  # the names of the outputs it returns (not the 'mut' parameters)
     backward: tuple                 # names of the ops that compute its gradients
     output_batch: tuple = ()        # per output: whether its shape starts with '...'
+    random: bool = False            # the body draws rand() or randn()
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -84,6 +85,7 @@ def _op_info(lib, op) -> OpInfo:
         backward=tuple(lib.tk_op_backward_at(op, b).decode() for b in range(lib.tk_op_nbackward(op))),
         output_batch=tuple(bool(lib.tk_op_shape_has_batch(op, 1, o))   # TK_SHAPE_OUTPUT
                            for o in range(lib.tk_op_nreturns(op))),
+        random=bool(lib.tk_op_random(op)),
     )
 
 

@@ -239,3 +239,41 @@ def test_eight_dims_per_sample_take_the_per_index_path(ops):
     x = torch.randn(3, *(1,) * 6, 2, 5, generator=gen(21), dtype=torch.float64)   # 9 dims: 8 a sample
     w = torch.randn(5, generator=gen(22), dtype=torch.float64)
     torch.testing.assert_close(vmap(ops.vm_scale_rows, in_dims=(0, None, None))(x, w, 1.0), x * w + 1.0)
+
+
+def test_samples_with_too_few_dims_raise_the_ops_error(ops):
+    """A batched `...` tensor whose samples have fewer dims than the spec
+    declares raises what the call per sample raises (folding the vmapped dim
+    into the op's own dims computed brick_pad of the whole batch, silently)."""
+    x = torch.arange(12.).reshape(3, 4)
+    with pytest.raises(RuntimeError, match=r"tk\.brick_pad: argument 'tile': expected at least 2 dims"):
+        vmap(lambda t: tk.brick_pad(t, 2, 1, 1))(x)
+    with pytest.raises(RuntimeError, match=r"tk\.vm_scale_rows: argument 'x': expected at least 1 dims"):
+        vmap(ops.vm_scale_rows, in_dims=(0, None, None))(torch.randn(4), torch.randn(1), 0.0)
+    # one dim a sample is enough for x[..., N]: one call, as before
+    x2 = torch.randn(5, 6, generator=gen(30))
+    w = torch.randn(6, generator=gen(31))
+    out, n = calls(lambda: vmap(ops.vm_scale_rows, in_dims=(0, None, None))(x2, w, 0.5), "vm_scale_rows")
+    torch.testing.assert_close(out, x2 * w + 0.5)
+    assert n <= 2   # (the profiler sees the batched call and the kernel call)
+
+
+def test_random_ops_follow_vmap_randomness():
+    """An op that draws rand() (examples/specs/dropout.tk): vmap's default
+    randomness='error' raises as torch's random ops do; 'same' gives every
+    sample the draws of one call outside vmap; 'different' one call for the
+    batch, each sample its own draws."""
+    torch_tk.load(os.path.join(ROOT, "examples", "specs", "dropout.tk"))
+    x = torch.ones(4, 64)
+    one = tk.dropout(x[0], 0.5, 123)
+    with pytest.raises(RuntimeError, match=r"tk\.dropout: vmap: called a random operation .* randomness='error'"):
+        vmap(lambda t: tk.dropout(t, 0.5, 123))(x)
+    same = vmap(lambda t: tk.dropout(t, 0.5, 123), randomness="same")(x)
+    assert all(torch.equal(same[i], one) for i in range(4))
+    diff, n = calls(lambda: vmap(lambda t: tk.dropout(t, 0.5, 123), randomness="different")(x), "dropout")
+    assert n <= 2   # (the profiler sees the batched call and the kernel call)
+    torch.testing.assert_close(diff, tk.dropout(x, 0.5, 123))   # the batch elements' draws
+    assert not torch.equal(diff[0], diff[1])
+    # a batched tensor without '...' would need a call per sample: each would draw alike, so it raises
+    with pytest.raises(RuntimeError, match=r"randomness='different'\) of a random op needs one call"):
+        vmap(lambda t: tk.dropout(t, 0.5, 123), randomness="different")(torch.ones(4))
