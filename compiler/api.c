@@ -315,6 +315,7 @@ int tk_op_output_dtype(const tk_op *op, int variant, int i) {
 
 int tk_op_has_sum(const tk_op *op) { return op && op->has_sum; }
 int tk_op_random(const tk_op *op) { return op && op->random; }
+const char *tk_op_derived_from(const tk_op *op) { return op ? op->decl->derived_from : NULL; }
 
 int tk_op_output_written(const tk_op *op, int i) {
     if (!op || i < 0 || i >= op->decl->noutputs) return 0;

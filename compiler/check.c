@@ -504,8 +504,9 @@ static tk_status check_loop(checker *c) {
     const tk_param *o = &d->outputs[idx];
     int n = tk_explicit_dims(o);
     if (n == 0)   /* [...] alone: nothing for the loop to name */
-        return fail(c, d->loop_loc, "'%s' has no explicit dim: an output needs at least one after '...' "
-                    "(a reduction to a batch shape: keep a dim of size 1)", o->name);
+        return fail(c, d->loop_loc, "the loop runs over '%s', which has no explicit dim: the loop's output needs "
+                    "at least one after '...' (loop over another output, or keep a dim of size 1; other outputs "
+                    "may have none)", o->name);
     if (d->nloop != n)
         return fail(c, d->loop_loc, "'%s' has %d explicit dims, so the loop needs %d variables, not %d",
                     o->name, n, n, d->nloop);

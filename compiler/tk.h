@@ -164,6 +164,9 @@ int tk_op_output_alias(const tk_op *op, int i);   /* the 'mut' parameter output 
 int tk_op_nreturns(const tk_op *op);              /* the outputs the op returns (the first ones) */
 int tk_op_in_place(const tk_op *op);              /* 1 if some parameter is 'mut' */
 int tk_op_random(const tk_op *op);                /* 1 if the body draws rand() or randn() (docs/spec.md) */
+/* A backward op derived by 'backward auto': the name of the op it
+ * differentiates; NULL for an op the spec text writes. */
+const char *tk_op_derived_from(const tk_op *op);
 /* 1 if output i is a scratch tensor (a 'scratch' line; docs/spec.md, Scratch
  * tensors): the caller gives it memory of its dims and dtype, uninitialised,
  * that the op's body uses and the op does not return. They follow the

@@ -195,20 +195,27 @@ std::string meaning_of(const std::string& text) {
 
 // Whether every op name is already registered by this very text (true), or
 // none is (false). Throws for a built-in name or another spec's name.
-bool already_registered(const Runtime& rt, const std::vector<std::string>& names, const std::string& text,
-                        bool checked) {
+// ctx: the new text's ops, in the order of names (a derived op's name says
+// so: 'backward auto' of the op it differentiates takes it).
+bool already_registered(const Runtime& rt, const tk_ctx* ctx, const std::vector<std::string>& names,
+                        const std::string& text, bool checked) {
   size_t same = 0;
-  for (const std::string& name : names) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
     auto it = rt.owner.find(name);
     if (it == rt.owner.end()) continue;
     const Spec& spec = rt.specs[it->second];
+    const char* from = tk_op_derived_from(tk_op_at(ctx, static_cast<int>(i)));
+    const std::string derived = from != nullptr ? std::string(" ('backward auto' of ") + from +
+                                                      " derives an op of that name: rename " + from + ")"
+                                                : std::string();
     if (spec.builtin)
       throw Failure{TK_ERR_INVALID, "tk." + name + " is a built-in op (" + spec.file +
-                                        ") and cannot be replaced: give your op another name"};
+                                        ") and cannot be replaced: give your op another name" + derived};
     if (spec.text != text && meaning_of(spec.text) != meaning_of(text))
       throw Failure{TK_ERR_INVALID, "tk." + name + " is already registered from a different spec (" + spec.file +
                                         "); an op cannot be redefined in a running process: give it a new name, "
-                                        "or restart the process"};
+                                        "or restart the process" + derived};
     if (spec.checked != checked)
       throw Failure{TK_ERR_INVALID, "tk." + name + " is already registered " + (spec.checked ? "checked" : "unchecked") +
                                         " (" + spec.file + "); checked mode is fixed at an op's first registration: "
@@ -319,7 +326,7 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   const std::vector<std::string> names = names_of(scratch.get(), n);
   {
     std::lock_guard<std::mutex> lock(rt.mutex);
-    if (already_registered(rt, names, text, checked)) return names;
+    if (already_registered(rt, scratch.get(), names, text, checked)) return names;
     check_links(rt, scratch.get());
   }
   // Nothing is compiled here (ensure_cpu_kernel does, per variant, at its
@@ -329,7 +336,7 @@ std::vector<std::string> register_spec(const std::string& file, const std::strin
   st = tk_cc_check(rt.cc, &msg[0], msg.size());
   if (st != TK_OK) throw Failure{st, msg.c_str()};
   std::lock_guard<std::mutex> lock(rt.mutex);
-  if (already_registered(rt, names, text, checked)) return names;
+  if (already_registered(rt, scratch.get(), names, text, checked)) return names;
   check_torch_takes(scratch.get(), n);
   commit(rt, std::move(scratch), names, file, text, checked);
   return names;

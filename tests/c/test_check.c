@@ -76,8 +76,8 @@ static const bad_spec k_bad[] = {
     {"op f(x: float32[N]) -> y: float32[N]:\n    for i, j in y:\n        y[i] = 0.0\n",
      "bad.tk:2:17: error: 'y' has 1 explicit dims, so the loop needs 1 variables, not 2"},
     {"op f(x: float[..., N]) -> y: x.dtype[...]:\n    for i in y:\n        y[i] = 0.0\n",
-     "bad.tk:2:14: error: 'y' has no explicit dim: an output needs at least one after '...' (a reduction to a "
-     "batch shape: keep a dim of size 1)"},
+     "bad.tk:2:14: error: the loop runs over 'y', which has no explicit dim: the loop's output needs at least one "
+     "after '...' (loop over another output, or keep a dim of size 1; other outputs may have none)"},
     {"op f(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        s = 0.0\n        for j in range(N):\n"
      "            for j in range(N):\n                s += 1.0\n        y[i] = s\n",
      "bad.tk:5:13: error: loop variable 'j' hides the variable of an enclosing loop"},

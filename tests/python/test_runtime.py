@@ -315,6 +315,18 @@ def test_different_spec_same_name_is_an_error():
     torch.testing.assert_close(torch.ops.tk.rt_square(x), x * x)   # the first one stays
 
 
+def test_a_derived_op_name_taken_says_backward_auto_derives_it():
+    """'backward auto' of rt_clash derives rt_clash_backward: a name a spec
+    registered before. The error says where the name comes from."""
+    torch_tk.kernel("op rt_clash_backward(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]\n")
+    with pytest.raises(RuntimeError, match=r"^tk\.rt_clash_backward is already registered from a different spec "
+                                           r".*\('backward auto' of rt_clash derives an op of that name: rename "
+                                           r"rt_clash\)$"):
+        torch_tk.kernel("op rt_clash(x: float[N]) -> y: x.dtype[N]:\n    backward auto\n    for i in y:\n"
+                        "        y[i] = x[i] * x[i]\n")
+    assert not hasattr(torch.ops.tk, "rt_clash")
+
+
 def test_edited_comments_and_blank_lines_are_the_same_spec():
     first = torch_tk.kernel(SQUARE_SPEC)
     edited = "# squares, edited in a notebook\n\n" + SQUARE_SPEC.replace("\n", "   # a note\n", 2) + "\n\n"
