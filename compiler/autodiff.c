@@ -790,7 +790,12 @@ static int check_form(ad *s) {
     }
     for (int o = 0; o < d->noutputs && !s->failed; o++) {
         const tk_param *p = &d->outputs[o];
-        if (p->scratch) ad_fail(s, p->loc, "scratch tensor '%s': write the backward ops of this op", p->name);
+        if (p->scratch && d->derived_from)   /* a scan's derived op keeps the scan's states in scratch tensors */
+            ad_fail(s, p->loc, "second derivatives of a scan are not derived (its derived op keeps the scan's "
+                    "states in scratch tensor '%s'): use 'backward auto', or write the backward ops of '%s'",
+                    p->name, d->derived_from);
+        else if (p->scratch)
+            ad_fail(s, p->loc, "scratch tensor '%s': write the backward ops of this op", p->name);
         if (o >= d->nreturns) continue;
         for (int j = 0; j < p->ndims; j++) {
             const tk_expr *e = p->dims[j];

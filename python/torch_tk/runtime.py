@@ -140,8 +140,16 @@ def load(path: str | os.PathLike, checked: bool | None = None) -> torch._ops.OpO
     if isinstance(path, str) and "\n" in path:
         raise TypeError("torch_tk.load takes a spec file's path; this str holds line breaks: "
                         "register spec text with torch_tk.kernel(text)")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:   # a SpecError at the byte, as the compiler's errors are
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        message = f"the file is not UTF-8 text (byte 0x{raw[e.start]:02x})"
+        where = f"{os.fspath(path)}:{line}:{col}: error: {message}"
+        raise _spec_error(os.fspath(path), line, col, message, where, raw.decode("utf-8", "replace")) from None
     names = _register_spec(text, os.fspath(path), checked)
     return getattr(torch.ops.tk, names[0])
 

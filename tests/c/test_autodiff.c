@@ -95,7 +95,8 @@ static const bad_spec k_bad[] = {
      "loops (`for r, _ in y`, the loop owning the dim the scan walks); write the backward ops of this op"},
     {"op f(x: float[R, N]) -> y: x.dtype[R, N]:\n    backward auto 2\n    for r, _ in y:\n        s = 0.0\n"
      "        for i in range(N):\n            s = s * 0.5 + x[r, i]\n            y[r, i] = s\n",
-     "bad.tk:2:14: error: backward auto of 'f_backward': scratch tensor 'ads0': write the backward ops of this op "
+     "bad.tk:2:14: error: backward auto of 'f_backward': second derivatives of a scan are not derived (its derived "
+     "op keeps the scan's states in scratch tensor 'ads0'): use 'backward auto', or write the backward ops of 'f' "
      "(line 4 of its derived op, which `tkc derived` prints)"},
     {ROW "        s = 0.0\n        for i in range(N):\n            s += x[r, i]\n            s = max(s, x[r, i])\n"
      "        for i in range(N):\n            y[r, i] = s\n",

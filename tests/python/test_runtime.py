@@ -540,6 +540,19 @@ def test_spec_error_from_a_file(tmp_path):
                                      "        y[i] = x[i] * q", "                      ^"]
 
 
+def test_a_file_that_is_not_utf8_is_a_spec_error(tmp_path):
+    """A Latin-1 byte in a spec file: a SpecError at its line and column
+    (was a bare UnicodeDecodeError)."""
+    path = tmp_path / "latin.tk"
+    path.write_bytes(b"op lat1(x: float[N]) -> y: x.dtype[N]:\n    for i in y:\n        y[i] = x[i]  # caf\xe9\n")
+    with pytest.raises(torch_tk.SpecError) as info:
+        torch_tk.load(path)
+    err = info.value
+    assert (err.file, err.line, err.col) == (str(path), 3, 27)
+    assert str(err).splitlines()[0] == f"{path}:3:27: error: the file is not UTF-8 text (byte 0xe9)"
+    assert not hasattr(torch.ops.tk, "lat1")
+
+
 def test_load_given_spec_text_points_to_kernel():
     """torch_tk.load takes a path: spec text passed to it (a str with line
     breaks) raises a TypeError naming torch_tk.kernel, not an OSError about
