@@ -357,6 +357,21 @@ void row_vec_close(emitter *E, const tk_stmt *loop, int c0, int c1) {
     E->copy = saved;
 }
 
+/* The end of a row loop's group of iterations (jammed copies, lanes
+ * across): lin steps past the group's `step` iterations and the index
+ * loop goes on; after the group's `if`, the body of one iteration for an
+ * index no group starts at, and the index loop's close. */
+static void group_end(emitter *E, const char *step) {
+    line(E, "lin += %s;", step);
+    line(E, "continue;");
+    E->indent--;
+    line(E, "}");
+    block(E, E->op->decl->body, E->op->decl->nbody);
+    line(E, "++lin;");
+    E->indent--;
+    line(E, "}");
+}
+
 /* CPU, a row loop jammed (plan_rows.c, plan_jam): J adjacent iterations
  * of the jammed variable (the innermost parallel one) in one row of it
  * and in the thread's range run as unroll-and-jam copies, their loops
@@ -380,14 +395,9 @@ static void jammed_rows(emitter *E) {
     E->copy = -1;
     E->ncopies = 1;
     E->gdim = gdim;
-    line(E, "lin += %d;", R->jam);
-    line(E, "continue;");
-    E->indent--;
-    line(E, "}");
-    block(E, d->body, d->nbody);
-    line(E, "++lin;");
-    E->indent--;
-    line(E, "}");
+    char step[32];
+    snprintf(step, sizeof step, "%d", R->jam);
+    group_end(E, step);
 }
 
 /* CPU, a row loop: one iteration (a row, or a (b, c) pair) per index,
@@ -440,14 +450,7 @@ static void cpu_row_loop(emitter *E) {
     E->lanes = 0;
     E->lane_n = NULL;
     memset(E->arr, 0, sizeof E->arr);
-    line(E, "lin += tk_nl;");
-    line(E, "continue;");
-    E->indent--;
-    line(E, "}");
-    block(E, d->body, d->nbody);
-    line(E, "++lin;");
-    E->indent--;
-    line(E, "}");
+    group_end(E, "tk_nl");
 }
 
 /* CPU: decompose once per run of the innermost dim, then walk it; bodies
