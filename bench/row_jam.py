@@ -34,8 +34,8 @@ def child(repeat: int, threads: int) -> dict:
         q, k, v = (torch.randn(bh, t, d, generator=g) for _ in range(3))
         scale = d ** -0.5
         want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        torch.testing.assert_close(tk.jam_attention(q, k, v, scale), want, rtol=1e-4, atol=1e-4)
-        out[f"causal attention ({bh}, {t}, {d}) tk"] = median_ms(lambda: tk.jam_attention(q, k, v, scale), repeat)
+        torch.testing.assert_close(tk.jam_attention(q, k, v, scale * d), want, rtol=1e-4, atol=1e-4)
+        out[f"causal attention ({bh}, {t}, {d}) tk"] = median_ms(lambda: tk.jam_attention(q, k, v, scale * d), repeat)
         out[f"causal attention ({bh}, {t}, {d}) torch sdpa"] = median_ms(
             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), repeat)
     x, w = torch.randn(256, 512, generator=g), torch.randn(512, 512, generator=g)
