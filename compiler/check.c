@@ -1179,6 +1179,7 @@ tk_status tk_check_op(tk_ctx *ctx, tk_opdecl *decl, tk_op **out) {
     tk_find_reads_always(op);
     tk_find_data_reads(op);
     if (tk_rename_reused_locals(op, &ctx->arena) != TK_OK) return out_of_memory(err, decl);
+    tk_find_read_ranges(op);
     op->schema = tk_make_schema(decl, &ctx->arena);
     if (!op->schema) return out_of_memory(err, decl);
     *out = op;

@@ -41,6 +41,16 @@ typedef struct tk_dimsym {
     int axis;           /* its explicit-dim position */
 } tk_dimsym;
 
+/* A read the binder range-checks (tk_op.ranges): the read, its tensor
+ * parameter, and the inner loops around it, outermost first. */
+#define TK_MAX_READ_RANGES 32
+typedef struct tk_read_range {
+    const tk_expr *read;
+    int param;
+    int nloops;
+    const tk_stmt *loops[8];
+} tk_read_range;
+
 struct tk_op {
     tk_opdecl *decl;
     char *schema;
@@ -87,6 +97,12 @@ struct tk_op {
      * expression and the right side of and/or): its first such read; line
      * 0 when it has none, so that an empty tensor is never read (tk_bind) */
     tk_loc read_always[TK_MAX_TENSORS * 4];
+    /* reads whose index range the binder computes exactly at every call and
+     * compares to the tensor's dims (reads.c, tk_find_read_ranges): each
+     * index linear in loop variables that run over whole ranges known at
+     * the call, the read made wherever those loops run */
+    int nranges;
+    tk_read_range ranges[TK_MAX_READ_RANGES];
     /* scratch of the last tk_check_body: locals and their types */
     tk_local locals[TK_MAX_LOCALS];
     int nlocals;
@@ -190,6 +206,11 @@ void tk_buf_puts(tk_buf *b, const char *s);
  * op->data_reads (gathers). */
 void tk_find_reads_always(tk_op *op);
 void tk_find_data_reads(tk_op *op);
+void tk_find_read_ranges(tk_op *op);
+/* plan_bounds.c: whether int index e on a tensor's dim `dim` lies in
+ * 0 .. dim - 1 for every value of the dims and loop variables (an interval
+ * analysis over affine forms of the dims; conservative). */
+int tk_index_proven(const tk_op *op, const tk_expr *e, const tk_expr *dim);
 /* Appends e as spec text (for messages); top: no parentheses around it (check.c). */
 void tk_expr_text(tk_buf *b, const tk_expr *e, int top);
 /* Appends e as spec text that parses back to e (autodiff.c): every

@@ -473,6 +473,21 @@ static void unreturned_text(tk_buf *b, const tk_opdecl *d) {
     if (n) tk_buf_puts(b, ", loaded and stored through one pointer each into the caller's tensor\n");
 }
 
+/* The reads the binder range-checks at each call (reads.c). */
+static void ranges_text(tk_buf *b, const tk_op *op) {
+    for (int i = 0; i < op->nranges; i++) {
+        const tk_expr *e = op->ranges[i].read;
+        tk_buf_printf(b, "%s%s[", i ? ", " : "  reads range-checked at each call (their indices against the "
+                                             "tensors' dims, before the kernel runs): ", e->name);
+        for (int k = 0; k < e->nargs; k++) {
+            if (k) tk_buf_puts(b, ", ");
+            tk_expr_text(b, e->args[k], 1);
+        }
+        tk_buf_printf(b, "] at %d:%d", e->loc.line, e->loc.col);
+    }
+    if (op->nranges) tk_buf_puts(b, "\n");
+}
+
 static void plan_text(tk_buf *b, const tk_plan *P) {
     const tk_op *op = P->op;
     const tk_opdecl *d = op->decl;
@@ -481,6 +496,7 @@ static void plan_text(tk_buf *b, const tk_plan *P) {
                   P->variant + 1, op->nvariants, gpu ? "cuda" : "cpu", P->plain ? ", plain" : "");
     const tk_param *o = &d->outputs[op->loop_out];
     unreturned_text(b, d);
+    ranges_text(b, op);
     if (P->row_loop) {
         row_text(b, P);
         return;

@@ -188,9 +188,10 @@ static bnd eval(bctx *C, const tk_expr *e) {
     }
 }
 
-/* Whether index e on dim `dim` (an output's dim expression) is in range for
- * every value of the dims and loop variables: 0 <= e <= dim - 1. */
-static int proven(const tk_op *op, const tk_expr *e, const tk_expr *dim) {
+/* Whether index e on dim `dim` (a tensor's dim expression) is in range for
+ * every value of the dims and loop variables: 0 <= e <= dim - 1. (Also the
+ * checker's, for reads: reads.c.) */
+int tk_index_proven(const tk_op *op, const tk_expr *e, const tk_expr *dim) {
     bctx C = {op, 0};
     aff size, room;
     const aff one = {.c = 1};
@@ -222,7 +223,7 @@ static void plan_stores(tk_plan *P, tk_stmt **body, int n) {
             int par = 0;
             for (int v = 0; x->kind == TK_E_NAME && v < d->nloop && !P->op->out_sum[s->ref]; v++)
                 par |= !tk_owned_dim(d->loop_vars[v]) && strcmp(d->loop_vars[v], x->name) == 0;
-            if (!par && !proven(P->op, x, o->dims[skip + k])) check |= 1u << k;
+            if (!par && !tk_index_proven(P->op, x, o->dims[skip + k])) check |= 1u << k;
         }
         P->bstore[P->nbstores] = s;
         P->bcheck[P->nbstores++] = check;

@@ -152,3 +152,144 @@ int tk_op_param_read(const tk_op *op, int i) {
     if (!op || i < 0 || i >= op->decl->nparams || op->decl->params[i].kind != TK_P_TENSOR) return 0;
     return walk_exprs(op->decl->body, op->decl->nbody, reads_tensor, (void *)op->decl->params[i].name);
 }
+
+/* ---- read ranges the binder checks ----------------------------------------
+ * Ordinary reads are not checked in the kernel: a spec whose index runs
+ * past a tensor (x[i + 1] over all of N, or x: [M] read at the loop's i
+ * over N) would read memory outside it. Where the range of every index is
+ * exact, the binder computes it at each call and refuses the call when it
+ * leaves the tensor (tk_bind). Exact means: the index is linear (+, -,
+ * unary -, * by a literal) in loop variables, each at most once, and in
+ * values known at the call (literals, dims, int parameters); the loop
+ * variables are top-level ones (0 .. size - 1 of their dim) or those of
+ * enclosing `for` loops whose bounds are known at the call; and the read is
+ * made wherever those loops run (not under an `if`, not in the arms of a
+ * conditional expression or the right side of and/or, not in a loop with
+ * other bounds). Then the extremes of the index are reached by some
+ * iteration whenever the loops are not empty: an error is never a false
+ * alarm. Other reads stay unchecked (docs/spec.md, Bounds). */
+
+typedef struct rwalk {
+    tk_op *op;
+    const tk_stmt *loops[8];
+    int nloops;
+} rwalk;
+
+/* Whether e's value is known at a call: an int of literals, dims and int
+ * parameters under + - * // % and unary -. */
+static int call_known(const tk_op *op, const tk_expr *e) {
+    int idx;
+    if (!e || e->vtype != TK_V_INT) return 0;
+    switch (e->kind) {
+    case TK_E_INT: return 1;
+    case TK_E_NAME:
+        for (int i = 0; i < op->decl->nloop; i++)
+            if (strcmp(op->decl->loop_vars[i], e->name) == 0) return 0;
+        {   /* (a local or an inner loop's variable resolves to none: the checker keeps names apart) */
+            tk_sym_kind k = tk_resolve_header(op, e->name, &idx);
+            return k == TK_SYM_DIM || (k == TK_SYM_INT && op->decl->params[idx].kind == TK_P_INT);
+        }
+    case TK_E_UNARY: return e->op == TK_OPC_NEG && call_known(op, e->args[0]);
+    case TK_E_BINARY:
+        return (e->op == TK_OPC_ADD || e->op == TK_OPC_SUB || e->op == TK_OPC_MUL || e->op == TK_OPC_FLOORDIV ||
+                e->op == TK_OPC_MOD) && call_known(op, e->args[0]) && call_known(op, e->args[1]);
+    default: return 0;
+    }
+}
+
+/* Bit of loop variable `name` among w's: top-level variable i is bit i, the
+ * enclosing loop j bit 8 + j; -1 when name is neither. */
+static int loop_bit(const rwalk *w, const char *name) {
+    for (int j = w->nloops - 1; j >= 0; j--)
+        if (strcmp(w->loops[j]->name, name) == 0) return 8 + j;
+    const tk_opdecl *d = w->op->decl;
+    for (int i = 0; i < d->nloop && i < 8; i++)
+        if (!tk_owned_dim(d->loop_vars[i]) && strcmp(d->loop_vars[i], name) == 0) return i;
+    return -1;
+}
+
+/* Whether e is linear in w's loop variables, each at most once (*used:
+ * those seen), and known values. */
+static int linear(const rwalk *w, const tk_expr *e, unsigned *used) {
+    if (call_known(w->op, e)) return 1;
+    if (!e || e->vtype != TK_V_INT) return 0;
+    if (e->kind == TK_E_NAME) {
+        int bit = loop_bit(w, e->name);
+        if (bit < 0 || (*used >> bit & 1u)) return 0;
+        *used |= 1u << bit;
+        return 1;
+    }
+    if (e->kind == TK_E_UNARY) return e->op == TK_OPC_NEG && linear(w, e->args[0], used);
+    if (e->kind != TK_E_BINARY) return 0;
+    if (e->op == TK_OPC_ADD || e->op == TK_OPC_SUB) return linear(w, e->args[0], used) && linear(w, e->args[1], used);
+    if (e->op == TK_OPC_MUL)
+        return (e->args[0]->kind == TK_E_INT && linear(w, e->args[1], used)) ||
+               (e->args[1]->kind == TK_E_INT && linear(w, e->args[0], used));
+    return 0;
+}
+
+/* Whether index k of read e (of tensor parameter p) is in range for any
+ * shapes (plan_bounds.c's interval analysis: x[i] over i in range(N) with
+ * x: [N]), so that no call needs to check it. */
+static int shape_proven(const tk_op *op, const tk_expr *e, const tk_param *p, int k) {
+    int pb = p->ndims > 0 && p->dims[0]->kind == TK_E_ELLIPSIS;
+    return tk_index_proven(op, e->args[k], p->dims[pb + k]);
+}
+
+/* Records read e when every index is linear and one is not shape-proven. */
+static void record_read(rwalk *w, const tk_expr *e) {
+    tk_op *op = w->op;
+    int idx;
+    if (e->is_out || e->data_index || tk_resolve_header(op, e->name, &idx) != TK_SYM_TENSOR) return;
+    const tk_param *p = &op->decl->params[idx];
+    if (e->nargs != tk_explicit_dims(p) || op->nranges == TK_MAX_READ_RANGES) return;
+    int open = 0;
+    for (int k = 0; k < e->nargs; k++) {
+        unsigned used = 0;
+        if (!linear(w, e->args[k], &used)) return;
+        open |= !shape_proven(op, e, p, k);
+    }
+    if (!open) return;
+    tk_read_range *r = &op->ranges[op->nranges++];
+    r->read = e;
+    r->param = idx;
+    r->nloops = w->nloops;
+    for (int j = 0; j < w->nloops; j++) r->loops[j] = w->loops[j];
+}
+
+/* The reads evaluating e always makes (as mark_reads_always). */
+static void range_reads(rwalk *w, const tk_expr *e) {
+    if (!e) return;
+    if (e->kind == TK_E_COND) {
+        range_reads(w, e->args[1]);
+        return;
+    }
+    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_AND || e->op == TK_OPC_OR)) {
+        range_reads(w, e->args[0]);
+        return;
+    }
+    if (e->kind == TK_E_INDEX) record_read(w, e);
+    for (int i = 0; i < e->nargs; i++) range_reads(w, e->args[i]);
+}
+
+static void range_block(rwalk *w, tk_stmt **body, int n) {
+    for (int i = 0; i < n; i++) {
+        const tk_stmt *s = body[i];
+        for (int k = 0; k < s->nindex; k++) range_reads(w, s->index[k]);
+        range_reads(w, s->value);   /* (an `if`'s condition; its branches may not run) */
+        range_reads(w, s->lo);
+        range_reads(w, s->hi);
+        if (s->kind == TK_S_FOR && w->nloops < 8 && (!s->lo || call_known(w->op, s->lo)) &&
+            call_known(w->op, s->hi)) {
+            w->loops[w->nloops++] = s;
+            range_block(w, s->body, s->nbody);
+            w->nloops--;
+        }
+    }
+}
+
+void tk_find_read_ranges(tk_op *op) {
+    rwalk w = {.op = op, .nloops = 0};
+    op->nranges = 0;
+    range_block(&w, op->decl->body, op->decl->nbody);
+}

@@ -832,12 +832,123 @@ static tk_status bind_args(const tk_op *op, const tk_arg *args, int nargs, tk_ca
     return pick_variant(b);
 }
 
+/* ---- read ranges (compiler/reads.c, tk_find_read_ranges) ----------------- */
+
+typedef struct span {
+    int64_t lo, hi;
+} span;
+
+/* The value range of linear index e of read range r at this call; 0 when
+ * it cannot be computed (an overflow, an error in a known part). */
+static int index_span(const binder *b, const tk_read_range *r, const tk_expr *e, span *out) {
+    const tk_opdecl *d = b->op->decl;
+    char err[128];
+    span x, y;
+    if (e->kind == TK_E_NAME) {
+        for (int j = r->nloops - 1; j >= 0; j--)
+            if (strcmp(r->loops[j]->name, e->name) == 0) {
+                int64_t lo = 0, hi;
+                const tk_stmt *s = r->loops[j];
+                if ((s->lo && tk_eval_int(b->op, s->lo, b->call->kargs.i, b->ibound, &lo, err, sizeof err)) ||
+                    tk_eval_int(b->op, s->hi, b->call->kargs.i, b->ibound, &hi, err, sizeof err))
+                    return 0;
+                out->lo = lo;
+                out->hi = hi - 1;
+                return 1;
+            }
+        for (int i = 0; i < d->nloop; i++)
+            if (strcmp(d->loop_vars[i], e->name) == 0) {
+                int lo = b->op->loop_out, n = b->call->out_ndim[lo];
+                out->lo = 0;
+                out->hi = b->call->out_sizes[lo][n - d->nloop + i] - 1;
+                return 1;
+            }
+    }
+    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_ADD || e->op == TK_OPC_SUB)) {
+        if (!index_span(b, r, e->args[0], &x) || !index_span(b, r, e->args[1], &y)) return 0;
+        if (e->op == TK_OPC_ADD)
+            return !__builtin_add_overflow(x.lo, y.lo, &out->lo) && !__builtin_add_overflow(x.hi, y.hi, &out->hi);
+        return !__builtin_sub_overflow(x.lo, y.hi, &out->lo) && !__builtin_sub_overflow(x.hi, y.lo, &out->hi);
+    }
+    if (e->kind == TK_E_UNARY && e->op == TK_OPC_NEG && e->args[0]->vtype == TK_V_INT &&
+        !(e->args[0]->kind == TK_E_INT)) {
+        if (!index_span(b, r, e->args[0], &x) || x.lo == INT64_MIN || x.hi == INT64_MIN) return 0;
+        out->lo = -x.hi;
+        out->hi = -x.lo;
+        return 1;
+    }
+    if (e->kind == TK_E_BINARY && e->op == TK_OPC_MUL &&
+        (e->args[0]->kind == TK_E_INT) != (e->args[1]->kind == TK_E_INT)) {
+        int64_t c = e->args[0]->kind == TK_E_INT ? e->args[0]->ival : e->args[1]->ival, p, q;
+        if (!index_span(b, r, e->args[0]->kind == TK_E_INT ? e->args[1] : e->args[0], &x) ||
+            __builtin_mul_overflow(x.lo, c, &p) || __builtin_mul_overflow(x.hi, c, &q))
+            return 0;
+        out->lo = p < q ? p : q;
+        out->hi = p < q ? q : p;
+        return 1;
+    }
+    int64_t v;   /* a value known at the call */
+    if (tk_eval_int(b->op, e, b->call->kargs.i, b->ibound, &v, err, sizeof err)) return 0;
+    out->lo = out->hi = v;
+    return 1;
+}
+
+/* Each read range's indices against its tensor's dims, where the loops
+ * around it run (reads.c: the extremes are then read): a read outside the
+ * tensor refuses the call. Not for a checked op. */
+static tk_status check_read_ranges(binder *b) {
+    /* (a checked op's kernel compares every index itself, element by element) */
+    if (b->call->kargs.numel == 0 || b->op->checked) return TK_OK;
+    const tk_op *op = b->op;
+    const tk_opdecl *d = op->decl;
+    char err[128];
+    for (int i = 0; i < op->nranges; i++) {
+        const tk_read_range *r = &op->ranges[i];
+        const tk_arg *a = &b->args[r->param];
+        if (a->is_none) continue;   /* (a None tensor reads its fill) */
+        int empty = 0;
+        for (int j = 0; j < r->nloops && !empty; j++) {
+            int64_t lo = 0, hi;
+            const tk_stmt *s = r->loops[j];
+            if ((s->lo && tk_eval_int(op, s->lo, b->call->kargs.i, b->ibound, &lo, err, sizeof err)) ||
+                tk_eval_int(op, s->hi, b->call->kargs.i, b->ibound, &hi, err, sizeof err))
+                empty = 1;   /* (not computable: not checked) */
+            else
+                empty = lo >= hi;
+        }
+        if (empty) continue;
+        const tk_expr *e = r->read;
+        const tk_tensor_view *v = &a->t;
+        for (int k = 0; k < e->nargs; k++) {
+            span sp;
+            if (!index_span(b, r, e->args[k], &sp)) continue;
+            int64_t size = v->sizes[v->ndim - e->nargs + k];
+            if (sp.lo >= 0 && sp.hi <= size - 1) continue;
+            tk_buf t = {0};
+            tk_buf_printf(&t, "%s[", e->name);
+            for (int m = 0; m < e->nargs; m++) {
+                if (m) tk_buf_puts(&t, ", ");
+                tk_expr_text(&t, e->args[m], 1);
+            }
+            tk_buf_puts(&t, "]");
+            tk_status st = call_fail(b->call, "read %s (%s:%d:%d) would reach index %lld of dim %d of '%s', whose "
+                                     "size is %lld: outside the tensor (index %d runs over %lld..%lld for these "
+                                     "arguments)", t.p && !t.oom ? t.p : e->name, d->file, e->loc.line, e->loc.col,
+                                     (long long)(sp.lo < 0 ? sp.lo : sp.hi), k, d->params[r->param].name,
+                                     (long long)size, k, (long long)sp.lo, (long long)sp.hi);
+            free(t.p);
+            return st;
+        }
+    }
+    return TK_OK;
+}
+
 tk_status tk_bind(const tk_op *op, const tk_arg *args, int nargs, tk_call *call) {
     binder b;
     memset(&b, 0, sizeof b);
     tk_status st = bind_args(op, args, nargs, call, &b);
     if (st == TK_OK && !((st = bind_defaults(&b)) || (st = check_asserts(&b)) || (st = bind_outputs(&b)) ||
-                         (st = check_empty_inputs(&b)))) {
+                         (st = check_empty_inputs(&b)) || (st = check_read_ranges(&b)))) {
         tk_kargs_divisors(&call->kargs);
         call->bound = 1;
         return TK_OK;

@@ -54,6 +54,14 @@ op {name}(x: float[N]) -> y: x.dtype[N]:
         y[i] = x[i] + x[i + 1]
 """
 
+PEEK_MIN = """\
+# x[min(i + 1, N)] at the last i reads past the row too, through min (not a
+# linear index: the call does not check its range)
+op {name}(x: float[N]) -> y: x.dtype[N]:
+    for i in y:
+        y[i] = x[i] + x[min(i + 1, N)]
+"""
+
 STENCIL = """\
 # valid everywhere: a clamped three-point stencil and a reverse scan
 op {name}(x: float[B, N]) -> y: x.dtype[B, N]:
@@ -127,8 +135,8 @@ def test_plan_shows_proven_and_checked_stores(tmp_path):
 
 
 def test_checked_catches_a_read_the_unchecked_kernel_misses():
-    unchecked = ops(PEEK, "ck_peek_off", checked=False).ck_peek_off
-    checked = ops(PEEK, "ck_peek_on", checked=True, file="peek.tk").ck_peek_on
+    unchecked = ops(PEEK_MIN, "ck_peek_off", checked=False).ck_peek_off
+    checked = ops(PEEK_MIN, "ck_peek_on", checked=True, file="peek.tk").ck_peek_on
     big = torch.randn(9, generator=gen(3))
     x = big[:8]                          # x[8] exists in memory: the unchecked read is quietly wrong
     got = unchecked(x)
@@ -137,7 +145,17 @@ def test_checked_catches_a_read_the_unchecked_kernel_misses():
     with pytest.raises(RuntimeError) as info:
         checked(x)
     msg = str(info.value)
-    assert "tk.ck_peek_on: peek.tk:4:23: read x[8] out of range: dim 0 (N) has size 8" in msg, msg
+    assert "tk.ck_peek_on: peek.tk:5:23: read x[8] out of range: dim 0 (N) has size 8" in msg, msg
+
+
+def test_a_linear_read_past_the_end_is_refused_at_the_call_unchecked():
+    """x[i + 1]: its range is checked at the call (tests/python/test_read_ranges.py);
+    a checked op's kernel reports the element instead."""
+    unchecked = ops(PEEK, "ck_peek_lin", checked=False).ck_peek_lin
+    x = torch.randn(9, generator=gen(3))[:8]
+    with pytest.raises(RuntimeError, match=r"^tk\.ck_peek_lin: read x\[i \+ 1\] \(ck_peek_lin\.tk:4:23\) would "
+                                           r"reach index 8 of dim 0 of 'x', whose size is 8"):
+        unchecked(x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
