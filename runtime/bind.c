@@ -672,6 +672,10 @@ static tk_status check_row_dims(binder *b, int nb) {
 /* Computes each output's shape; all outputs share the loop output's shape
  * (row loops: its batch dims, and the sizes of the dims their loop
  * variables index, check_row_dims). */
+/* What an op's output p is called in messages: a scratch tensor (memory
+ * the caller gives the body) or an output. */
+static const char *out_kind(const tk_param *p) { return p->scratch ? "scratch tensor" : "output"; }
+
 static tk_status bind_outputs(binder *b) {
     const tk_op *op = b->op;
     tk_call *call = b->call;
@@ -686,7 +690,7 @@ static tk_status bind_outputs(binder *b) {
             const tk_expr *e = p->dims[j];
             if (e->kind == TK_E_ELLIPSIS) {
                 if (nb + tk_explicit_dims(p) > TK_MAX_DIMS)
-                    return call_fail(call, "output '%s' would have more than %d dims", p->name, TK_MAX_DIMS);
+                    return call_fail(call, "%s '%s' would have more than %d dims", out_kind(p), p->name, TK_MAX_DIMS);
                 for (int k = 0; k < nb; k++) call->out_sizes[o][nd++] = b->bsize[nb - 1 - k];
                 continue;
             }
@@ -696,10 +700,10 @@ static tk_status bind_outputs(binder *b) {
             tk_status st = tk_eval_int(op, e, call->kargs.i, b->ibound, &v, err, sizeof err);
             if (st != TK_OK || v < 0) mark_sources(b, e, seen, 0);   /* the arguments to blame */
             if (st != TK_OK)
-                return call_fail(call, "output '%s': dim %d cannot be computed: %s%s", p->name, nd, err,
+                return call_fail(call, "%s '%s': dim %d cannot be computed: %s%s", out_kind(p), p->name, nd, err,
                                  sources_text(b, seen, from, sizeof from));
             if (v < 0)
-                return call_fail(call, "output '%s': dim %d would be %lld; it must be >= 0%s", p->name, nd,
+                return call_fail(call, "%s '%s': dim %d would be %lld; it must be >= 0%s", out_kind(p), p->name, nd,
                                  (long long)v, sources_text(b, seen, from, sizeof from));
             call->out_sizes[o][nd++] = v;
         }

@@ -204,6 +204,22 @@ def test_an_empty_call_with_scratch_runs_nothing():
     torch.testing.assert_close(f(torch.ones(2, 3), torch.full((4,), 2.0)), torch.full((2, 3), 3.0))
 
 
+def test_a_scratch_size_error_names_the_scratch_tensor():
+    f = torch_tk.kernel("""
+        op scratch_minus(x: float32[N]) -> y: float32[N]:
+            scratch t: float32[N - 2]
+            for _ in y:
+                for i in range(N - 2):
+                    t[i] = x[i]
+                for i in range(N):
+                    y[i] = x[i]
+        """)
+    with pytest.raises(RuntimeError, match=r"^tk\.scratch_minus: scratch tensor 't': dim 0 would be -1; it must be "
+                                           r">= 0 \(from argument 'x'\)"):
+        f(torch.randn(1))
+    torch.testing.assert_close(f(torch.ones(3)), torch.ones(3))
+
+
 def test_errors():
     u, delta, A, B, C, D = inputs((2,), 4, 8, 3, torch.float32, seed=1)
     with pytest.raises(RuntimeError, match=r"^tk\.selective_scan: .*'B'"):
