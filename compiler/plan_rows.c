@@ -17,7 +17,8 @@
  * with its reductions (emit_cpu.c, row_vec_open), which reorders the
  * additions of a sum as torch's kernels do (docs/spec.md).
  *
- * Across iterations: see plan_lanes_across. In parts: see plan_parts. */
+ * Across iterations: see plan_lanes_across. In parts: see plan_parts.
+ * Jammed copies of adjacent iterations: see plan_jam. */
 #include <string.h>
 
 #include "emit.h"
