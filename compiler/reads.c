@@ -9,25 +9,32 @@
 
 /* ---- reads made in every iteration ------------------------------------------ */
 
-/* Records in op->read_always the first read of each tensor that evaluating
- * e always makes: every part of e is evaluated except the arms of a
- * conditional expression and the right side of and/or. */
-static void mark_reads_always(tk_op *op, const tk_expr *e) {
-    int idx;
+/* Calls f(ctx, read) for every tensor read evaluating e always makes:
+ * every part of e is evaluated except the arms of a conditional expression
+ * and the right side of and/or. */
+static void each_read_always(const tk_expr *e, void (*f)(void *, const tk_expr *), void *ctx) {
     if (!e) return;
     if (e->kind == TK_E_COND) {
-        mark_reads_always(op, e->args[1]);
+        each_read_always(e->args[1], f, ctx);
         return;
     }
     if (e->kind == TK_E_BINARY && (e->op == TK_OPC_AND || e->op == TK_OPC_OR)) {
-        mark_reads_always(op, e->args[0]);
+        each_read_always(e->args[0], f, ctx);
         return;
     }
-    if (e->kind == TK_E_INDEX && tk_resolve_header(op, e->name, &idx) == TK_SYM_TENSOR &&
-        op->read_always[idx].line == 0)
-        op->read_always[idx] = e->loc;
-    for (int i = 0; i < e->nargs; i++) mark_reads_always(op, e->args[i]);
+    if (e->kind == TK_E_INDEX) f(ctx, e);
+    for (int i = 0; i < e->nargs; i++) each_read_always(e->args[i], f, ctx);
 }
+
+/* Records read e in op->read_always when it is its tensor's first. */
+static void note_read_always(void *ctx, const tk_expr *e) {
+    tk_op *op = ctx;
+    int idx;
+    if (tk_resolve_header(op, e->name, &idx) == TK_SYM_TENSOR && op->read_always[idx].line == 0)
+        op->read_always[idx] = e->loc;
+}
+
+static void mark_reads_always(tk_op *op, const tk_expr *e) { each_read_always(e, note_read_always, op); }
 
 /* Fills op->read_always from the top-level statements of the loop body:
  * each runs in every iteration (the language has no break, continue or
@@ -257,20 +264,10 @@ static void record_read(rwalk *w, const tk_expr *e) {
     for (int j = 0; j < w->nloops; j++) r->loops[j] = w->loops[j];
 }
 
-/* The reads evaluating e always makes (as mark_reads_always). */
-static void range_reads(rwalk *w, const tk_expr *e) {
-    if (!e) return;
-    if (e->kind == TK_E_COND) {
-        range_reads(w, e->args[1]);
-        return;
-    }
-    if (e->kind == TK_E_BINARY && (e->op == TK_OPC_AND || e->op == TK_OPC_OR)) {
-        range_reads(w, e->args[0]);
-        return;
-    }
-    if (e->kind == TK_E_INDEX) record_read(w, e);
-    for (int i = 0; i < e->nargs; i++) range_reads(w, e->args[i]);
-}
+static void record_read_cb(void *w, const tk_expr *e) { record_read(w, e); }
+
+/* The reads evaluating e always makes, recorded. */
+static void range_reads(rwalk *w, const tk_expr *e) { each_read_always(e, record_read_cb, w); }
 
 static void range_block(rwalk *w, tk_stmt **body, int n) {
     for (int i = 0; i < n; i++) {

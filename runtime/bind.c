@@ -842,6 +842,15 @@ typedef struct span {
     int64_t lo, hi;
 } span;
 
+/* Loop s's range [*lo, *hi) at this call (its bounds are known at the
+ * call: reads.c); 0 when they cannot be computed. */
+static int loop_range(const binder *b, const tk_stmt *s, int64_t *lo, int64_t *hi) {
+    char err[128];
+    *lo = 0;
+    return !(s->lo && tk_eval_int(b->op, s->lo, b->call->kargs.i, b->ibound, lo, err, sizeof err)) &&
+           !tk_eval_int(b->op, s->hi, b->call->kargs.i, b->ibound, hi, err, sizeof err);
+}
+
 /* The value range of linear index e of read range r at this call; 0 when
  * it cannot be computed (an overflow, an error in a known part). */
 static int index_span(const binder *b, const tk_read_range *r, const tk_expr *e, span *out) {
@@ -851,11 +860,8 @@ static int index_span(const binder *b, const tk_read_range *r, const tk_expr *e,
     if (e->kind == TK_E_NAME) {
         for (int j = r->nloops - 1; j >= 0; j--)
             if (strcmp(r->loops[j]->name, e->name) == 0) {
-                int64_t lo = 0, hi;
-                const tk_stmt *s = r->loops[j];
-                if ((s->lo && tk_eval_int(b->op, s->lo, b->call->kargs.i, b->ibound, &lo, err, sizeof err)) ||
-                    tk_eval_int(b->op, s->hi, b->call->kargs.i, b->ibound, &hi, err, sizeof err))
-                    return 0;
+                int64_t lo, hi;
+                if (!loop_range(b, r->loops[j], &lo, &hi)) return 0;
                 out->lo = lo;
                 out->hi = hi - 1;
                 return 1;
@@ -874,8 +880,7 @@ static int index_span(const binder *b, const tk_read_range *r, const tk_expr *e,
             return !__builtin_add_overflow(x.lo, y.lo, &out->lo) && !__builtin_add_overflow(x.hi, y.hi, &out->hi);
         return !__builtin_sub_overflow(x.lo, y.hi, &out->lo) && !__builtin_sub_overflow(x.hi, y.lo, &out->hi);
     }
-    if (e->kind == TK_E_UNARY && e->op == TK_OPC_NEG && e->args[0]->vtype == TK_V_INT &&
-        !(e->args[0]->kind == TK_E_INT)) {
+    if (e->kind == TK_E_UNARY && e->op == TK_OPC_NEG && e->args[0]->kind != TK_E_INT) {
         if (!index_span(b, r, e->args[0], &x) || x.lo == INT64_MIN || x.hi == INT64_MIN) return 0;
         out->lo = -x.hi;
         out->hi = -x.lo;
@@ -905,20 +910,14 @@ static tk_status check_read_ranges(binder *b) {
     if (b->call->kargs.numel == 0 || b->op->checked) return TK_OK;
     const tk_op *op = b->op;
     const tk_opdecl *d = op->decl;
-    char err[128];
     for (int i = 0; i < op->nranges; i++) {
         const tk_read_range *r = &op->ranges[i];
         const tk_arg *a = &b->args[r->param];
         if (a->is_none) continue;   /* (a None tensor reads its fill) */
         int empty = 0;
         for (int j = 0; j < r->nloops && !empty; j++) {
-            int64_t lo = 0, hi;
-            const tk_stmt *s = r->loops[j];
-            if ((s->lo && tk_eval_int(op, s->lo, b->call->kargs.i, b->ibound, &lo, err, sizeof err)) ||
-                tk_eval_int(op, s->hi, b->call->kargs.i, b->ibound, &hi, err, sizeof err))
-                empty = 1;   /* (not computable: not checked) */
-            else
-                empty = lo >= hi;
+            int64_t lo, hi;
+            empty = !loop_range(b, r->loops[j], &lo, &hi) || lo >= hi;   /* (not computable: not checked) */
         }
         if (empty) continue;
         const tk_expr *e = r->read;
